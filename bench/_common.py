@@ -1,0 +1,95 @@
+"""Helpers shared by the benchmarks: interleaved timing and result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
+        return out + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> dict:
+    import tensordict
+    import torchrl
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "torchrl": torchrl.__version__,
+        "tensordict": tensordict.__version__,
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+
+
+def interleaved_medians(fns: dict, rounds: int, min_time: float = 0.02) -> dict:
+    """Median seconds per call of each function, timed round-robin.
+
+    Each round times every function once, in turn, so that load from elsewhere on
+    a shared machine hits all of them alike; ratios of the medians are what the
+    benchmarks report.
+    """
+    calls = {}
+    for name, fn in fns.items():
+        fn()  # warm-up
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < min_time:
+            fn()
+            n += 1
+        calls[name] = max(n, 1)
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls[name]):
+                fn()
+            samples[name].append((time.perf_counter() - start) / calls[name])
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def save(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"{name}-{stamp}.json"
+    payload = {
+        "benchmark": name,
+        "date": stamp,
+        "commit": git_commit(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine(),
+        **payload,
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path

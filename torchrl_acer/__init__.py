@@ -1,0 +1,10 @@
+"""ACER (Actor-Critic with Experience Replay) and Retrace for TorchRL."""
+
+from torchrl_acer.functional import retrace_lambda_return_estimate
+from torchrl_acer.retrace import ACERValueEstimators, RetraceEstimator
+
+__all__ = [
+    "ACERValueEstimators",
+    "RetraceEstimator",
+    "retrace_lambda_return_estimate",
+]

@@ -1,0 +1,122 @@
+"""Input validation shared by the estimator and the loss.
+
+Structural checks (keys, shapes) read metadata only and cost nothing on any device.
+Value checks (finite log-probabilities, actions in range) reduce over the data and
+synchronise with the device; callers run them only when their ``check_values`` flag
+is on.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+
+
+class MissingKeyError(KeyError):
+    """A ``KeyError`` whose message prints as written (no repr quoting)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def get_entry(
+    tensordict: TensorDictBase, key: NestedKey, owner: str, what: str
+) -> torch.Tensor:
+    """Reads ``key``, raising a ``KeyError`` that names it and says what it should hold."""
+    value = tensordict.get(key, None)
+    if value is None:
+        raise MissingKeyError(
+            f"{owner}: the input tensordict has no entry {key!r}, expected {what}. "
+            f"Its keys are {sorted(map(str, tensordict.keys(True, True)))}; "
+            f"use set_keys(...) if the entry has another name."
+        )
+    return value
+
+
+def as_step_tensor(
+    value: torch.Tensor, batch_shape: torch.Size, name: str, owner: str
+) -> torch.Tensor:
+    """Returns a per-step entry as ``[*batch_shape, 1]``.
+
+    Accepts ``[*batch_shape]`` (TorchRL's log-probabilities) and
+    ``[*batch_shape, 1]`` (rewards and done flags).
+    """
+    shape = tuple(value.shape)
+    batch = tuple(batch_shape)
+    if shape == batch:
+        return value.unsqueeze(-1)
+    if shape == (*batch, 1):
+        return value
+    raise ValueError(
+        f"{owner}: {name} has shape {shape}, expected {batch} or {(*batch, 1)} "
+        f"(one value per step of the [*B, T] batch)"
+    )
+
+
+def check_finite_log_prob(log_prob: torch.Tensor, name: str, owner: str) -> None:
+    bad = ~torch.isfinite(log_prob)
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{owner}: {name} holds {bad.sum().item()} non-finite values (first at "
+            f"index {index}: {log_prob[index].item()}). A behaviour log-probability "
+            f"of -inf or NaN for an action that was taken means corrupted data; it "
+            f"is not clipped."
+        )
+
+
+def check_action_range(action_index: torch.Tensor, num_actions: int, owner: str):
+    bad = (action_index < 0) | (action_index >= num_actions)
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{owner}: action {action_index[index].item()} at index {index} is out "
+            f"of range for the {num_actions} actions of the policy"
+        )
+
+
+def action_index(
+    action: torch.Tensor,
+    batch_shape: torch.Size,
+    num_actions: int,
+    *,
+    one_hot: bool,
+    owner: str,
+    check_values: bool,
+) -> torch.Tensor:
+    """Returns the stored discrete actions as ``[*batch_shape]`` indices.
+
+    ``one_hot`` actions are ``[*batch_shape, num_actions]``; index actions are
+    ``[*batch_shape]`` or ``[*batch_shape, 1]``.
+    """
+    batch = tuple(batch_shape)
+    if one_hot:
+        if tuple(action.shape) != (*batch, num_actions):
+            raise ValueError(
+                f"{owner}: one-hot action has shape {tuple(action.shape)}, expected "
+                f"{(*batch, num_actions)} for a batch {batch} and {num_actions} actions"
+            )
+        if check_values:
+            ones = (action == 1).sum(-1)
+            zeros = (action == 0).sum(-1)
+            if not ((ones == 1) & (zeros == num_actions - 1)).all():
+                raise ValueError(
+                    f"{owner}: one-hot action holds rows that are not one-hot "
+                    f"(exactly one 1 and {num_actions - 1} zeros)"
+                )
+        return action.argmax(-1)
+    if tuple(action.shape) == (*batch, 1):
+        action = action.squeeze(-1)
+    if tuple(action.shape) != batch:
+        raise ValueError(
+            f"{owner}: action has shape {tuple(action.shape)}, expected {batch} or "
+            f"{(*batch, 1)} (action indices for a Categorical policy)"
+        )
+    if action.is_floating_point():
+        raise ValueError(
+            f"{owner}: action has dtype {action.dtype}, expected integer indices"
+        )
+    if check_values:
+        check_action_range(action, num_actions, owner)
+    return action.long()

@@ -1,0 +1,194 @@
+"""Pure tensor functions behind ACER: the Retrace(lambda) target.
+
+Everything here is a function of tensors, with no TensorDict or module around it,
+in the style of TorchRL's ``torchrl.objectives.value.functional`` and rlax's
+``multistep``. Shapes follow TorchRL: ``[*B, T, *F]`` with time at ``time_dim``
+(default ``-2``) and feature dimensions ``*F`` after it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["retrace_lambda_return_estimate", "reverse_discounted_scan"]
+
+
+def reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+    r"""Solves ``A_t = delta_t + decay_t * A_{t+1}`` backwards in time, with ``A_T = 0``.
+
+    Equivalently ``A_t = sum_{k >= t} (prod_{j=t..k-1} decay_j) delta_k``. Time is the
+    first dimension of both tensors (``[T, *rest]``, broadcastable to each other).
+
+    The recursion is computed as a Hillis-Steele parallel scan: ``ceil(log2 T)``
+    vectorised steps, each composing every segment with the one ``offset`` steps
+    ahead of it, instead of ``T`` sequential steps. No division or logarithm is
+    involved, so zeros in ``decay`` (episode ends) are exact. The result equals the
+    sequential loop up to floating-point reassociation of the sums. Autograd flows
+    through it.
+    """
+    if delta.shape[0] != decay.shape[0]:
+        raise ValueError(
+            f"delta and decay must share the time dimension, got {tuple(delta.shape)} "
+            f"and {tuple(decay.shape)}"
+        )
+    delta, decay = torch.broadcast_tensors(delta, decay)
+    T = delta.shape[0]
+    offset = 1
+    while offset < T:
+        # Segment [t, t + offset) is extended by segment [t + offset, t + 2 offset).
+        # Rows past the end compose with the empty segment (A = 0, decay = 0).
+        ahead_delta = delta[offset:]
+        ahead_decay = decay[offset:]
+        delta = torch.cat(
+            [
+                delta[: T - offset] + decay[: T - offset] * ahead_delta,
+                delta[T - offset :],
+            ]
+        )
+        decay = torch.cat(
+            [
+                decay[: T - offset] * ahead_decay,
+                torch.zeros_like(decay[T - offset :]),
+            ]
+        )
+        offset *= 2
+    return delta
+
+
+def retrace_lambda_return_estimate(
+    gamma: float | torch.Tensor,
+    lmbda: float | torch.Tensor,
+    log_pi: torch.Tensor,
+    log_mu: torch.Tensor,
+    action_value: torch.Tensor,
+    next_state_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor | None = None,
+    *,
+    time_dim: int = -2,
+    c_thresh: float | torch.Tensor = 1.0,
+) -> torch.Tensor:
+    r"""Retrace(:math:`\lambda`) target for :math:`Q(s_t, a_t)`.
+
+    From Munos et al., "Safe and Efficient Off-Policy Reinforcement Learning"
+    (https://arxiv.org/abs/1606.02647), as used by ACER (Wang et al. 2017,
+    https://arxiv.org/abs/1611.01224):
+
+    .. math::
+
+        c_t &= \lambda \min(\bar c, \pi(a_t|s_t) / \mu(a_t|s_t)) \\
+        \delta_t &= r_t + \gamma (1 - \mathrm{terminated}_t) V(s'_t) - Q(s_t, a_t) \\
+        G_t &= Q(s_t, a_t) + \sum_{k \geq t} \gamma^{k-t}
+               \Big(\prod_{j=t+1}^{k} c_j (1 - \mathrm{done}_{j-1})\Big) \delta_k
+
+    or, backwards, :math:`G_t = r_t + \gamma (1 - \mathrm{terminated}_t) [V(s'_t) +
+    (1 - \mathrm{done}_t) c_{t+1} (G_{t+1} - Q(s_{t+1}, a_{t+1}))]`, with the last
+    step of the window bootstrapped from :math:`V(s'_{T-1})` alone. A step that is
+    ``done`` but not ``terminated`` (a time limit, or the end of a replayed slice) is
+    bootstrapped from :math:`V(s'_t)` and cuts the trace; a ``terminated`` step is not
+    bootstrapped.
+
+    Args:
+        gamma (float or Tensor): discount. A tensor is either a scalar or has the
+            shape of ``reward`` (one discount per step).
+        lmbda (float or Tensor): trace decay :math:`\lambda` (ACER uses 1). A tensor
+            is either a scalar or has the shape of ``reward``; it multiplies the
+            trace coefficient of its own step, :math:`c_t`.
+        log_pi (Tensor): :math:`\log \pi(a_t|s_t)`, the log-probability of the stored
+            action under the policy being evaluated. ``[*B, T, *F]``.
+        log_mu (Tensor): :math:`\log \mu(a_t|s_t)`, the same under the behaviour
+            policy that collected the data. ``[*B, T, *F]``.
+        action_value (Tensor): :math:`Q(s_t, a_t)`. ``[*B, T, *F]``.
+        next_state_value (Tensor): :math:`V(s'_t)`, the state value at the real next
+            observation of each step (never the reset observation). ``[*B, T, *F]``.
+        reward (Tensor): :math:`r_t`. ``[*B, T, *F]``.
+        done (Tensor): end of the trajectory after step ``t`` (termination,
+            truncation, or the end of a sampled slice). ``[*B, T, *F]``.
+        terminated (Tensor, optional): end of the episode after step ``t`` with no
+            value beyond it. Defaults to ``done``, as in TorchRL's estimators.
+
+    Keyword Args:
+        time_dim (int): the time dimension of the inputs. Defaults to ``-2``.
+        c_thresh (float or Tensor): truncation :math:`\bar c` of the trace ratio.
+            Defaults to ``1.0`` (the value ACER and Retrace use).
+
+    Returns:
+        The target :math:`G_t`, with the shape and dtype of ``action_value``.
+
+    Examples:
+        >>> import torch
+        >>> T = 5
+        >>> zeros = torch.zeros(T, 1)
+        >>> reward = torch.ones(T, 1)
+        >>> done = torch.zeros(T, 1, dtype=torch.bool)
+        >>> # lmbda = 0 is the one-step expected-SARSA target r + gamma V'
+        >>> G = retrace_lambda_return_estimate(
+        ...     0.9, 0.0, zeros, zeros, zeros, torch.full((T, 1), 2.0), reward, done
+        ... )
+        >>> G.squeeze(-1)
+        tensor([2.8000, 2.8000, 2.8000, 2.8000, 2.8000])
+        >>> # on-policy with Q == V, lmbda = 1 is the discounted return to the window end
+        >>> G = retrace_lambda_return_estimate(
+        ...     0.5, 1.0, zeros, zeros, zeros, zeros, reward, done
+        ... )
+        >>> G.squeeze(-1)
+        tensor([1.9375, 1.8750, 1.7500, 1.5000, 1.0000])
+    """
+    if terminated is None:
+        terminated = done
+    named = {
+        "log_pi": log_pi,
+        "log_mu": log_mu,
+        "action_value": action_value,
+        "next_state_value": next_state_value,
+        "reward": reward,
+        "done": done,
+        "terminated": terminated,
+    }
+    shape = action_value.shape
+    mismatched = {k: tuple(v.shape) for k, v in named.items() if v.shape != shape}
+    if mismatched:
+        raise ValueError(
+            "retrace_lambda_return_estimate: every input must have the shape of "
+            f"action_value {tuple(shape)}; got {mismatched}"
+        )
+    ndim = action_value.ndim
+    if not -ndim <= time_dim < ndim:
+        raise ValueError(
+            f"time_dim={time_dim} is out of range for inputs of shape {tuple(shape)}"
+        )
+    dtype = action_value.dtype
+
+    def time_first(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if x.ndim == ndim:
+            return x.movedim(time_dim, 0)
+        if x.numel() != 1:
+            raise ValueError(
+                f"gamma, lmbda and c_thresh must be scalars or have the shape "
+                f"{tuple(shape)} of the other inputs, got {tuple(x.shape)}"
+            )
+        return x.to(dtype).reshape(())
+
+    gamma, lmbda, c_thresh = (
+        time_first(x).to(dtype) if isinstance(x, torch.Tensor) else x
+        for x in (gamma, lmbda, c_thresh)
+    )
+    log_rho = time_first(log_pi).to(dtype) - time_first(log_mu).to(dtype)
+    q = time_first(action_value)
+    not_terminated = (~time_first(terminated).bool()).to(dtype)
+    not_done = (~time_first(done).bool()).to(dtype)
+
+    delta = (
+        time_first(reward).to(dtype)
+        + gamma * not_terminated * time_first(next_state_value).to(dtype)
+        - q
+    )
+    # c_t multiplies the correction carried back from step t to step t - 1; the
+    # trace through step t needs c_{t+1}, and nothing flows back past the window.
+    trace = lmbda * torch.clamp(log_rho.exp(), max=c_thresh)
+    decay = gamma * not_terminated * not_done
+    decay = decay * torch.cat([trace[1:], torch.zeros_like(trace[:1])])
+    return (q + reverse_discounted_scan(delta, decay)).movedim(0, time_dim)
