@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -48,17 +49,20 @@ def main():
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     rows = []
-    print(f"{'T':>5} {'B':>5} {'ours ms':>9} {'loop/ours':>10} {'torchrl_vec/ours':>17}")
+    print(
+        f"{'T':>5} {'B':>5} {'ours ms':>9} {'loop/ours':>10} {'torchrl_vec/ours':>17}"
+    )
     for T in (20, 100, 1000):
         for B in (16, 1024):
             x = inputs(B, T)
             order = ("log_pi", "log_mu", "q", "next_v", "reward", "done", "terminated")
             a = [x[k] for k in order]
+            td_args = [x[k] for k in ("next_v", "reward", "done", "terminated")]
             fns = {
-                "ours": lambda: retrace_lambda_return_estimate(0.99, 1.0, *a),
-                "loop": lambda: retrace_backward_loop(0.99, 1.0, *a),
-                "torchrl_vec": lambda: vec_td_lambda_return_estimate(
-                    0.99, 1.0, x["next_v"], x["reward"], x["done"], x["terminated"]
+                "ours": partial(retrace_lambda_return_estimate, 0.99, 1.0, *a),
+                "loop": partial(retrace_backward_loop, 0.99, 1.0, *a),
+                "torchrl_vec": partial(
+                    vec_td_lambda_return_estimate, 0.99, 1.0, *td_args
                 ),
             }
             with torch.no_grad():

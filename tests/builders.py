@@ -88,7 +88,9 @@ def random_batch(
     for b, t in terminations:
         terminated[b, t] = True
     logits = torch.randn(B, T, num_actions, generator=g, dtype=dtype)
-    action = D.Categorical(logits=logits).sample()
+    action = torch.multinomial(
+        logits.softmax(-1).reshape(-1, num_actions), 1, generator=g
+    ).reshape(logits.shape[:-1])
     log_prob = torch.log_softmax(logits, -1).gather(-1, action[..., None])[..., 0]
     if one_hot:
         action = nn.functional.one_hot(action, num_actions)
@@ -117,3 +119,69 @@ class CallCounter:
         module.register_forward_hook(
             lambda m, args, out: self.sizes.append(len(args[0]))
         )
+
+
+def table_actor_critic(num_states, num_actions, *, one_hot=False, seed=0):
+    """Actor and critic that look up one row of a table per state (float64).
+
+    Observations are one-hot state indicators, so the gradient of a loss with respect
+    to ``weight[:, s]`` of each network is its gradient at the logits (or the Q
+    values) of state ``s``.
+    """
+    torch.manual_seed(seed)
+    dist = OneHotCategorical if one_hot else D.Categorical
+    policy = nn.Linear(num_states, num_actions, bias=False).double()
+    q = nn.Linear(num_states, num_actions, bias=False).double()
+    actor = ProbabilisticActor(
+        TensorDictModule(policy, ["observation"], ["logits"]),
+        in_keys=["logits"],
+        distribution_class=dist,
+        return_log_prob=True,
+    )
+    critic = TensorDictModule(q, ["observation"], ["action_value"])
+    return actor, critic, policy, q
+
+
+def table_batch(B, T, num_actions, *, dones=(), terminations=(), seed=0):
+    """A ``[B, T]`` batch over one-hot states, every observation its own state.
+
+    Returns the batch and ``(state_ids, next_state_ids)``, each ``[B, T]``: the row
+    of the tables each step's ``s_t`` and ``s'_t`` read. The number of states is
+    ``B * (T + 1) + len(dones) + len(terminations)``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.arange(B * (T + 1)).reshape(B, T + 1)
+    state_ids, next_ids = ids[:, :T], ids[:, 1:].clone()
+    fresh = B * (T + 1)
+    done = torch.zeros(B, T, 1, dtype=torch.bool)
+    terminated = torch.zeros(B, T, 1, dtype=torch.bool)
+    for b, t in (*dones, *terminations):
+        done[b, t] = True
+        next_ids[b, t] = fresh
+        fresh += 1
+    for b, t in terminations:
+        terminated[b, t] = True
+    num_states = fresh
+    eye = torch.eye(num_states, dtype=torch.float64)
+    logits = torch.randn(B, T, num_actions, generator=g, dtype=torch.float64)
+    action = torch.multinomial(
+        logits.softmax(-1).reshape(-1, num_actions), 1, generator=g
+    ).reshape(logits.shape[:-1])
+    batch = TensorDict(
+        {
+            "observation": eye[state_ids],
+            "action": action,
+            "logits": logits,
+            "action_log_prob": logits.log_softmax(-1).gather(-1, action[..., None])[
+                ..., 0
+            ],
+            "next": {
+                "observation": eye[next_ids],
+                "reward": torch.randn(B, T, 1, generator=g, dtype=torch.float64),
+                "done": done,
+                "terminated": terminated,
+            },
+        },
+        [B, T],
+    )
+    return batch, (state_ids, next_ids), num_states

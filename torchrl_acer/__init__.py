@@ -1,9 +1,11 @@
 """ACER (Actor-Critic with Experience Replay) and Retrace for TorchRL."""
 
 from torchrl_acer.functional import retrace_lambda_return_estimate
+from torchrl_acer.loss import ACERLoss
 from torchrl_acer.retrace import ACERValueEstimators, RetraceEstimator
 
 __all__ = [
+    "ACERLoss",
     "ACERValueEstimators",
     "RetraceEstimator",
     "retrace_lambda_return_estimate",

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import (
     ProbabilisticTensorDictModule,
     TensorDictModuleBase,
@@ -33,6 +34,7 @@ class ObservationWindow:
 
     Attributes:
         inputs: a flat ``[B (T + 1) + K]`` TensorDict holding only ``in_keys``.
+        current: a flat ``[B T]`` TensorDict of the observations ``s_t`` alone.
         num_extra: ``K``, the number of mid-row truncations.
     """
 
@@ -47,27 +49,38 @@ class ObservationWindow:
     ):
         self.batch_shape = tensordict.batch_size[:-1]
         self.T = tensordict.batch_size[-1]
+        time = len(self.batch_shape)
+        mid_truncation = done & ~terminated
+        mid_truncation[..., -1] = False
+        self.mid_truncation = mid_truncation
+        # plain tensor operations per key: TensorDict-level select/cat/reshape cost
+        # tens of microseconds each, which adds up in small-network updates
+        any_extra = bool(mid_truncation.any())
+        window, current, extra = {}, {}, {}
         for key in in_keys:
-            get_entry(tensordict, key, owner, "an input of the policy or critic")
-            get_entry(
+            obs = get_entry(tensordict, key, owner, "an input of the policy or critic")
+            next_obs = get_entry(
                 tensordict,
                 _next(key),
                 owner,
                 "the next observation of each step, read at the last step and at "
                 "mid-row truncations",
             )
-        current = tensordict.select(*in_keys)
-        last_next = tensordict.get("next")[..., -1:].select(*in_keys)
-        window = torch.cat([current, last_next], dim=-1).reshape(-1)
-        mid_truncation = (done & ~terminated).clone()
-        mid_truncation[..., -1] = False
-        self.mid_truncation = mid_truncation
-        extra = tensordict.get("next")[mid_truncation].select(*in_keys)
-        self.num_extra = extra.batch_size[0]
-        self.inputs = torch.cat([window, extra], 0) if self.num_extra else window
+            window[key] = torch.cat([obs, next_obs.narrow(time, self.T - 1, 1)], time)
+            window[key] = window[key].flatten(0, time)
+            current[key] = obs.flatten(0, time)
+            if any_extra:
+                extra[key] = next_obs[mid_truncation]
+        self.num_extra = next(iter(extra.values())).shape[0] if any_extra else 0
+        if any_extra:
+            window = {k: torch.cat([v, extra[k]], 0) for k, v in window.items()}
+        rows = math.prod(self.batch_shape)
+        self.inputs = TensorDict(window, [rows * (self.T + 1) + self.num_extra])
+        self.current = TensorDict(current, [rows * self.T])
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Splits ``[B (T + 1) + K, *F]`` outputs into ``(at s_t, at s'_t)``, each ``[*B, T, *F]``."""
+        """Splits ``[B (T + 1) + K, *F]`` outputs into ``(at s_t, at s'_t)``, each
+        ``[*B, T, *F]``."""
         n = math.prod(self.batch_shape) * (self.T + 1)
         feature_shape = values.shape[1:]
         window = values[:n].reshape(*self.batch_shape, self.T + 1, *feature_shape)
@@ -165,13 +178,35 @@ class PolicyCriticEvaluator:
     def dist_param_only(
         self, inputs: TensorDictBase, params: TensorDictBase | None = None
     ) -> torch.Tensor:
+        """The policy's distribution parameter alone (the averaged policy's pass)."""
         data = inputs.copy()
         with _params_context(params, self.actor_network):
             self.actor_network.get_dist_params(data)
         return data.get(self.dist_param_key)
 
 
+# (id(params), id(module)) -> (weak refs to both, whether params are the module's own)
+_OWN_PARAMS: dict = {}
+
+
 def _params_context(params, module):
+    """Puts ``params`` in ``module`` for the call, unless they are already its own.
+
+    A loss's functional parameters are the module's own ``Parameter`` objects
+    (``convert_to_functional`` keeps them), and swapping them in and out costs more
+    than a small network's forward, so the swap is skipped for them; the averaged
+    policy's parameters are swapped in. The identity check runs once per parameter
+    container and module.
+    """
     if params is None:
+        return contextlib.nullcontext()
+    key = (id(params), id(module))
+    cached = _OWN_PARAMS.get(key)
+    if cached is None or cached[0]() is not params or cached[1]() is not module:
+        mine = {id(t) for t in (*module.parameters(), *module.buffers())}
+        given = [id(t) for t in params.values(True, True)]
+        own = len(given) == len(mine) and mine.issuperset(given)
+        cached = _OWN_PARAMS[key] = (weakref.ref(params), weakref.ref(module), own)
+    if cached[2]:
         return contextlib.nullcontext()
     return params.to_module(module, preserve_module_state=False)

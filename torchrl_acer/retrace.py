@@ -419,6 +419,7 @@ class DiscreteSteps:
     """
 
     def __init__(self, window, logits, q, action):
+        self.window = window
         self.logits, next_logits = window.split(logits)
         self.q, next_q = window.split(q)
         self.next_state_value = state_value(next_logits.softmax(-1), next_q)

@@ -1,0 +1,158 @@
+"""ACERLoss forward+backward against the bare networks' forward+backward.
+
+    python bench/loss.py [--rounds 10]
+
+Both sides do the same network work on the same batch: the policy and the critic
+forward and backward on the ``B (T + 1)`` observations of the window (trunk once
+when it is shared), and the averaged policy forward without gradient on the
+``B T`` observations. The bare side then backpropagates the plain sum of the
+outputs; the loss side computes everything ACER needs (Retrace, truncated
+importance sampling with bias correction, entropy, critic loss, the trust-region
+hook, checks, TensorDict plumbing) and backpropagates the sum of its losses. The
+ratio loss / bare is the loss's overhead; the target is at most 1.3.
+
+Cases: separate [64, 64] MLPs on CartPole-sized inputs (4 features, 2 actions)
+with [16, 20] batches (and [128, 20], to show how much of the overhead is fixed),
+and the DQN conv trunk shared by both heads on Atari-sized
+[16, 20] batches of 4x84x84 uint8 frames (6 actions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+
+import torch
+from tensordict import TensorDict
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import interleaved_medians, save  # noqa: E402
+
+from torchrl_acer import ACERLoss  # noqa: E402
+from torchrl_acer.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
+
+
+def batch(B, T, obs_key, obs_shape, num_actions, dtype):
+    g = torch.Generator().manual_seed(0)
+    if dtype == torch.uint8:
+        obs = torch.randint(0, 256, (B, T + 1, *obs_shape), generator=g, dtype=dtype)
+    else:
+        obs = torch.randn(B, T + 1, *obs_shape, generator=g)
+    logits = torch.randn(B, T, num_actions, generator=g)
+    action = torch.multinomial(logits.softmax(-1).reshape(-1, num_actions), 1).reshape(
+        B, T
+    )
+    done = torch.rand(B, T, 1, generator=g) < 0.01
+    return TensorDict(
+        {
+            obs_key: obs[:, :T],
+            "action": torch.nn.functional.one_hot(action, num_actions),
+            "logits": logits,
+            "action_log_prob": logits.log_softmax(-1).gather(-1, action[..., None])[
+                ..., 0
+            ],
+            "next": {
+                obs_key: obs[:, 1:],
+                "reward": torch.randn(B, T, 1, generator=g),
+                "done": done,
+                "terminated": done,
+            },
+        },
+        [B, T],
+    )
+
+
+def bare_step(policy, critic_head, trunk, avg_policy, avg_trunk, window, current):
+    """The networks alone: what the loss cannot avoid computing."""
+    hidden = trunk(window)
+    out = (
+        policy(hidden).sum()
+        + critic_head(hidden if critic_head.shared else window).sum()
+    )
+    with torch.no_grad():
+        avg_policy(avg_trunk(current))
+    out.backward()
+
+
+class Head(torch.nn.Module):
+    def __init__(self, module, shared):
+        super().__init__()
+        self.module = module
+        self.shared = shared
+
+    def forward(self, x):
+        return self.module(x)
+
+
+def case(name, actor, critic, data, obs_key, shared):
+    loss = ACERLoss(actor, critic)
+    loss.make_value_estimator(gamma=0.99)
+    # the loss's own parameters, so that both sides run the very same modules
+    if shared:
+        trunk = actor.module[0].module
+        policy = actor.module[1].module
+        critic_head = Head(critic.module[1].module, shared=True)
+    else:
+        trunk = torch.nn.Identity()
+        policy = actor.module[0].module
+        critic_head = Head(critic.module, shared=False)
+    avg_trunk, avg_policy = copy.deepcopy(trunk), copy.deepcopy(policy)
+    window = torch.cat([data[obs_key], data["next", obs_key][:, -1:]], 1).flatten(0, 1)
+    current = data[obs_key].flatten(0, 1)
+
+    def loss_step():
+        out = loss(data)
+        (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+
+    def bare():
+        bare_step(policy, critic_head, trunk, avg_policy, avg_trunk, window, current)
+
+    return name, {"loss": loss_step, "bare": bare}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    cases = [
+        case(
+            "cartpole_mlp_16x20",
+            *mlp_actor_critic(4, 2),
+            batch(16, 20, "observation", (4,), 2, torch.float32),
+            "observation",
+            shared=False,
+        ),
+        case(
+            "cartpole_mlp_128x20",
+            *mlp_actor_critic(4, 2),
+            batch(128, 20, "observation", (4,), 2, torch.float32),
+            "observation",
+            shared=False,
+        ),
+        case(
+            "atari_dqn_conv_shared_16x20",
+            *atari_actor_critic(6),
+            batch(16, 20, "pixels", (4, 84, 84), 6, torch.uint8),
+            "pixels",
+            shared=True,
+        ),
+    ]
+    rows = []
+    print(f"{'case':<30} {'bare ms':>9} {'loss ms':>9} {'loss/bare':>10}")
+    for name, fns in cases:
+        rounds = args.rounds if "mlp" in name else max(3, args.rounds // 2)
+        med = interleaved_medians(fns, rounds)
+        ratio = med["loss"] / med["bare"]
+        rows.append({"case": name, "median_s": med, "loss_over_bare": ratio})
+        print(
+            f"{name:<30} {med['bare'] * 1e3:>9.2f} {med['loss'] * 1e3:>9.2f} {ratio:>10.2f}"
+        )
+    path = save("loss", {"settings": {"rounds": args.rounds, "seed": 0}, "rows": rows})
+    print(f"saved {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,522 @@
+"""ACERLoss: discrete ACER as a TorchRL LossModule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict, TensorDictBase, TensorDictParams
+from tensordict.nn import (
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    composite_lp_aggregate,
+    dispatch,
+)
+from tensordict.utils import NestedKey
+from torchrl.objectives.common import LossModule
+from torchrl.objectives.utils import (
+    _GAMMA_LMBDA_DEPREC_ERROR,
+    _get_default_device,
+    dispatch_value_estimator,
+    distance_loss,
+)
+from torchrl.objectives.value import ValueEstimatorBase
+
+from torchrl_acer._checks import as_step_tensor, get_entry
+from torchrl_acer.retrace import (
+    ACERValueEstimators,
+    RetraceEstimator,
+    state_value,
+    taken,
+)
+from torchrl_acer.trust_region import (
+    TRUST_REGION_SPACES,
+    TrustRegionHook,
+    kl_gradient,
+)
+
+__all__ = ["ACERLoss"]
+
+
+class ACERLoss(LossModule):
+    r"""ACER loss for discrete actions.
+
+    "Sample Efficient Actor-Critic with Experience Replay", Wang et al., ICLR 2017,
+    https://arxiv.org/abs/1611.01224 (section 3, Algorithm 2).
+
+    On a ``[*B, T]`` batch collected by a behaviour policy :math:`\mu` (whose logits
+    and log-probabilities are stored with each step), with the current policy
+    :math:`\pi`, the critic :math:`Q`, :math:`V_t = \sum_a \pi(a|s_t) Q(s_t, a)`,
+    :math:`\rho_t(a) = \pi(a|s_t) / \mu(a|s_t)`, :math:`\rho_t = \rho_t(a_t)` and the
+    Retrace target :math:`G_t` (:class:`~torchrl_acer.RetraceEstimator`), each step
+    contributes (:math:`\mathrm{sg}` = stop-gradient)
+
+    .. math::
+
+        J_t &= \min(c, \rho_t)\, \mathrm{sg}(G_t - V_t) \log \pi(a_t|s_t)
+            + \sum_a \mathrm{sg}\big([1 - c / \rho_t(a)]_+ \pi(a|s_t)
+              (Q(s_t, a) - V_t)\big) \log \pi(a|s_t) \\
+        H_t &= -\sum_a \pi(a|s_t) \log \pi(a|s_t) \\
+        L^{critic}_t &= \tfrac12 \big(\mathrm{sg}(G_t) - Q(s_t, a_t)\big)^2
+
+    and the outputs are ``loss_objective`` :math:`= -J_t`, ``loss_entropy``
+    :math:`= -\beta H_t` and ``loss_critic`` :math:`= c_{critic} L^{critic}_t`, each
+    reduced over the batch. The bias-correction sum runs over all actions, which is
+    exact for a categorical policy.
+
+    **Trust region.** The gradient of :math:`J_t + \beta H_t` arriving at the policy
+    statistics of step ``t`` (``trust_region_space``: logits by default) is projected
+    so that :math:`k_t \cdot z_t \leq \delta` for every step, with :math:`k_t` the
+    gradient of :math:`\mathrm{KL}(\pi_{avg}(\cdot|s_t) \| \pi(\cdot|s_t))`, see
+    :mod:`torchrl_acer.trust_region`. It is a gradient hook, so backpropagate
+    ``loss_objective + loss_entropy`` (with the critic loss, as trainers do) in one
+    ``backward``. The averaged policy :math:`\pi_{avg}` is the actor's target
+    parameters; keep them with ``SoftUpdate(loss, eps=0.99)`` and call its
+    ``step()`` after each optimizer step. After ``backward`` the hook's statistics
+    are in :attr:`trust_region_stats`.
+
+    How the per-step bound holds with each ``reduction``:
+
+    - ``"mean"``: the hook multiplies the arriving gradient by the number of valid
+      steps (padding excluded) before projecting and divides after: every step is
+      bounded by ``delta``.
+    - ``"sum"``: the arriving gradient is the step's own; every step is bounded.
+    - ``"none"``: the per-step losses are returned and the hook assumes they will be
+      summed. Reducing them by a mean instead scales each step's gradient by
+      ``1 / N`` and makes the effective bound ``N * delta``.
+
+    Each network sees the ``T + 1`` observations of each row once (plus the real next
+    observation of mid-row truncations), the averaged actor runs once without
+    gradient on the ``T`` observations, and a trunk shared by the actor and the
+    critic (``ActorValueOperator``) runs once.
+
+    Args:
+        actor_network (ProbabilisticTensorDictSequential): the policy, a categorical
+            distribution over logits (``Categorical`` or ``OneHotCategorical``).
+        critic_network (TensorDictModule): the critic, writing one value per action
+            under ``"action_value"``. It gets no target parameters.
+
+    Keyword Args:
+        ratio_clip (float): truncation :math:`c` of the importance ratio in the policy
+            gradient. Defaults to ``10.0``.
+        trust_region_delta (float or None): :math:`\delta`. ``None`` disables the
+            trust region. Defaults to ``1.0``.
+        trust_region_space (str): ``"logits"`` (default), ``"log_probs"`` or
+            ``"probs"`` (the paper's and OpenAI baselines' choice): the statistics
+            :math:`\phi` the projection acts on. The three give different
+            projections.
+        entropy_coeff (float): :math:`\beta`. Defaults to ``0.01``.
+        critic_coeff (float): :math:`c_{critic}`. Defaults to ``0.5``.
+        loss_critic_type (str): ``"l2"`` (default; the half squared error above),
+            ``"l1"`` or ``"smooth_l1"``.
+        separate_losses (bool): if ``True``, parameters shared by the actor and the
+            critic are trained by the policy terms only. Defaults to ``False``.
+        reduction (str): ``"none"``, ``"mean"`` (default) or ``"sum"``.
+
+    The default value estimator is Retrace with :math:`\lambda = 1`,
+    :math:`\bar c = 1` and :math:`\gamma = 0.99`; change it with
+    ``make_value_estimator(gamma=..., lmbda=..., c_thresh=...)``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torch.distributions import Categorical
+        >>> from torchrl.modules import ProbabilisticActor
+        >>> from torchrl.objectives import SoftUpdate
+        >>> _ = torch.manual_seed(0)
+        >>> n_obs, n_act, B, T = 3, 4, 2, 5
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(n_obs, n_act), ["observation"], ["logits"]),
+        ...     in_keys=["logits"], distribution_class=Categorical, return_log_prob=True)
+        >>> critic = TensorDictModule(
+        ...     torch.nn.Linear(n_obs, n_act), ["observation"], ["action_value"])
+        >>> loss = ACERLoss(actor, critic)
+        >>> loss.make_value_estimator(gamma=0.99)  # doctest: +ELLIPSIS
+        ACERLoss(...)
+        >>> updater = SoftUpdate(loss, eps=0.99)
+        >>> behaviour_logits = torch.randn(B, T, n_act)
+        >>> action = torch.distributions.Categorical(logits=behaviour_logits).sample()
+        >>> data = TensorDict({
+        ...     "observation": torch.randn(B, T, n_obs),
+        ...     "action": action,
+        ...     "logits": behaviour_logits,
+        ...     "action_log_prob": behaviour_logits.log_softmax(-1).gather(
+        ...         -1, action[..., None])[..., 0],
+        ...     ("next", "observation"): torch.randn(B, T, n_obs),
+        ...     ("next", "reward"): torch.randn(B, T, 1),
+        ...     ("next", "done"): torch.zeros(B, T, 1, dtype=torch.bool),
+        ...     ("next", "terminated"): torch.zeros(B, T, 1, dtype=torch.bool),
+        ... }, [B, T])
+        >>> out = loss(data)
+        >>> sorted(k for k in out.keys() if k.startswith("loss_"))
+        ['loss_critic', 'loss_entropy', 'loss_objective']
+        >>> (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+        >>> sorted(loss.trust_region_stats.keys())
+        ['active_fraction', 'k_dot_g', 'k_norm']
+        >>> updater.step()
+    """
+
+    @dataclass
+    class _AcceptedKeys:
+        """Configurable tensordict keys (``set_keys(name=key)``, nested keys allowed).
+
+        Attributes:
+            advantage (NestedKey): where the estimator writes :math:`G - V`.
+                Defaults to ``"advantage"``.
+            value_target (NestedKey): where the estimator writes :math:`G`.
+                Defaults to ``"value_target"``.
+            value (NestedKey): where the estimator writes :math:`V`. Defaults to
+                ``"state_value"``.
+            action_value (NestedKey): the critic's output, one value per action.
+                Defaults to ``"action_value"``.
+            action (NestedKey): the stored action. Defaults to the actor's sample
+                key (``"action"``).
+            behavior_logits (NestedKey): the behaviour policy's logits stored with
+                each step. Defaults to the actor's logits key (``"logits"``), where
+                collectors store them.
+            sample_log_prob (NestedKey): the behaviour log-probability of the stored
+                action. Defaults to the actor's log-prob key (``"action_log_prob"``).
+            reward, done, terminated (NestedKey): read under ``"next"``.
+        """
+
+        advantage: NestedKey = "advantage"
+        value_target: NestedKey = "value_target"
+        value: NestedKey = "state_value"
+        action_value: NestedKey = "action_value"
+        action: NestedKey = "action"
+        behavior_logits: NestedKey = "logits"
+        sample_log_prob: NestedKey | None = None
+        reward: NestedKey = "reward"
+        done: NestedKey = "done"
+        terminated: NestedKey = "terminated"
+
+        def __post_init__(self):
+            if self.sample_log_prob is None:
+                self.sample_log_prob = (
+                    "sample_log_prob"
+                    if composite_lp_aggregate(nowarn=True)
+                    else "action_log_prob"
+                )
+
+    default_keys = _AcceptedKeys
+    tensor_keys: _AcceptedKeys
+    default_value_estimator = ACERValueEstimators.Retrace
+    _value_estimator_default_keys = (
+        "advantage",
+        "value_target",
+        "value",
+        "action_value",
+        "action",
+        "reward",
+        "done",
+        "terminated",
+        "sample_log_prob",
+    )
+
+    actor_network: ProbabilisticTensorDictSequential
+    critic_network: TensorDictModule
+    actor_network_params: TensorDictParams
+    critic_network_params: TensorDictParams
+    target_actor_network_params: TensorDictParams
+    target_critic_network_params: TensorDictParams
+
+    def __init__(
+        self,
+        actor_network: ProbabilisticTensorDictSequential,
+        critic_network: TensorDictModule,
+        *,
+        ratio_clip: float = 10.0,
+        trust_region_delta: float | None = 1.0,
+        trust_region_space: str = "logits",
+        entropy_coeff: float = 0.01,
+        critic_coeff: float = 0.5,
+        loss_critic_type: str = "l2",
+        separate_losses: bool = False,
+        reduction: str = "mean",
+        gamma: float | None = None,
+    ):
+        if gamma is not None:
+            raise TypeError(_GAMMA_LMBDA_DEPREC_ERROR)
+        if trust_region_space not in TRUST_REGION_SPACES:
+            raise ValueError(
+                f"trust_region_space must be one of {TRUST_REGION_SPACES}, got "
+                f"{trust_region_space!r}"
+            )
+        if trust_region_delta is not None and not trust_region_delta > 0:
+            raise ValueError(
+                f"trust_region_delta must be positive or None, got {trust_region_delta}"
+            )
+        if not ratio_clip > 0:
+            raise ValueError(f"ratio_clip must be positive, got {ratio_clip}")
+        if reduction not in ("none", "mean", "sum"):
+            raise ValueError(
+                f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}"
+            )
+        if loss_critic_type not in ("l2", "l1", "smooth_l1"):
+            raise ValueError(
+                f"loss_critic_type must be 'l2', 'l1' or 'smooth_l1', got "
+                f"{loss_critic_type!r}"
+            )
+        self._out_keys = None
+        super().__init__()
+        self.convert_to_functional(
+            actor_network, "actor_network", create_target_params=True
+        )
+        self.convert_to_functional(
+            critic_network,
+            "critic_network",
+            compare_against=list(actor_network.parameters())
+            if separate_losses
+            else None,
+        )
+        self.separate_losses = separate_losses
+        self.trust_region_space = trust_region_space
+        self.trust_region_delta = trust_region_delta
+        self.loss_critic_type = loss_critic_type
+        self.reduction = reduction
+        device = _get_default_device(self)
+        self.register_coeff_buffer("ratio_clip", ratio_clip, device=device)
+        self.register_coeff_buffer("entropy_coeff", entropy_coeff, device=device)
+        self.register_coeff_buffer("critic_coeff", critic_coeff, device=device)
+        self.trust_region_stats: TensorDict | None = None
+        # the estimator validates the policy and finds its keys; the loss uses its
+        # network evaluation so both see the same window
+        probe = RetraceEstimator(
+            gamma=0.99, actor_network=actor_network, critic_network=critic_network
+        )
+        self._evaluator = probe.evaluator
+        self.set_keys(
+            behavior_logits=probe.evaluator.dist_param_key,
+            sample_log_prob=actor_network.log_prob_keys[0],
+            action=actor_network.dist_sample_keys[0],
+        )
+
+    @property
+    def functional(self):
+        # the averaged policy lives in the actor's target parameters
+        return True
+
+    @property
+    def in_keys(self):
+        keys = self.tensor_keys
+        obs = self._evaluator.in_keys
+        return [
+            *obs,
+            *[("next", *(k if isinstance(k, tuple) else (k,))) for k in obs],
+            keys.action,
+            keys.sample_log_prob,
+            keys.behavior_logits,
+            ("next", keys.reward),
+            ("next", keys.done),
+            ("next", keys.terminated),
+        ]
+
+    @property
+    def out_keys(self):
+        if self._out_keys is None:
+            self._out_keys = [
+                "loss_objective",
+                "loss_critic",
+                "loss_entropy",
+                "entropy",
+                "kl_avg",
+                "rho_mean",
+                "rho_clip_fraction",
+                "explained_variance",
+            ]
+        return self._out_keys
+
+    @out_keys.setter
+    def out_keys(self, values):
+        self._out_keys = values
+
+    def make_value_estimator(self, value_type=None, **hyperparams):
+        """Builds the Retrace estimator (the only one ACER supports).
+
+        Examples:
+            ``loss.make_value_estimator(gamma=0.99)``,
+            ``loss.make_value_estimator("retrace", gamma=0.9, c_thresh=1.0)``.
+        """
+        if value_type is None:
+            value_type = self.default_value_estimator
+        if isinstance(value_type, RetraceEstimator):
+            self._value_estimator = value_type
+            self.value_type = type(value_type)
+        elif isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
+            hyperparams.setdefault("device", self._default_device)
+            self._value_estimator = value_type.for_loss(self, **hyperparams)
+            self.value_type = value_type
+        elif isinstance(value_type, ValueEstimatorBase) or isinstance(value_type, type):
+            raise NotImplementedError(
+                f"ACERLoss needs a RetraceEstimator, got {value_type}"
+            )
+        else:
+            hyperparams.setdefault("device", self._default_device)
+            dispatch_value_estimator(
+                self,
+                value_type,
+                supported=(ACERValueEstimators.Retrace,),
+                **hyperparams,
+            )
+        self._forward_value_estimator_keys()
+        return self
+
+    def reset(self) -> None:
+        pass
+
+    @dispatch
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        estimator = self.value_estimator
+        time_dim = estimator._get_time_dim(None, tensordict)
+        last = tensordict.ndim - 1
+        data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
+        owner = type(self).__name__
+        keys = self.tensor_keys
+
+        steps = estimator.evaluate(
+            data,
+            actor_params=self.actor_network_params,
+            critic_params=self.critic_network_params,
+            detach_shared=self.separate_losses,
+        )
+        with torch.no_grad():
+            avg_logits = self._evaluator.dist_param_only(
+                steps.window.current.select(*self.actor_network.in_keys),
+                self.target_actor_network_params,
+            ).reshape(steps.logits.shape)
+        behaviour_log_probs = self._behaviour_log_probs(data, steps.logits.shape)
+        log_mu = as_step_tensor(
+            get_entry(
+                data,
+                keys.sample_log_prob,
+                owner,
+                "the behaviour policy's log-probability of the stored action",
+            ),
+            data.batch_size,
+            repr(keys.sample_log_prob),
+            owner,
+        )
+
+        # the per-step losses, reduced below: the reduction tells the trust-region
+        # hook how the gradient of each step is scaled when it reaches the logits
+        valid = self._reduce_loss(
+            torch.ones_like(log_mu), data, reduction="none"
+        ).detach()
+        scale = valid.sum().clamp_min(1) if self.reduction == "mean" else 1.0
+        log_probs = self._policy_log_probs(steps.logits, avg_logits, valid, scale)
+
+        probs = log_probs.detach().exp()
+        q = steps.q.detach()
+        value = state_value(probs, q)
+        log_pi = taken(log_probs, steps.action)
+        with torch.no_grad():
+            value_target = estimator.value_estimate(
+                data,
+                log_pi=log_pi.detach(),
+                action_value=steps.action_value.detach(),
+                next_state_value=steps.next_state_value.detach(),
+            )
+            c = self.ratio_clip
+            rho = (log_pi.detach() - log_mu).exp()
+            rho_all = (log_probs.detach() - behaviour_log_probs).exp()
+            correction = torch.where(rho_all > c, 1 - c / rho_all, 0.0)
+            correction_weight = correction * probs * (q - value)
+        objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
+            correction_weight * log_probs
+        ).sum(-1, keepdim=True)
+        entropy = -(log_probs.exp() * log_probs).sum(-1, keepdim=True)
+        critic_error = value_target - steps.action_value
+        if self.loss_critic_type == "l2":
+            loss_critic = 0.5 * critic_error.pow(2)
+        else:
+            loss_critic = distance_loss(
+                value_target, steps.action_value, loss_function=self.loss_critic_type
+            )
+
+        with torch.no_grad():
+            avg_log_probs = avg_logits.log_softmax(-1)
+            kl_avg = (avg_log_probs.exp() * (avg_log_probs - log_probs)).sum(
+                -1, keepdim=True
+            )
+            residual = value_target - steps.action_value
+            explained_variance = 1 - residual.var() / value_target.var()
+
+        td_out = TensorDict(
+            {
+                "loss_objective": -objective,
+                "loss_critic": self.critic_coeff * loss_critic,
+                "loss_entropy": -self.entropy_coeff * entropy,
+            },
+            [],
+        )
+        for name, value in list(td_out.items()):
+            reduced = self._reduce_loss(value, data).squeeze(-1)
+            if reduced.ndim and time_dim != last:
+                reduced = reduced.transpose(time_dim, last)
+            td_out.set(name, reduced)
+
+        def mean(x):
+            return self._reduce_loss(x.detach(), data, reduction="mean")
+
+        td_out.update(
+            {
+                "entropy": mean(entropy),
+                "kl_avg": mean(kl_avg),
+                "rho_mean": mean(rho),
+                "rho_clip_fraction": mean((rho > c).to(rho.dtype)),
+                "explained_variance": explained_variance,
+            }
+        )
+        return td_out
+
+    def _behaviour_log_probs(self, data, shape):
+        key = self.tensor_keys.behavior_logits
+        owner = type(self).__name__
+        logits = get_entry(
+            data,
+            key,
+            owner,
+            "the behaviour policy's logits stored with each step (collectors store "
+            "the actor's logits)",
+        )
+        if logits.shape != shape:
+            raise ValueError(
+                f"{owner}: behaviour logits {key!r} have shape {tuple(logits.shape)}, "
+                f"expected {tuple(shape)} (the policy's logits for the [*B, T] batch)"
+            )
+        return logits.log_softmax(-1)
+
+    def _policy_log_probs(self, logits, avg_logits, valid, scale):
+        """Log-probabilities of the current policy, through the trust-region hook.
+
+        The statistics the trust region acts on are computed from the logits, the
+        hook is registered on them, and the log-probabilities are computed from
+        them, so that every policy term's gradient passes through the hook.
+        """
+        space = self.trust_region_space
+        if space == "logits":
+            stats = logits
+        elif space == "log_probs":
+            stats = logits.log_softmax(-1)
+        else:
+            stats = logits.softmax(-1)
+        if self.trust_region_delta is not None and stats.requires_grad:
+            k = kl_gradient(space, stats.detach(), avg_logits.softmax(-1))
+            stats.register_hook(
+                TrustRegionHook(
+                    k,
+                    self.trust_region_delta,
+                    scale,
+                    valid,
+                    on_stats=self._set_trust_region_stats,
+                )
+            )
+        if space == "logits":
+            return stats.log_softmax(-1)
+        if space == "log_probs":
+            return stats
+        return stats.clamp_min(torch.finfo(stats.dtype).tiny).log()
+
+    def _set_trust_region_stats(self, stats: TensorDict) -> None:
+        self.trust_region_stats = stats

@@ -1,0 +1,141 @@
+"""Actor and critic networks for discrete ACER, built from TorchRL modules.
+
+Each builder returns ``(actor, critic)``: a :class:`~torchrl.modules.ProbabilisticActor`
+over logits that stores its log-probability (``return_log_prob=True``, what the
+loss reads back as the behaviour policy), and a critic writing one Q value per
+action under ``"action_value"``. With a shared trunk they come from an
+:class:`~torchrl.modules.ActorValueOperator`, and :class:`~torchrl_acer.ACERLoss`
+runs the trunk once per update.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict.nn import TensorDictModule
+from torch import distributions as D
+from torch import nn
+from torchrl.data import OneHot
+from torchrl.modules import (
+    MLP,
+    ActorValueOperator,
+    OneHotCategorical,
+    ProbabilisticActor,
+)
+
+__all__ = ["mlp_actor_critic", "atari_actor_critic", "minatar_actor_critic"]
+
+
+def _actor_critic(trunk, trunk_out, num_actions, action_spec, obs_key):
+    """Wraps a trunk and two linear heads, shared through an ActorValueOperator."""
+    one_hot = action_spec is None or isinstance(action_spec, OneHot)
+    common = TensorDictModule(trunk, [obs_key], ["hidden"])
+    policy_head = ProbabilisticActor(
+        TensorDictModule(nn.Linear(trunk_out, num_actions), ["hidden"], ["logits"]),
+        in_keys=["logits"],
+        spec=action_spec,
+        distribution_class=OneHotCategorical if one_hot else D.Categorical,
+        return_log_prob=True,
+    )
+    q_head = TensorDictModule(
+        nn.Linear(trunk_out, num_actions), ["hidden"], ["action_value"]
+    )
+    op = ActorValueOperator(common, policy_head, q_head)
+    return op.get_policy_operator(), op.get_value_operator()
+
+
+def mlp_actor_critic(
+    obs_dim: int,
+    num_actions: int,
+    *,
+    num_cells=(64, 64),
+    shared: bool = False,
+    action_spec=None,
+    obs_key="observation",
+):
+    """MLPs for vector observations (tanh activations).
+
+    With ``shared=False`` (default) the policy and the critic are separate MLPs;
+    with ``shared=True`` they share all hidden layers and differ by their last
+    linear layer.
+    """
+    num_cells = list(num_cells)
+    if shared:
+        trunk = MLP(
+            in_features=obs_dim,
+            out_features=num_cells[-1],
+            num_cells=num_cells[:-1],
+            activation_class=nn.Tanh,
+            activate_last_layer=True,
+        )
+        return _actor_critic(trunk, num_cells[-1], num_actions, action_spec, obs_key)
+    one_hot = action_spec is None or isinstance(action_spec, OneHot)
+
+    def mlp():
+        return MLP(
+            in_features=obs_dim,
+            out_features=num_actions,
+            num_cells=num_cells,
+            activation_class=nn.Tanh,
+        )
+
+    actor = ProbabilisticActor(
+        TensorDictModule(mlp(), [obs_key], ["logits"]),
+        in_keys=["logits"],
+        spec=action_spec,
+        distribution_class=OneHotCategorical if one_hot else D.Categorical,
+        return_log_prob=True,
+    )
+    critic = TensorDictModule(mlp(), [obs_key], ["action_value"])
+    return actor, critic
+
+
+class _BatchedConv(nn.Module):
+    """A conv stack over ``[*batch, C, H, W]`` inputs, rescaling integer pixels."""
+
+    def __init__(self, layers: nn.Sequential, scale: float | None):
+        super().__init__()
+        self.layers = layers
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch = x.shape[:-3]
+        x = x.reshape(-1, *x.shape[-3:]).float()
+        if self.scale is not None:
+            x = x / self.scale
+        return self.layers(x).reshape(*batch, -1)
+
+
+def atari_actor_critic(num_actions: int, *, frames: int = 4, action_spec=None):
+    """The DQN (Nature) conv trunk on ``[*B, frames, 84, 84]`` uint8 frames, shared
+    by a policy head and a Q head, as in OpenAI baselines' ACER."""
+    layers = nn.Sequential(
+        nn.Conv2d(frames, 32, 8, stride=4),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(64 * 7 * 7, 512),
+        nn.ReLU(),
+    )
+    return _actor_critic(
+        _BatchedConv(layers, 255.0), 512, num_actions, action_spec, "pixels"
+    )
+
+
+def minatar_actor_critic(
+    in_channels: int, num_actions: int, *, action_spec=None, obs_key="observation"
+):
+    """The MinAtar paper's small conv net (16 3x3 filters, 128 hidden units) on
+    ``[*B, C, 10, 10]`` grids, shared by a policy head and a Q head."""
+    layers = nn.Sequential(
+        nn.Conv2d(in_channels, 16, 3, stride=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(16 * 8 * 8, 128),
+        nn.ReLU(),
+    )
+    return _actor_critic(
+        _BatchedConv(layers, None), 128, num_actions, action_spec, obs_key
+    )

@@ -1,0 +1,117 @@
+r"""ACER's efficient trust region, as a gradient hook on the policy's statistics.
+
+Wang et al. 2017, section 3.3. Let :math:`\phi_t` be the statistics the policy
+network outputs at step ``t`` (logits, log-probabilities or probabilities), ``g_t``
+the gradient of that step's objective with respect to :math:`\phi_t` and
+
+.. math::
+
+    k_t = \nabla_{\phi_t} \mathrm{KL}\big(\pi_{avg}(\cdot|s_t) \,\|\, \pi(\cdot|s_t)\big).
+
+The step is projected onto the half-space :math:`k_t \cdot z \leq \delta`:
+
+.. math::
+
+    z^*_t = g_t - \max\Big(0, \frac{k_t \cdot g_t - \delta}{\|k_t\|^2}\Big) k_t
+
+and :math:`z^*_t` replaces :math:`g_t` in back-propagation from :math:`\phi_t` into
+the parameters. The constraint is per step: the hook undoes the loss reduction's
+scaling before projecting and redoes it after, so ``delta`` bounds every step
+whatever the batch size (projecting the batch-mean gradient instead would make the
+effective delta ``delta * batch size`` and the trust region inert).
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+__all__ = ["kl_gradient", "project", "TrustRegionHook", "TRUST_REGION_SPACES"]
+
+TRUST_REGION_SPACES = ("logits", "log_probs", "probs")
+
+
+def kl_gradient(space: str, stats: torch.Tensor, avg_probs: torch.Tensor):
+    r""":math:`\nabla_\phi \mathrm{KL}(\pi_{avg} \| \pi)` for a categorical policy.
+
+    Args:
+        space: what :math:`\phi` is: ``"logits"`` (:math:`\pi = softmax(\phi)`, then
+            :math:`k = \pi - \pi_{avg}`), ``"log_probs"`` (:math:`k = -\pi_{avg}`) or
+            ``"probs"`` (:math:`k = -\pi_{avg} / \pi`, the paper's choice).
+        stats: :math:`\phi`, ``[..., A]``.
+        avg_probs: :math:`\pi_{avg}`, ``[..., A]``.
+    """
+    if space == "logits":
+        return stats.softmax(-1) - avg_probs
+    if space == "log_probs":
+        return -avg_probs.expand_as(stats)
+    if space == "probs":
+        return -avg_probs / stats
+    raise ValueError(
+        f"trust_region_space must be one of {TRUST_REGION_SPACES}, got {space!r}"
+    )
+
+
+def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
+    """Projects each row of ``g`` onto ``k . z <= delta``; returns ``(z, coefficient)``.
+
+    The coefficient is :math:`\\max(0, (k \\cdot g - \\delta) / \\|k\\|^2)` (zero where
+    :math:`k = 0`), ``[..., 1]``; it is positive exactly where the constraint is
+    active.
+    """
+    k_dot_g = (k * g).sum(-1, keepdim=True)
+    k_sq = (k * k).sum(-1, keepdim=True)
+    excess = (k_dot_g - delta).clamp_min(0)
+    coefficient = torch.where(
+        k_sq > 0, excess / torch.where(k_sq > 0, k_sq, 1), torch.zeros_like(k_sq)
+    )
+    return g - coefficient * k, coefficient
+
+
+class TrustRegionHook:
+    """Projects, per step, the gradient arriving at the policy statistics.
+
+    The gradient reaching :math:`\\phi_t` is :math:`-g_t / s`: minus the ascent
+    direction of the step's objective, divided by the reduction's scale ``s`` (the
+    number of valid steps for a mean, 1 for a sum). The hook projects :math:`g_t`
+    and returns :math:`-z^*_t / s`.
+
+    Args:
+        k: :math:`k_t`, ``[..., A]`` (detached).
+        delta: :math:`\\delta`.
+        scale: ``s``.
+        valid: ``[..., 1]`` weights of the steps that count (1 valid, 0 padding),
+            for the statistics only.
+        on_stats: called with a TensorDict of statistics after the projection:
+            ``active_fraction`` (share of valid steps whose constraint was active),
+            ``k_norm`` (mean :math:`\\|k_t\\|`), ``k_dot_g`` (mean
+            :math:`k_t \\cdot g_t` before projection).
+    """
+
+    def __init__(self, k, delta, scale, valid, on_stats):
+        self.k = k
+        self.delta = delta
+        self.scale = scale
+        self.valid = valid
+        self.on_stats = on_stats
+
+    def __call__(self, grad: torch.Tensor) -> torch.Tensor:
+        g = -grad * self.scale
+        z, coefficient = project(g, self.k, self.delta)
+        with torch.no_grad():
+            count = self.valid.sum().clamp_min(1)
+
+            def mean(x):
+                return (x * self.valid).sum() / count
+
+            self.on_stats(
+                TensorDict(
+                    {
+                        "active_fraction": mean((coefficient > 0).to(grad.dtype)),
+                        "k_norm": mean(self.k.norm(dim=-1, keepdim=True)),
+                        "k_dot_g": mean((self.k * g).sum(-1, keepdim=True)),
+                    },
+                    [],
+                )
+            )
+        return -z / self.scale
