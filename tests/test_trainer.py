@@ -1,0 +1,331 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+
+from torchrl_acer.envs import make_env
+from torchrl_acer.experiment import Experiment, build, check_config
+from torchrl_acer.models import minatar_actor_critic, mlp_actor_critic
+from torchrl_acer.trainer import ACERTrainer, make_segment_replay_buffer
+
+ROOT = Path(__file__).parents[1]
+CONFIG = ROOT / "examples" / "config_gym.yaml"
+
+
+def small_config(**overrides):
+    cfg = OmegaConf.load(CONFIG)
+    cfg.pop("hydra")
+    base = {
+        "env.num_envs": 2,
+        "collector.T": 5,
+        "collector.total_frames": 100,
+        "replay.ratio": 2.0,
+        "replay.start": 0,
+        "replay.capacity": 200,
+        "eval.interval": 50,
+        "eval.episodes": 2,
+        "eval.max_steps": 30,
+        "logger.backend": None,
+        "logger.progress_bar": False,
+        "model.num_cells": [16],
+    }
+    base.update(overrides)
+    for key, value in base.items():
+        OmegaConf.update(cfg, key, value)
+    return cfg
+
+
+def gym_experiment(cfg):
+    def make(num_envs, seed):
+        return make_env(cfg.env.name, num_envs=num_envs, seed=seed)
+
+    def models(env):
+        spec = env.action_spec[(0,) * env.batch_dims]
+        obs = env.observation_spec["observation"].shape[-1]
+        if cfg.env.name.startswith("MinAtar/"):
+            return minatar_actor_critic(obs, spec.shape[-1], action_spec=spec)
+        return mlp_actor_critic(
+            obs, spec.shape[-1], num_cells=cfg.model.num_cells, action_spec=spec
+        )
+
+    return Experiment(make, make, models)
+
+
+def make_trainer(tmp_path, **overrides):
+    cfg = small_config(**overrides)
+    return build(cfg, gym_experiment(cfg), tmp_path)
+
+
+def first_batches(trainer, n):
+    it = iter(trainer.collector)
+    for _ in range(n):
+        trainer.train_on_batch(next(it))
+
+
+def loss_logs(trainer):
+    return {k: v for k, v in trainer.last_train_log.items() if "loss" in k}
+
+
+def test_two_runs_give_identical_first_losses(tmp_path):
+    logs = []
+    for _ in range(2):
+        trainer = make_trainer(tmp_path, **{"logger.log_interval": 10})
+        first_batches(trainer, 3)
+        logs.append(loss_logs(trainer))
+        trainer.close()
+    assert logs[0] and logs[0] == logs[1]
+    # and another seed differs
+    trainer = make_trainer(tmp_path, seed=1, **{"logger.log_interval": 10})
+    first_batches(trainer, 3)
+    assert loss_logs(trainer) != logs[0]
+    trainer.close()
+
+
+def assert_tree_equal(a, b, path="state"):
+    if isinstance(a, dict):
+        assert set(a) == set(b), f"{path}: keys differ"
+        for key in a:
+            assert_tree_equal(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_tree_equal(x, y, f"{path}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    elif hasattr(a, "shape") and hasattr(a, "dtype"):  # numpy
+        assert (a == b).all(), path
+    else:
+        assert a == b, path
+
+
+def test_checkpoint_restores_every_piece(tmp_path):
+    trainer = make_trainer(tmp_path / "a")
+    first_batches(trainer, 4)
+    assert trainer.updates > 4  # replayed updates happened
+    path = trainer.save_checkpoint()
+    saved = trainer.state_dict()
+    other = make_trainer(tmp_path / "b", seed=7)
+    other.load_checkpoint(path)
+    restored = other.state_dict()
+    # the pieces, one by one
+    for piece in ("loss_module", "optimizer", "target_updater", "counters", "rng"):
+        assert_tree_equal(saved[piece], restored[piece], piece)
+    storage = trainer.replay_buffer.storage
+    other_storage = other.replay_buffer.storage
+    assert len(trainer.replay_buffer) == len(other.replay_buffer) == 4 * 2
+    assert (storage[:8] == other_storage[:8]).all()
+    assert trainer.replay_buffer._writer._cursor == other.replay_buffer._writer._cursor
+    for name in ("actor_network_params", "target_actor_network_params"):
+        for key, value in getattr(trainer.loss_module, name).items(True, True):
+            assert torch.equal(value, getattr(other.loss_module, name)[key]), name
+    assert other.frames == trainer.frames == 40
+    assert other.updates == trainer.updates
+    # the optimizer state is the saved one (Adam moments)
+    moments = [s["exp_avg"] for s in other.optimizer.state_dict()["state"].values()]
+    assert moments and all(m.abs().sum() > 0 for m in moments)
+    trainer.close()
+    other.close()
+
+
+def test_resumed_run_continues_from_saved_frames(tmp_path):
+    trainer = make_trainer(tmp_path, **{"collector.total_frames": 40})
+    trainer.train()
+    assert trainer.frames == 40
+    trainer.close()
+    resumed = make_trainer(tmp_path, **{"collector.total_frames": 80})
+    resumed.load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert resumed.frames == 40
+    seen = []
+    original = resumed.train_on_batch
+
+    def spy(batch):
+        original(batch)
+        seen.append(resumed.frames)
+
+    resumed.train_on_batch = spy
+    resumed.train()
+    assert seen[0] == 50 and seen[-1] == 80
+    resumed.close()
+
+
+class Interrupting:
+    """A collector that raises KeyboardInterrupt (Ctrl-C) after n batches."""
+
+    def __init__(self, collector, n):
+        self.collector, self.n = collector, n
+
+    def __iter__(self):
+        for i, batch in enumerate(self.collector):
+            if i == self.n:
+                raise KeyboardInterrupt
+            yield batch
+
+    def shutdown(self):
+        self.collector.shutdown()
+
+
+def test_ctrl_c_writes_a_checkpoint(tmp_path):
+    trainer = make_trainer(tmp_path)
+    trainer.collector = Interrupting(trainer.collector, 3)
+    trainer.train()
+    assert trainer.interrupted and trainer.frames == 30
+    state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
+    assert state["counters"]["frames"] == 30
+    trainer.close()
+
+
+def test_replay_segments_never_mix_environments():
+    rb = make_segment_replay_buffer(
+        capacity_steps=60, segment_length=5, batch_segments=50
+    )
+    for it in range(5):  # wraps around: 5 x 3 segments > 12
+        step = torch.arange(it * 5, it * 5 + 5).expand(3, 5)
+        env = torch.arange(3)[:, None].expand(3, 5)
+        rb.extend(TensorDict({"step": step, "env": env}, [3, 5]))
+    sample = rb.sample()
+    assert sample.batch_size == (50, 5)
+    assert (sample["env"] == sample["env"][:, :1]).all()
+    assert (sample["step"].diff(dim=-1) == 1).all()
+    # the oldest segments were overwritten
+    assert sample["step"].min() >= 5
+
+
+def test_poisson_number_of_replayed_updates(tmp_path):
+    trainer = make_trainer(
+        tmp_path, **{"replay.ratio": 3.0, "collector.total_frames": 1000}
+    )
+    first_batches(trainer, 60)
+    off_policy = trainer.updates - 60
+    # mean 3 per batch; 60 batches: standard deviation of the total is sqrt(180)
+    assert abs(off_policy - 180) < 4 * 180**0.5
+    trainer.close()
+
+
+def test_on_policy_only(tmp_path):
+    trainer = make_trainer(tmp_path, **{"replay.ratio": 0.0})
+    assert trainer.replay_buffer is None
+    first_batches(trainer, 3)
+    assert trainer.updates == 3
+    trainer.close()
+
+
+def test_evaluation_and_logging(tmp_path):
+    trainer = make_trainer(
+        tmp_path, **{"logger.backend": "csv", "logger.log_interval": 10}
+    )
+    trainer.train()
+    scalars = tmp_path / "logs" / "scalars"
+    for metric in (
+        "eval/reward",
+        "train/reward",
+        "train/loss_objective",
+        "train/loss_critic",
+        "train/loss_entropy",
+        "train/entropy",
+        "train/kl_avg",
+        "train/trust_region_active_fraction",
+        "train/trust_region_k_norm",
+        "replay/steps",
+        "time/fps",
+    ):
+        assert (scalars / f"{metric}.csv").is_file(), metric
+    rows = (scalars / "eval" / "reward.csv").read_text().split()
+    steps = [int(r.split(",")[0]) for r in rows]
+    assert steps == sorted(steps) and steps[-1] == 100
+    trainer.close()
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ({"replay.ratio": -1.0}, "replay.ratio=-1.0"),
+        ({"replay.capacity": 3}, "replay.capacity=3 steps is shorter than one segment"),
+        ({"env.num_envs": 0}, "env.num_envs=0"),
+        ({"collector.T": 0}, "collector.T=0"),
+        ({"optim.name": "sgd"}, "optim.name='sgd'"),
+        ({"loss.gamma": 1.5}, "loss.gamma=1.5"),
+        ({"replay.start": 10_000}, "replay.start=10000 exceeds replay.capacity"),
+    ],
+)
+def test_bad_config_fails_at_start(override, match):
+    with pytest.raises(ValueError, match=match):
+        check_config(small_config(**override))
+
+
+def test_unknown_env_id_is_named():
+    with pytest.raises(
+        ValueError, match="'CartPole-v9' is not a registered.*CartPole-v1"
+    ):
+        make_env("CartPole-v9")
+
+
+def test_trainer_argument_checks(tmp_path):
+    trainer = make_trainer(tmp_path)
+    kwargs = dict(
+        collector=trainer.collector,
+        loss_module=trainer.loss_module,
+        optimizer=trainer.optimizer,
+        total_frames=10,
+    )
+    with pytest.raises(ValueError, match="replay_ratio=4.0 needs a replay_buffer"):
+        ACERTrainer(**kwargs, replay_ratio=4.0)
+    with pytest.raises(ValueError, match="replay_ratio must be >= 0"):
+        ACERTrainer(**kwargs, replay_ratio=-0.5)
+    trainer.close()
+
+
+def test_minatar_runs(tmp_path):
+    trainer = make_trainer(
+        tmp_path,
+        **{"env.name": "MinAtar/Breakout-v1", "collector.total_frames": 30},
+    )
+    trainer.train()
+    assert trainer.frames == 30 and trainer.last_eval is not None
+    trainer.close()
+
+
+def run_example(*args, cwd):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "acer_gym.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_example_trains_resumes_and_reports(tmp_path):
+    common = [
+        "env.num_envs=2",
+        "collector.T=10",
+        "replay.start=0",
+        "eval.interval=100",
+        "eval.episodes=2",
+        "logger.progress_bar=false",
+        "logger.log_interval=20",
+    ]
+    out = run_example(
+        *common,
+        "collector.total_frames=200",
+        f"logger.run_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "final greedy evaluation (2 episodes) after 200 env steps" in out.stdout
+    assert (tmp_path / "run" / "eval_reward.png").is_file()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["frames"] == 200
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    out = run_example(
+        *common, "collector.total_frames=300", f"resume={checkpoint}", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resumed from" in out.stdout and "at 200 frames" in out.stdout
+    assert "after 300 env steps" in out.stdout
+    out = run_example("env.name=NoSuchEnv-v0", cwd=tmp_path)
+    assert out.returncode != 0 and "'NoSuchEnv-v0' is not a registered" in out.stderr

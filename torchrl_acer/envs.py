@@ -1,0 +1,90 @@
+"""Environment builders for the examples: gymnasium vector tasks and MinAtar."""
+
+from __future__ import annotations
+
+import difflib
+
+import gymnasium as gym
+from torchrl.envs import EnvBase, GymWrapper, RewardSum
+
+__all__ = ["check_env_id", "is_minatar", "make_env"]
+
+
+def is_minatar(env_id: str) -> bool:
+    return env_id.startswith("MinAtar/")
+
+
+def check_env_id(env_id: str) -> None:
+    """Raises ``ValueError`` naming ``env_id`` if gymnasium does not know it."""
+    if is_minatar(env_id):
+        try:
+            from minatar.gym import register_envs
+        except ImportError as err:
+            raise ValueError(
+                f"env.name={env_id!r} needs MinAtar: pip install minatar "
+                f"(or the 'examples' extra)"
+            ) from err
+        if env_id not in gym.registry:
+            register_envs()
+    if env_id.startswith("ALE/"):
+        try:
+            import ale_py
+
+            gym.register_envs(ale_py)
+        except ImportError as err:
+            raise ValueError(
+                f"env.name={env_id!r} needs ale-py: install the 'atari' extra"
+            ) from err
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+        hint = f"; did you mean {close}?" if close else ""
+        raise ValueError(f"env.name={env_id!r} is not a registered gymnasium id{hint}")
+
+
+def make_env(
+    env_id: str,
+    *,
+    num_envs: int = 1,
+    parallel: bool = False,
+    seed: int | None = None,
+    max_episode_steps: int | None = None,
+    wrappers=(),
+) -> EnvBase:
+    """``num_envs`` copies of a gymnasium task as one batched TorchRL env, with the
+    return of each episode under ``("next", "episode_reward")``.
+
+    The copies run in a gymnasium vector env (in this process, or one process each
+    if ``parallel``) that resets finished copies within the step that ended them, so
+    ``("next", obs)`` holds the real last observation of an episode and the next
+    row starts the new one. One TorchRL step for all copies costs far less than
+    TorchRL's per-env ``SerialEnv`` (2.6x the frames per second on CartPole).
+
+    Args:
+        wrappers: gymnasium wrappers (callables ``env -> env``) applied to each copy.
+    """
+    check_env_id(env_id)
+    if num_envs < 1:
+        raise ValueError(f"env.num_envs must be at least 1, got {num_envs}")
+    kwargs = (
+        {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    )
+
+    def make_one():
+        check_env_id(env_id)  # registers MinAtar/ALE ids in worker processes too
+        env = gym.make(env_id, **kwargs)
+        for wrapper in wrappers:
+            env = wrapper(env)
+        return env
+
+    vector = gym.vector.AsyncVectorEnv if parallel else gym.vector.SyncVectorEnv
+    env = GymWrapper(
+        vector(
+            [make_one] * num_envs,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+    )
+    # RewardSum writes ("next", "episode_reward"): the return of each episode
+    env = env.append_transform(RewardSum())
+    if seed is not None:
+        env.set_seed(seed)
+    return env
