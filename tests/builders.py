@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
@@ -185,3 +189,14 @@ def table_batch(B, T, num_actions, *, dones=(), terminations=(), seed=0):
         [B, T],
     )
     return batch, (state_ids, next_ids), num_states
+
+
+def run_example(script, *args, cwd):
+    """Runs ``examples/<script>`` with Hydra overrides; returns the finished process."""
+    return subprocess.run(
+        [sys.executable, str(Path(__file__).parents[1] / "examples" / script), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )

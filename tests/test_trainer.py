@@ -1,10 +1,9 @@
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from builders import run_example
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
@@ -289,16 +288,6 @@ def test_minatar_runs(tmp_path):
     trainer.close()
 
 
-def run_example(*args, cwd):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "acer_gym.py"), *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
-
-
 def test_example_trains_resumes_and_reports(tmp_path):
     common = [
         "env.num_envs=2",
@@ -310,6 +299,7 @@ def test_example_trains_resumes_and_reports(tmp_path):
         "logger.log_interval=20",
     ]
     out = run_example(
+        "acer_gym.py",
         *common,
         "collector.total_frames=200",
         f"logger.run_dir={tmp_path / 'run'}",
@@ -322,10 +312,14 @@ def test_example_trains_resumes_and_reports(tmp_path):
     assert summary["frames"] == 200
     checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
     out = run_example(
-        *common, "collector.total_frames=300", f"resume={checkpoint}", cwd=tmp_path
+        "acer_gym.py",
+        *common,
+        "collector.total_frames=300",
+        f"resume={checkpoint}",
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resumed from" in out.stdout and "at 200 frames" in out.stdout
     assert "after 300 env steps" in out.stdout
-    out = run_example("env.name=NoSuchEnv-v0", cwd=tmp_path)
+    out = run_example("acer_gym.py", "env.name=NoSuchEnv-v0", cwd=tmp_path)
     assert out.returncode != 0 and "'NoSuchEnv-v0' is not a registered" in out.stderr

@@ -1,5 +1,6 @@
 """ACER (Actor-Critic with Experience Replay) and Retrace for TorchRL."""
 
+from torchrl_acer.frame_replay import FrameStackReplayBuffer
 from torchrl_acer.functional import retrace_lambda_return_estimate
 from torchrl_acer.loss import ACERLoss
 from torchrl_acer.retrace import ACERValueEstimators, RetraceEstimator
@@ -7,6 +8,7 @@ from torchrl_acer.retrace import ACERValueEstimators, RetraceEstimator
 __all__ = [
     "ACERLoss",
     "ACERValueEstimators",
+    "FrameStackReplayBuffer",
     "RetraceEstimator",
     "retrace_lambda_return_estimate",
 ]

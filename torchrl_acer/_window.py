@@ -99,6 +99,21 @@ def _next(key: NestedKey) -> tuple[str, ...]:
     return ("next", *key) if isinstance(key, tuple) else ("next", key)
 
 
+def transition_in_keys(obs_keys, keys) -> list:
+    """The entries a ``[*B, T]`` batch must hold for Retrace: the networks'
+    observations now and next, the action, its behaviour log-probability, and the
+    reward and end flags under ``"next"``."""
+    return [
+        *obs_keys,
+        *map(_next, obs_keys),
+        keys.action,
+        keys.sample_log_prob,
+        _next(keys.reward),
+        _next(keys.done),
+        _next(keys.terminated),
+    ]
+
+
 def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDictModule:
     modules = [actor, *getattr(actor, "_module_iter", lambda: [])()]
     for module in reversed(modules):

@@ -13,7 +13,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,16 @@ class Experiment:
         make_eval_env: the same for evaluation (real episodes, no training-only
             signals such as life loss).
         make_models: ``make_models(env) -> (actor, critic)``.
+        make_replay: ``make_replay(capacity_steps, T, batch_segments)``; defaults
+            to :func:`~torchrl_acer.trainer.make_segment_replay_buffer`.
+        loss_keys: keys for ``ACERLoss.set_keys`` (e.g. a clipped reward).
     """
 
     make_env: Callable[[int, int], Any]
     make_eval_env: Callable[[int, int], Any]
     make_models: Callable[[Any], tuple[Any, Any]]
+    make_replay: Callable[[int, int, int], Any] = make_segment_replay_buffer
+    loss_keys: dict = field(default_factory=dict)
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -126,6 +131,8 @@ def build(cfg: DictConfig, experiment: Experiment, run_dir: Path) -> ACERTrainer
         critic_coeff=cfg.loss.critic_coeff,
     )
     loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
+    if experiment.loss_keys:
+        loss.set_keys(**experiment.loss_keys)
     T, num_envs = cfg.collector.T, cfg.env.num_envs
     collector = Collector(
         env,
@@ -136,7 +143,7 @@ def build(cfg: DictConfig, experiment: Experiment, run_dir: Path) -> ACERTrainer
     )
     replay = None
     if cfg.replay.ratio > 0:
-        replay = make_segment_replay_buffer(
+        replay = experiment.make_replay(
             cfg.replay.capacity, T, cfg.replay.batch_segments or num_envs
         )
     evaluator = GreedyEvaluator(

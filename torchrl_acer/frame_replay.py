@@ -45,7 +45,8 @@ class FrameStackReplayBuffer:
             restarts), read under ``"next"``.
         max_episode_ends: side-ring slots per environment for the last frames of
             episodes that end inside a segment. Defaults to ``capacity_per_env //
-            16``; sampling a segment whose end frame was overwritten raises.
+            64`` (episodes of 64 steps on average fit; Atari games last hundreds);
+            sampling a segment whose end frame was overwritten raises.
         padding: how the environment fills a stack at the start of an episode:
             ``"zeros"`` (the ALE vector env) or ``"first"`` (the first frame
             repeated), see :func:`rebuild_stacks`.
@@ -90,7 +91,7 @@ class FrameStackReplayBuffer:
                 *done_key,
             )
         )
-        self.max_episode_ends = max_episode_ends or max(capacity_per_env // 16, 8)
+        self.max_episode_ends = max_episode_ends or max(capacity_per_env // 64, 8)
         self.generator = generator
         self._initialized = False
         self._cursor = 0  # next slot to write

@@ -9,7 +9,6 @@ from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.nn import (
     ProbabilisticTensorDictSequential,
     TensorDictModule,
-    composite_lp_aggregate,
     dispatch,
 )
 from tensordict.utils import NestedKey
@@ -23,6 +22,7 @@ from torchrl.objectives.utils import (
 from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_acer._checks import as_step_tensor, get_entry
+from torchrl_acer._window import transition_in_keys
 from torchrl_acer.retrace import (
     ACERValueEstimators,
     RetraceEstimator,
@@ -158,60 +158,28 @@ class ACERLoss(LossModule):
     """
 
     @dataclass
-    class _AcceptedKeys:
+    class _AcceptedKeys(RetraceEstimator._AcceptedKeys):
         """Configurable tensordict keys (``set_keys(name=key)``, nested keys allowed).
 
+        Those of :class:`~torchrl_acer.RetraceEstimator` (forwarded to it), and:
+
         Attributes:
-            advantage (NestedKey): where the estimator writes :math:`G - V`.
-                Defaults to ``"advantage"``.
-            value_target (NestedKey): where the estimator writes :math:`G`.
-                Defaults to ``"value_target"``.
-            value (NestedKey): where the estimator writes :math:`V`. Defaults to
-                ``"state_value"``.
-            action_value (NestedKey): the critic's output, one value per action.
-                Defaults to ``"action_value"``.
-            action (NestedKey): the stored action. Defaults to the actor's sample
-                key (``"action"``).
             behavior_logits (NestedKey): the behaviour policy's logits stored with
                 each step. Defaults to the actor's logits key (``"logits"``), where
                 collectors store them.
-            sample_log_prob (NestedKey): the behaviour log-probability of the stored
-                action. Defaults to the actor's log-prob key (``"action_log_prob"``).
-            reward, done, terminated (NestedKey): read under ``"next"``.
+
+        ``action`` and ``sample_log_prob`` default to the actor's sample and
+        log-probability keys.
         """
 
-        advantage: NestedKey = "advantage"
-        value_target: NestedKey = "value_target"
-        value: NestedKey = "state_value"
-        action_value: NestedKey = "action_value"
-        action: NestedKey = "action"
         behavior_logits: NestedKey = "logits"
-        sample_log_prob: NestedKey | None = None
-        reward: NestedKey = "reward"
-        done: NestedKey = "done"
-        terminated: NestedKey = "terminated"
-
-        def __post_init__(self):
-            if self.sample_log_prob is None:
-                self.sample_log_prob = (
-                    "sample_log_prob"
-                    if composite_lp_aggregate(nowarn=True)
-                    else "action_log_prob"
-                )
 
     default_keys = _AcceptedKeys
     tensor_keys: _AcceptedKeys
     default_value_estimator = ACERValueEstimators.Retrace
-    _value_estimator_default_keys = (
-        "advantage",
-        "value_target",
-        "value",
-        "action_value",
-        "action",
-        "reward",
-        "done",
-        "terminated",
-        "sample_log_prob",
+    # every key of the estimator is forwarded to it
+    _value_estimator_default_keys = tuple(
+        RetraceEstimator._AcceptedKeys.__dataclass_fields__
     )
 
     actor_network: ProbabilisticTensorDictSequential
@@ -300,16 +268,9 @@ class ACERLoss(LossModule):
     @property
     def in_keys(self):
         keys = self.tensor_keys
-        obs = self._evaluator.in_keys
         return [
-            *obs,
-            *[("next", *(k if isinstance(k, tuple) else (k,))) for k in obs],
-            keys.action,
-            keys.sample_log_prob,
+            *transition_in_keys(self._evaluator.in_keys, keys),
             keys.behavior_logits,
-            ("next", keys.reward),
-            ("next", keys.done),
-            ("next", keys.terminated),
         ]
 
     @property

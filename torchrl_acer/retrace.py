@@ -19,7 +19,11 @@ from torchrl_acer._checks import (
     check_finite_log_prob,
     get_entry,
 )
-from torchrl_acer._window import ObservationWindow, PolicyCriticEvaluator
+from torchrl_acer._window import (
+    ObservationWindow,
+    PolicyCriticEvaluator,
+    transition_in_keys,
+)
 from torchrl_acer.functional import retrace_lambda_return_estimate
 
 __all__ = ["ACERValueEstimators", "RetraceEstimator"]
@@ -226,17 +230,7 @@ class RetraceEstimator(ValueEstimatorBase):
 
     @property
     def in_keys(self):
-        keys = self.tensor_keys
-        obs = self.evaluator.in_keys
-        return [
-            *obs,
-            *[("next", *(k if isinstance(k, tuple) else (k,))) for k in obs],
-            keys.action,
-            keys.sample_log_prob,
-            ("next", keys.reward),
-            ("next", keys.done),
-            ("next", keys.terminated),
-        ]
+        return transition_in_keys(self.evaluator.in_keys, self.tensor_keys)
 
     @property
     def out_keys(self):

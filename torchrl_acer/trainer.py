@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_composite_lp_aggregate
+from tensordict.utils import unravel_key
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 from torchrl.objectives import SoftUpdate
@@ -216,6 +217,14 @@ class ACERTrainer:
         self.episode_return_key = episode_return_key
         self.episode_end_key = episode_end_key
         self._rng = torch.Generator().manual_seed(seed)
+        # policy outputs the loss does not read (a shared trunk's features) are
+        # recomputed from observations at update time: not worth replay memory
+        needed = {unravel_key(k) for k in loss_module.in_keys}
+        self._transient_keys = [
+            k
+            for k in loss_module.actor_network.out_keys
+            if unravel_key(k) not in needed
+        ]
         self._params = [p for p in loss_module.parameters() if p.requires_grad]
 
         self.frames = 0
@@ -278,7 +287,7 @@ class ACERTrainer:
         self._record_episodes(batch)
         self.update(batch, tag="on_policy")
         if self.replay_buffer is not None:
-            self.replay_buffer.extend(batch)
+            self.replay_buffer.extend(batch.exclude(*self._transient_keys))
             if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
                 rate = torch.tensor(float(self.replay_ratio))
                 for _ in range(int(torch.poisson(rate, generator=self._rng))):

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The learning benchmarks of the README, in order (hours on a 2-core CPU).
+#   bash bench/run_learning.sh [cartpole|minatar|minatar_ablations]...
+set -u
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+L="$PY bench/learning.py"
+cartpole() {
+  local common="eval.interval=960 eval.episodes=5"
+  $L cartpole_v0 --seeds 0 1 2 3 4 --threshold 195 \
+    --protocol "CartPole-v0, env steps, greedy eval mean of 5 episodes every 960 env steps" \
+    -- env.name=CartPole-v0 collector.total_frames=40000 eval.max_steps=200 $common
+  $L cartpole_v1 --seeds 0 1 2 3 4 --threshold 500 \
+    --protocol "CartPole-v1, env steps, greedy eval mean of 5 episodes every 960 env steps" \
+    -- env.name=CartPole-v1 collector.total_frames=100000 $common
+  for task in "v0 195 40000 200" "v1 500 100000 500"; do
+    set -- $task
+    $L cartpole_$1_no_replay --seeds 0 1 2 3 4 --threshold $2 \
+      --protocol "ablation: replay.ratio=0 (on-policy, A3C-like)" \
+      -- env.name=CartPole-$1 collector.total_frames=$3 eval.max_steps=$4 replay.ratio=0 $common
+    $L cartpole_$1_no_trust_region --seeds 0 1 2 3 4 --threshold $2 \
+      --protocol "ablation: loss.trust_region_delta=null" \
+      -- env.name=CartPole-$1 collector.total_frames=$3 eval.max_steps=$4 loss.trust_region_delta=null $common
+  done
+}
+minatar_run() {  # name game extra-overrides...
+  local name=$1 game=$2; shift 2
+  $L $name --seeds 0 1 2 \
+    --protocol "MinAtar/$game-v1, 1M env steps (frames), greedy eval mean of 10 episodes every 50k steps" \
+    -- env.name=MinAtar/$game-v1 collector.total_frames=1000000 eval.interval=50000 \
+       eval.episodes=10 eval.max_steps=10000 logger.log_interval=10000 "$@"
+}
+minatar() {
+  minatar_run minatar_breakout Breakout
+  minatar_run minatar_space_invaders SpaceInvaders
+}
+minatar_ablations() {
+  for game in Breakout SpaceInvaders; do
+    slug=$(echo $game | sed 's/SpaceInvaders/space_invaders/; s/Breakout/breakout/')
+    minatar_run minatar_${slug}_no_replay $game replay.ratio=0
+    minatar_run minatar_${slug}_no_trust_region $game loss.trust_region_delta=null
+  done
+}
+for part in "${@:-cartpole minatar minatar_ablations}"; do
+  for p in $part; do $p; done
+done

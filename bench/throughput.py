@@ -1,0 +1,192 @@
+"""Atari training throughput against the compute bound of its networks.
+
+    python bench/throughput.py [--game ALE/Breakout-v5] [--batches 12] [--repeats 3]
+
+Measures, in one run:
+
+- the full training loop (``examples/acer_atari.py``'s pieces: 16 envs, T = 20,
+  replay ratio 4 with the frame-lean replay already past its start, RMSProp,
+  grad clipping, averaged policy): agent steps per second over ``--batches``
+  collected batches;
+- the compute bound for the same networks and batch shapes: per collected batch
+  of 16 x 20 steps, 20 policy inferences on 16 observations, plus, for each of
+  the updates the loop made in the same window (1 + Poisson(4) per batch), one
+  learner forward+backward of the shared trunk and both heads on [16, 21]
+  observations and one averaged-policy forward on [16, 20], on bare modules;
+
+and reports the ratio loop / bound (target: at least 0.7), medians over
+``--repeats`` alternating repeats. Also reports where the loop's time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import save  # noqa: E402
+
+from torchrl_acer.atari import make_atari_env  # noqa: E402
+from torchrl_acer.experiment import Experiment, build  # noqa: E402
+from torchrl_acer.frame_replay import FrameStackReplayBuffer  # noqa: E402
+from torchrl_acer.models import atari_actor_critic  # noqa: E402
+
+
+def make_trainer(game, run_dir, num_envs, T):
+    cfg = OmegaConf.load(ROOT / "examples" / "config_atari.yaml")
+    cfg.pop("hydra")
+    overrides = {
+        "env.name": game,
+        "env.num_envs": num_envs,
+        "collector.T": T,
+        "collector.total_frames": 10**9,
+        "replay.start": 0,
+        "replay.capacity": 50 * num_envs * T,
+        "eval.interval": None,
+        "logger.backend": None,
+        "logger.progress_bar": False,
+        "checkpoint.interval": None,
+    }
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value)
+
+    def make_env(n, seed, training_signals=True):
+        return make_atari_env(
+            game, num_envs=n, seed=seed, training_signals=training_signals
+        )
+
+    experiment = Experiment(
+        make_env,
+        lambda n, seed: make_env(n, seed, False),
+        lambda env: atari_actor_critic(
+            env.action_spec.shape[-1], action_spec=env.action_spec[0]
+        ),
+        make_replay=lambda cap, T_, b: FrameStackReplayBuffer(
+            num_envs, cap // num_envs, T_, b
+        ),
+        loss_keys={
+            "reward": "reward_clipped",
+            "done": "train_done",
+            "terminated": "train_terminated",
+        },
+    )
+    return build(cfg, experiment, run_dir)
+
+
+def time_loop(trainer, iterator, batches):
+    """Agent steps per second of the whole loop, and the time inside updates."""
+    update_time = [0.0]
+    original = trainer.update
+
+    def timed_update(batch, tag="update"):
+        start = time.perf_counter()
+        out = original(batch, tag)
+        update_time[0] += time.perf_counter() - start
+        return out
+
+    trainer.update = timed_update
+    frames, updates = trainer.frames, trainer.updates
+    start = time.perf_counter()
+    for _ in range(batches):
+        trainer.train_on_batch(next(iterator))
+    elapsed = time.perf_counter() - start
+    trainer.update = original
+    steps = trainer.frames - frames
+    return steps / elapsed, update_time[0] / elapsed, trainer.updates - updates, steps
+
+
+def compute_bound(actor, critic, num_envs, T, updates, steps, repeats):
+    """Steps per second if the loop only ran its networks: one inference per
+    vector step, and the loop's own number of updates on bare modules."""
+    trunk = actor.module[0].module
+    policy_head = actor.module[1].module
+    q_head = critic.module[1].module
+    avg_trunk, avg_head = copy.deepcopy(trunk), copy.deepcopy(policy_head)
+    window = torch.randint(0, 256, (num_envs * (T + 1), 4, 84, 84), dtype=torch.uint8)
+    obs = window[: num_envs * T]
+    step_obs = window[:num_envs]
+
+    def update():
+        hidden = trunk(window)
+        (policy_head(hidden).sum() + q_head(hidden).sum()).backward()
+        with torch.no_grad():
+            avg_head(avg_trunk(obs))
+
+    @torch.no_grad()
+    def inference():
+        policy_head(trunk(step_obs))
+
+    def median_time(fn, n):
+        fn()
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    t_update = median_time(update, repeats)
+    t_infer = median_time(inference, 20)
+    seconds = steps // num_envs * t_infer + updates * t_update
+    return steps / seconds, {"update_s": t_update, "inference_s": t_infer}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--game", default="ALE/Breakout-v5")
+    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--envs", type=int, default=16)
+    parser.add_argument("--T", type=int, default=20)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    trainer = make_trainer(args.game, Path("/tmp/acer_throughput"), args.envs, args.T)
+    iterator = iter(trainer.collector)
+    # fill some replay first, so that every batch makes its replayed updates
+    for _ in range(3):
+        trainer.train_on_batch(next(iterator))
+    actor = trainer.loss_module.actor_network
+    critic = trainer.loss_module.critic_network
+    loops, bounds, update_shares, parts = [], [], [], []
+    for _ in range(args.repeats):
+        steps_per_s, update_share, updates, steps = time_loop(
+            trainer, iterator, args.batches
+        )
+        bound, part = compute_bound(actor, critic, args.envs, args.T, updates, steps, 5)
+        part["updates"] = updates
+        loops.append(steps_per_s)
+        update_shares.append(update_share)
+        bounds.append(bound)
+        parts.append(part)
+        print(
+            f"loop {steps_per_s:.1f} agent steps/s, bound {bound:.1f}, "
+            f"ratio {steps_per_s / bound:.2f}, time in updates {update_share:.0%}"
+        )
+    trainer.close()
+    ratios = [a / b for a, b in zip(loops, bounds, strict=True)]
+    result = {
+        "settings": vars(args)
+        | {"replay_ratio": 4.0, "threads": torch.get_num_threads()},
+        "loop_steps_per_s": loops,
+        "bound_steps_per_s": bounds,
+        "ratios": ratios,
+        "median_ratio": statistics.median(ratios),
+        "time_in_updates": update_shares,
+        "bound_parts": parts,
+    }
+    path = save("throughput", result)
+    print(f"median ratio loop / compute bound: {result['median_ratio']:.2f}")
+    print(f"saved {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""The README's Python examples run (with a shorter training run)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = (Path(__file__).parents[1] / "README.md").read_text()
+BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_example_runs(index):
+    code = BLOCKS[index].replace("total_frames=60_000", "total_frames=480")
+    code = code.replace(">= 1_000:", ">= 160:")  # replayed updates happen too
+    exec(compile(code, f"README block {index}", "exec"), {})
+
+
+def test_readme_has_examples():
+    assert len(BLOCKS) >= 2
