@@ -43,6 +43,26 @@ def learning_row(name, label):
     return f"| {label} | {steps} | {reached} | {final} | {wall:.1f} | `{path.name}` |"
 
 
+def trust_region_activity(name):
+    """Median over seeds of each run's mean share of steps with an active trust
+    region (from the runs' CSV logs, which stay in bench/runs/)."""
+    import numpy as np
+
+    from torchrl_acer.plot import read_scalar
+
+    base = Path(__file__).parent / "runs" / name
+    shares = []
+    for run in sorted(base.glob("seed*/")):
+        try:
+            _, values = read_scalar(run, "train/trust_region_active_fraction")
+        except FileNotFoundError:
+            continue
+        shares.append(float(values.mean()))
+    if not shares:
+        return None
+    return float(np.median(shares)), min(shares), max(shares), len(shares)
+
+
 def main():
     print(
         "| run | env steps to threshold, median (range) | reached | final greedy eval, median (range) | min/run | data |"
@@ -68,6 +88,15 @@ def main():
         row = learning_row(name, label)
         if row:
             print(row)
+    print()
+    for name in ("cartpole_v0", "cartpole_v1", "minatar_breakout", "minatar_space_invaders"):
+        activity = trust_region_activity(name)
+        if activity:
+            med, lo, hi, n = activity
+            print(
+                f"- {name}: trust region active on {med:.1%} of steps "
+                f"(median over {n} seeds, range {lo:.1%}-{hi:.1%})"
+            )
 
 
 if __name__ == "__main__":

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   bash bench/run_learning.sh [cartpole|minatar|minatar_ablations]...
+#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 L="$PY bench/learning.py"
-cartpole() {
-  local common="eval.interval=960 eval.episodes=5"
+common="eval.interval=960 eval.episodes=5"
+cartpole_main() {
   $L cartpole_v0 --seeds 0 1 2 3 4 --threshold 195 \
     --protocol "CartPole-v0, env steps, greedy eval mean of 5 episodes every 960 env steps" \
     -- env.name=CartPole-v0 collector.total_frames=40000 eval.max_steps=200 $common
   $L cartpole_v1 --seeds 0 1 2 3 4 --threshold 500 \
     --protocol "CartPole-v1, env steps, greedy eval mean of 5 episodes every 960 env steps" \
     -- env.name=CartPole-v1 collector.total_frames=100000 $common
+}
+cartpole_ablations() {
   for task in "v0 195 40000 200" "v1 500 100000 500"; do
     set -- $task
     $L cartpole_$1_no_replay --seeds 0 1 2 3 4 --threshold $2 \
@@ -22,6 +24,10 @@ cartpole() {
       --protocol "ablation: loss.trust_region_delta=null" \
       -- env.name=CartPole-$1 collector.total_frames=$3 eval.max_steps=$4 loss.trust_region_delta=null $common
   done
+}
+cartpole() {
+  cartpole_main
+  cartpole_ablations
 }
 minatar_run() {  # name game extra-overrides...
   local name=$1 game=$2; shift 2
