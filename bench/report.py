@@ -89,7 +89,12 @@ def main():
         if row:
             print(row)
     print()
-    for name in ("cartpole_v0", "cartpole_v1", "minatar_breakout", "minatar_space_invaders"):
+    for name in (
+        "cartpole_v0",
+        "cartpole_v1",
+        "minatar_breakout",
+        "minatar_space_invaders",
+    ):
         activity = trust_region_activity(name)
         if activity:
             med, lo, hi, n = activity

@@ -57,9 +57,10 @@ def test_retrace_matches_sum_definition(lmbda, c_thresh):
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("T", [1, 2, 7, 64, 100])
-def test_retrace_matches_backward_loop(T):
-    x = make_inputs(5, T, 1, seed=T)
+@pytest.mark.parametrize("T", [1, 2, 7, 64, 100, 1000])
+@pytest.mark.parametrize("B", [5, 300])  # 300 x T >= 2**17 takes the blocked scan
+def test_retrace_matches_backward_loop(T, B):
+    x = make_inputs(B, T, 1, seed=T)
     expected = retrace_backward_loop(0.97, 1.0, *ref_args(x))
     torch.testing.assert_close(ours(0.97, 1.0, x), expected, rtol=1e-12, atol=1e-12)
 
@@ -157,9 +158,10 @@ def test_dtype_is_preserved(dtype):
     assert ours(gamma, lmbda, x).dtype == dtype
 
 
-def test_float64_end_to_end_precision():
+@pytest.mark.parametrize("B, T", [(2, 50), (300, 500)])
+def test_float64_end_to_end_precision(B, T):
     # float32 anywhere in the chain would leave an error around 1e-7
-    x = make_inputs(2, 50, 1, seed=10)
+    x = make_inputs(B, T, 1, seed=10)
     expected = retrace_backward_loop(0.99, 1.0, *ref_args(x))
     assert (ours(0.99, 1.0, x) - expected).abs().max() < 1e-13
 
@@ -182,8 +184,9 @@ def test_per_step_gamma_and_lambda():
     torch.testing.assert_close(ours(gamma, lmbda, x), expected, rtol=1e-12, atol=1e-12)
 
 
-def test_gradients_flow_like_the_loop():
-    x = make_inputs(2, 13, 1, seed=12)
+@pytest.mark.parametrize("B, T", [(2, 13), (700, 200)])  # both forms of the scan
+def test_gradients_flow_like_the_loop(B, T):
+    x = make_inputs(B, T, 1, seed=12)
     q1 = x["q"].clone().requires_grad_()
     v1 = x["next_v"].clone().requires_grad_()
     w = torch.randn_like(q1)
@@ -194,6 +197,19 @@ def test_gradients_flow_like_the_loop():
     (retrace_backward_loop(0.9, 1.0, *args) * w).sum().backward()
     torch.testing.assert_close(q1.grad, q2.grad)
     torch.testing.assert_close(v1.grad, v2.grad)
+
+
+def test_blocked_and_plain_scans_agree():
+    from torchrl_acer.functional import _blocked_scan, _hillis_steele_scan
+
+    g = torch.Generator().manual_seed(0)
+    for T in (64, 65, 99, 100, 257):
+        delta = torch.randn(T, 3, generator=g, dtype=torch.float64)
+        decay = torch.rand(T, 3, generator=g, dtype=torch.float64)
+        decay[torch.rand(T, 3, generator=g) < 0.1] = 0.0
+        torch.testing.assert_close(
+            _blocked_scan(delta, decay), _hillis_steele_scan(delta, decay)
+        )
 
 
 def test_reverse_scan_handles_zero_decay_exactly():

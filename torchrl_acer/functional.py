@@ -8,6 +8,8 @@ in the style of TorchRL's ``torchrl.objectives.value.functional`` and rlax's
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["retrace_lambda_return_estimate", "reverse_discounted_scan"]
@@ -19,12 +21,17 @@ def reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.T
     Equivalently ``A_t = sum_{k >= t} (prod_{j=t..k-1} decay_j) delta_k``. Time is the
     first dimension of both tensors (``[T, *rest]``, broadcastable to each other).
 
-    The recursion is computed as a Hillis-Steele parallel scan: ``ceil(log2 T)``
-    vectorised steps, each composing every segment with the one ``offset`` steps
-    ahead of it, instead of ``T`` sequential steps. No division or logarithm is
-    involved, so zeros in ``decay`` (episode ends) are exact. The result equals the
-    sequential loop up to floating-point reassociation of the sums. Autograd flows
-    through it.
+    Short sequences use a Hillis-Steele parallel scan: ``ceil(log2 T)`` vectorised
+    steps, each composing every segment with the one ``offset`` steps ahead of it.
+    Long and large ones (``T >= 64`` and ``2**17`` elements or more) are cut
+    into about ``sqrt(T)`` blocks of about
+    ``sqrt(T)`` steps: a loop runs the recursion inside all blocks at once, the
+    values carried between blocks are solved by the same scan over the blocks,
+    and one vectorised step adds them back; the work stays proportional to
+    ``T`` (where the plain scan's grows as ``T log T``) with ``O(sqrt T)`` Python
+    steps. No division or logarithm is involved, so zeros in ``decay`` (episode
+    ends) are exact; the result equals the sequential loop up to floating-point
+    reassociation of the sums. Autograd flows through both forms.
     """
     if delta.shape[0] != decay.shape[0]:
         raise ValueError(
@@ -32,27 +39,51 @@ def reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.T
             f"and {tuple(decay.shape)}"
         )
     delta, decay = torch.broadcast_tensors(delta, decay)
+    # blocks pay off where the scan's log T extra work outweighs the block loop's
+    # Python steps (measured in bench/retrace.py)
+    if delta.shape[0] >= 64 and delta.numel() >= 2**17:
+        return _blocked_scan(delta, decay)
+    return _hillis_steele_scan(delta, decay)
+
+
+def _hillis_steele_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
     T = delta.shape[0]
     offset = 1
     while offset < T:
         # Segment [t, t + offset) is extended by segment [t + offset, t + 2 offset).
         # Rows past the end compose with the empty segment (A = 0, decay = 0).
-        ahead_delta = delta[offset:]
-        ahead_decay = decay[offset:]
-        delta = torch.cat(
-            [
-                delta[: T - offset] + decay[: T - offset] * ahead_delta,
-                delta[T - offset :],
-            ]
-        )
+        head = T - offset
+        delta = torch.cat([delta[:head] + decay[:head] * delta[offset:], delta[head:]])
         decay = torch.cat(
-            [
-                decay[: T - offset] * ahead_decay,
-                torch.zeros_like(decay[T - offset :]),
-            ]
+            [decay[:head] * decay[offset:], torch.zeros_like(decay[head:])]
         )
         offset *= 2
     return delta
+
+
+def _blocked_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+    T, rest = delta.shape[0], delta.shape[1:]
+    size = math.isqrt(T - 1) + 1  # block length, about sqrt(T)
+    blocks = -(-T // size)
+    pad = blocks * size - T
+    if pad:  # trailing steps with nothing to add and nothing carried
+        delta = torch.cat([delta, delta.new_zeros(pad, *rest)])
+        decay = torch.cat([decay, decay.new_zeros(pad, *rest)])
+    d = delta.reshape(blocks, size, *rest)
+    w = decay.reshape(blocks, size, *rest)
+    # inside every block at once: A as if nothing came after the block, and the
+    # product of decays from each step to the block's end
+    local, carry = [d[:, -1]], [w[:, -1]]
+    for s in range(size - 2, -1, -1):
+        local.append(d[:, s] + w[:, s] * local[-1])
+        carry.append(w[:, s] * carry[-1])
+    local = torch.stack(local[::-1], 1)
+    carry = torch.stack(carry[::-1], 1)
+    # the value entering each block from the next: A at the next block's start
+    start = _hillis_steele_scan(local[:, 0], carry[:, 0])
+    after = torch.cat([start[1:], start.new_zeros(1, *rest)])
+    out = local + carry * after.unsqueeze(1)
+    return out.reshape(blocks * size, *rest)[:T]
 
 
 def retrace_lambda_return_estimate(
