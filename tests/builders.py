@@ -200,3 +200,69 @@ def run_example(script, *args, cwd):
         cwd=cwd,
         timeout=600,
     )
+
+
+class TableGaussian(nn.Module):
+    """loc = weight[:, s] for a one-hot state s; scale fixed or exp(log_scale)."""
+
+    def __init__(self, num_states, action_dim, fixed_scale=None):
+        super().__init__()
+        self.loc = nn.Linear(num_states, action_dim, bias=False).double()
+        self.fixed_scale = fixed_scale
+        if fixed_scale is None:
+            self.log_scale = nn.Parameter(torch.full((action_dim,), -0.5).double())
+
+    def forward(self, observation):
+        loc = self.loc(observation)
+        if self.fixed_scale is not None:
+            return loc, torch.full_like(loc, self.fixed_scale)
+        return loc, self.log_scale.exp().expand_as(loc)
+
+
+def table_gaussian_sdn(num_states, action_dim, *, fixed_scale=None, seed=0, n=3):
+    """A table Gaussian policy and a dueling critic with a table V and an MLP A."""
+    from torchrl.modules import MLP, IndependentNormal
+
+    from torchrl_acer.sdn import StochasticDuelingNetwork
+
+    torch.manual_seed(seed)
+    policy = TableGaussian(num_states, action_dim, fixed_scale)
+    actor = ProbabilisticActor(
+        TensorDictModule(policy, ["observation"], ["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        distribution_class=IndependentNormal,
+        return_log_prob=True,
+    )
+    v = nn.Linear(num_states, 1, bias=False).double()
+    a = MLP(
+        in_features=num_states + action_dim,
+        out_features=1,
+        num_cells=[8],
+        activation_class=nn.Tanh,
+    ).double()
+    critic = StochasticDuelingNetwork(
+        TensorDictModule(v, ["observation"], ["state_value"]),
+        TensorDictModule(a, ["observation", "action"], ["advantage"]),
+        num_samples=n,
+    )
+    return actor, critic, policy, v, a
+
+
+def gaussian_table_batch(B, T, action_dim, *, dones=(), terminations=(), seed=0):
+    """A [B, T] batch over one-hot states with behaviour Gaussians stored."""
+    g = torch.Generator().manual_seed(seed)
+    batch, ids, num_states = table_batch(
+        B, T, 2, dones=dones, terminations=terminations, seed=seed
+    )
+    loc = torch.randn(B, T, action_dim, generator=g, dtype=torch.float64) * 0.5
+    scale = 0.3 + torch.rand(B, T, action_dim, generator=g, dtype=torch.float64)
+    action = loc + scale * torch.randn(
+        B, T, action_dim, generator=g, dtype=torch.float64
+    )
+    log_prob = D.Normal(loc, scale).log_prob(action).sum(-1)
+    del batch["logits"]
+    batch.set("action", action)
+    batch.set("loc", loc)
+    batch.set("scale", scale)
+    batch.set("action_log_prob", log_prob)
+    return batch, ids, num_states

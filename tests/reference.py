@@ -1,4 +1,4 @@
-"""Plain references for the Retrace target, written from the equations.
+"""Plain references for Retrace and ACER, written from the equations.
 
 Nothing here imports torchrl_acer: these are the independent references the tests
 compare the package against, and the "plain loop" the benchmark times.
@@ -6,6 +6,8 @@ Inputs are ``[*B, T, F]`` tensors with time at dim -2.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -180,3 +182,138 @@ def acer_discrete_reference(
             (gl,) = torch.autograd.grad(phi, logits, grad_outputs=-g / n)
             grad_L[s] += gl
     return grad_L, grad_Q
+
+
+def gaussian_log_density(a, loc, scale):
+    """log N(a; loc, diag scale^2), summed over dimensions, written out."""
+    per_dim = (
+        -((a - loc) ** 2) / (2 * scale**2)
+        - torch.log(scale)
+        - 0.5 * math.log(2 * math.pi)
+    )
+    return per_dim.sum(-1)
+
+
+def acer_gaussian_reference(
+    loc_table,
+    log_scale,
+    fixed_scale,
+    value_table,
+    advantage_fn,
+    avg_loc_table,
+    avg_scale,
+    state_ids,
+    next_ids,
+    action,
+    behaviour_loc,
+    behaviour_scale,
+    behaviour_log_prob,
+    reward,
+    done,
+    terminated,
+    noise,
+    *,
+    gamma,
+    ratio_clip,
+    entropy_coeff,
+    critic_coeff,
+    delta=None,
+    reduction="mean",
+):
+    """Gradients of continuous ACER (paper section 5), step by step.
+
+    ``advantage_fn(s, a)`` is A(s, a) for a state index and an action (a function
+    of the critic's parameters); ``noise[0]`` draws a'_t = loc + scale * noise and
+    ``noise[1:]`` the dueling baseline's u_i. The scale is ``exp(log_scale)`` if
+    ``log_scale`` is given, else ``fixed_scale``.
+
+    Returns the policy objective's gradients ``(at loc_table, at log_scale or
+    None)`` and the total critic loss (a scalar in the critic's graph), with
+    reduce(-J - beta H) and critic_coeff * reduce(critic loss).
+    """
+    B, T, d = action.shape
+    n_baseline = noise.shape[0] - 1
+    n = B * T if reduction == "mean" else 1
+    L = loc_table.detach()
+    learned = log_scale is not None
+    sigma = (
+        log_scale.detach().exp()
+        if learned
+        else torch.full((d,), fixed_scale, dtype=L.dtype)
+    )
+    sigma = sigma.to(L.dtype)
+    avg_sigma = avg_scale
+    grad_L = torch.zeros_like(L)
+    grad_log_scale = torch.zeros(d, dtype=L.dtype) if learned else None
+    critic_total = 0.0
+    for b in range(B):
+        # Q~ at the taken actions, V now and next, and the traces
+        q_taken, v_now, v_next, log_pi, rho, q_sampled, drawn = (
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
+        for t in range(T):
+            s, s2 = state_ids[b, t], next_ids[b, t]
+            loc = L[s]
+            u = [loc + sigma * noise[1 + i, b, t] for i in range(n_baseline)]
+            baseline = sum(advantage_fn(s, ui) for ui in u) / n_baseline
+            a_prime = loc + sigma * noise[0, b, t]
+            drawn.append(a_prime)
+            v = value_table[s]
+            q_taken.append(v + advantage_fn(s, action[b, t]) - baseline)
+            q_sampled.append((v + advantage_fn(s, a_prime) - baseline).detach())
+            v_now.append(v)
+            v_next.append(value_table[s2].detach())
+            lp = gaussian_log_density(action[b, t], loc, sigma)
+            log_pi.append(lp)
+            rho.append(float(torch.exp(lp - behaviour_log_prob[b, t])))
+        q_ret, q_opc = [None] * T, [None] * T
+        for t in range(T - 1, -1, -1):
+            keep = 0.0 if terminated[b, t] else 1.0
+            boot_ret = boot_opc = v_next[t]
+            if t < T - 1 and not done[b, t]:
+                c_next = min(1.0, rho[t + 1] ** (1.0 / d))
+                q_next = q_taken[t + 1].detach()
+                boot_ret = boot_ret + c_next * (q_ret[t + 1] - q_next)
+                boot_opc = boot_opc + 1.0 * (q_opc[t + 1] - q_next)
+            q_ret[t] = reward[b, t] + gamma * keep * boot_ret
+            q_opc[t] = reward[b, t] + gamma * keep * boot_opc
+        for t in range(T):
+            s = state_ids[b, t]
+            # critic: 1/2 (Q_ret - Q~)^2 - sg(min(1, rho) (Q_ret - Q~)) V
+            err = q_ret[t] - q_taken[t]
+            critic = 0.5 * err**2 - min(1.0, rho[t]) * err.detach() * v_now[t]
+            critic_total = critic_total + critic_coeff * critic / n
+            # policy: the step's statistics (mean, and scale if learned) as a leaf
+            phi = torch.cat([L[s], sigma]) if learned else L[s].clone()
+            phi = phi.detach().requires_grad_()
+            loc_t = phi[:d]
+            sig_t = phi[d:] if learned else sigma
+            v = float(v_now[t].detach())
+            lp = gaussian_log_density(action[b, t], loc_t, sig_t)
+            lp_prime = gaussian_log_density(drawn[t], loc_t, sig_t)
+            mu_prime = gaussian_log_density(
+                drawn[t], behaviour_loc[b, t], behaviour_scale[b, t]
+            )
+            rho_prime = float(torch.exp(lp_prime.detach() - mu_prime))
+            weight = max(0.0, 1.0 - ratio_clip / rho_prime) if rho_prime > 0 else 0.0
+            J = min(ratio_clip, rho[t]) * (float(q_opc[t]) - v) * lp
+            J = J + weight * (float(q_sampled[t]) - v) * lp_prime
+            H = torch.log(sig_t).sum() + 0.5 * d * (1 + math.log(2 * math.pi))
+            (g,) = torch.autograd.grad(J + entropy_coeff * H, phi)
+            if delta is not None:
+                mu_a = avg_loc_table[s]
+                k = (L[s] - mu_a) / sigma**2
+                if learned:
+                    k_sigma = 1 / sigma - (avg_sigma**2 + (mu_a - L[s]) ** 2) / sigma**3
+                    k = torch.cat([k, k_sigma])
+                g = project_step(g, k, delta)
+            grad_L[s] += -g[:d] / n
+            if learned:
+                grad_log_scale += -g[d:] * sigma / n  # d sigma / d log sigma = sigma
+    return grad_L, grad_log_scale, critic_total

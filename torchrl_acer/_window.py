@@ -134,25 +134,43 @@ class PolicyCriticEvaluator:
     ``get_policy_operator()`` and ``get_value_operator()`` that share their first
     module), those shared modules run once, in the actor's pass, and the critic only
     runs its own head on their outputs.
+
+    Args:
+        actor_network: the policy.
+        critic_network: the critic (whose parameters are passed at call time).
+        dist_params: the distribution's parameters the actor must produce, e.g.
+            ``("logits",)`` or ``("loc", "scale")``.
+        critic_head: the part of the critic to run on the window, if not the whole
+            critic (the value head of a stochastic dueling network).
     """
 
-    def __init__(self, actor_network, critic_network, dist_param: str):
+    def __init__(
+        self,
+        actor_network,
+        critic_network,
+        dist_params: tuple[str, ...],
+        critic_head=None,
+    ):
         self.actor_network = actor_network
         self.critic_network = critic_network
         prob_module = _probabilistic_module(actor_network)
         dist_keys = list(prob_module.dist_keys)
-        if dist_param not in dist_keys:
+        missing = [p for p in dist_params if p not in dist_keys]
+        if missing:
             raise ValueError(
-                f"the actor's distribution must be parameterised by {dist_param!r}, "
-                f"but its probabilistic module takes {dist_keys}"
+                f"the actor's distribution must be parameterised by {list(dist_params)}"
+                f", but its probabilistic module takes {dist_keys}"
             )
-        self.dist_param_key = prob_module.in_keys[dist_keys.index(dist_param)]
+        self.dist_param_keys = {
+            p: prob_module.in_keys[dist_keys.index(p)] for p in dist_params
+        }
         self.distribution_class = prob_module.distribution_class
+        critic_head = critic_network if critic_head is None else critic_head
         actor_modules = {id(m) for m in actor_network.modules()}
         shared = []
-        critic_tail = critic_network
-        if isinstance(critic_network, TensorDictSequential):
-            modules = list(critic_network.module)
+        critic_tail = critic_head
+        if isinstance(critic_head, TensorDictSequential):
+            modules = list(critic_head.module)
             while modules and id(modules[0]) in actor_modules:
                 shared.append(modules.pop(0))
             if shared:
@@ -166,38 +184,38 @@ class PolicyCriticEvaluator:
         self.critic_tail = critic_tail
         self.shared_out_keys = [key for m in shared for key in m.out_keys]
         self.in_keys = list(
-            dict.fromkeys([*actor_network.in_keys, *critic_network.in_keys])
+            dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
         )
 
     def __call__(
         self,
         inputs: TensorDictBase,
         *,
-        action_value_key: NestedKey,
+        output_key: NestedKey,
         actor_params: TensorDictBase | None = None,
         critic_params: TensorDictBase | None = None,
         detach_shared: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns ``(distribution parameter, action values)`` for ``inputs``."""
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Returns ``(distribution parameters, the critic's output_key)``."""
         data = inputs.copy()
         with _params_context(actor_params, self.actor_network):
             self.actor_network.get_dist_params(data)
-        dist_param = data.get(self.dist_param_key)
+        params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
         if detach_shared:
             for key in self.shared_out_keys:
                 data.set(key, data.get(key).detach())
         with _params_context(critic_params, self.critic_network):
-            q = self.critic_tail(data).get(action_value_key)
-        return dist_param, q
+            out = self.critic_tail(data).get(output_key)
+        return params, out
 
-    def dist_param_only(
+    def dist_params_only(
         self, inputs: TensorDictBase, params: TensorDictBase | None = None
-    ) -> torch.Tensor:
-        """The policy's distribution parameter alone (the averaged policy's pass)."""
+    ) -> dict[str, torch.Tensor]:
+        """The policy's distribution parameters alone (the averaged policy's pass)."""
         data = inputs.copy()
         with _params_context(params, self.actor_network):
             self.actor_network.get_dist_params(data)
-        return data.get(self.dist_param_key)
+        return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
 
 # (id(params), id(module)) -> (weak refs to both, whether params are the module's own)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -22,16 +23,18 @@ from torchrl.objectives.utils import (
 from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_acer._checks import as_step_tensor, get_entry
-from torchrl_acer._window import transition_in_keys
+from torchrl_acer._window import _params_context, transition_in_keys
 from torchrl_acer.retrace import (
     ACERValueEstimators,
     RetraceEstimator,
+    gaussian_log_prob,
     state_value,
     taken,
 )
 from torchrl_acer.trust_region import (
     TRUST_REGION_SPACES,
     TrustRegionHook,
+    gaussian_kl_gradient,
     kl_gradient,
 )
 
@@ -39,7 +42,7 @@ __all__ = ["ACERLoss"]
 
 
 class ACERLoss(LossModule):
-    r"""ACER loss for discrete actions.
+    r"""ACER loss, for discrete and for continuous actions.
 
     "Sample Efficient Actor-Critic with Experience Replay", Wang et al., ICLR 2017,
     https://arxiv.org/abs/1611.01224 (section 3, Algorithm 2).
@@ -85,6 +88,27 @@ class ACERLoss(LossModule):
       summed. Reducing them by a mean instead scales each step's gradient by
       ``1 / N`` and makes the effective bound ``N * delta``.
 
+    **Continuous actions** (paper section 5). With a Gaussian policy
+    (``Normal`` / ``IndependentNormal`` over ``loc`` and ``scale``, learned or
+    fixed) the critic is a :class:`~torchrl_acer.sdn.StochasticDuelingNetwork`
+    (:math:`V` and :math:`\tilde Q`), the traces are
+    :math:`\min(1, \rho_t^{1/d})`, and, with :math:`Q_{opc}` the same recursion
+    with every trace 1 and one action :math:`a'_t \sim \pi(\cdot|s_t)`:
+
+    .. math::
+
+        J_t &= \min(c, \rho_t)\, \mathrm{sg}(Q_{opc,t} - V_t) \log \pi(a_t|s_t)
+            + \mathrm{sg}\big([1 - c / \rho_t(a'_t)]_+ (\tilde Q(s_t, a'_t) - V_t)\big)
+              \log \pi(a'_t|s_t) \\
+        L^{critic}_t &= \tfrac12 \big(\mathrm{sg}(G_t) - \tilde Q(s_t, a_t)\big)^2
+            - \mathrm{sg}\big(\min(1, \rho_t) (G_t - \tilde Q(s_t, a_t))\big) V(s_t)
+
+    (the second critic term is the paper's :math:`V` update). The trust region acts
+    on the mean, joined by the scale when it is learned, with the closed-form
+    Gaussian KL gradient, per step as above. Bound actions in the environment
+    (clipping), not with a squashed distribution, so log-probabilities stay exact.
+    The behaviour policy's ``loc`` and ``scale`` are read from the batch.
+
     Each network sees the ``T + 1`` observations of each row once (plus the real next
     observation of mid-row truncations), the averaged actor runs once without
     gradient on the ``T`` observations, and a trunk shared by the actor and the
@@ -92,9 +116,12 @@ class ACERLoss(LossModule):
 
     Args:
         actor_network (ProbabilisticTensorDictSequential): the policy, a categorical
-            distribution over logits (``Categorical`` or ``OneHotCategorical``).
-        critic_network (TensorDictModule): the critic, writing one value per action
-            under ``"action_value"``. It gets no target parameters.
+            distribution over logits (``Categorical`` or ``OneHotCategorical``) or a
+            Gaussian (``Normal``, ``IndependentNormal``).
+        critic_network (TensorDictModule): for a categorical policy, the critic
+            writing one value per action under ``"action_value"``; for a Gaussian
+            one, a :class:`~torchrl_acer.sdn.StochasticDuelingNetwork`. It gets no
+            target parameters.
 
     Keyword Args:
         ratio_clip (float): truncation :math:`c` of the importance ratio in the policy
@@ -165,14 +192,19 @@ class ACERLoss(LossModule):
 
         Attributes:
             behavior_logits (NestedKey): the behaviour policy's logits stored with
-                each step. Defaults to the actor's logits key (``"logits"``), where
-                collectors store them.
+                each step (categorical policies). Defaults to the actor's logits key
+                (``"logits"``), where collectors store them.
+            behavior_loc, behavior_scale (NestedKey): the behaviour policy's
+                Gaussian parameters stored with each step (Gaussian policies).
+                Default to the actor's keys (``"loc"``, ``"scale"``).
 
         ``action`` and ``sample_log_prob`` default to the actor's sample and
         log-probability keys.
         """
 
         behavior_logits: NestedKey = "logits"
+        behavior_loc: NestedKey = "loc"
+        behavior_scale: NestedKey = "scale"
 
     default_keys = _AcceptedKeys
     tensor_keys: _AcceptedKeys
@@ -244,9 +276,14 @@ class ACERLoss(LossModule):
         self.loss_critic_type = loss_critic_type
         self.reduction = reduction
         device = _get_default_device(self)
-        self.register_coeff_buffer("ratio_clip", ratio_clip, device=device)
-        self.register_coeff_buffer("entropy_coeff", entropy_coeff, device=device)
-        self.register_coeff_buffer("critic_coeff", critic_coeff, device=device)
+        # float64 scalars: they do not promote float32 losses (0-dim tensors never
+        # do), and float64 losses keep their precision (float32 0.01 does not)
+        for name, value in (
+            ("ratio_clip", ratio_clip),
+            ("entropy_coeff", entropy_coeff),
+            ("critic_coeff", critic_coeff),
+        ):
+            self.register_coeff_buffer(name, value, device=device, dtype=torch.float64)
         self.trust_region_stats: TensorDict | None = None
         # the estimator validates the policy and finds its keys; the loss uses its
         # network evaluation so both see the same window
@@ -254,8 +291,13 @@ class ACERLoss(LossModule):
             gamma=0.99, actor_network=actor_network, critic_network=critic_network
         )
         self._evaluator = probe.evaluator
+        self._family = probe.family
+        behavior = {
+            f"behavior_{name}": key
+            for name, key in probe.evaluator.dist_param_keys.items()
+        }
         self.set_keys(
-            behavior_logits=probe.evaluator.dist_param_key,
+            **behavior,
             sample_log_prob=actor_network.log_prob_keys[0],
             action=actor_network.dist_sample_keys[0],
         )
@@ -268,10 +310,12 @@ class ACERLoss(LossModule):
     @property
     def in_keys(self):
         keys = self.tensor_keys
-        return [
-            *transition_in_keys(self._evaluator.in_keys, keys),
-            keys.behavior_logits,
-        ]
+        behavior = (
+            [keys.behavior_loc, keys.behavior_scale]
+            if self._family == "gaussian"
+            else [keys.behavior_logits]
+        )
+        return [*transition_in_keys(self._evaluator.in_keys, keys), *behavior]
 
     @property
     def out_keys(self):
@@ -332,9 +376,7 @@ class ACERLoss(LossModule):
         time_dim = estimator._get_time_dim(None, tensordict)
         last = tensordict.ndim - 1
         data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
-        owner = type(self).__name__
         keys = self.tensor_keys
-
         steps = estimator.evaluate(
             data,
             actor_params=self.actor_network_params,
@@ -342,31 +384,34 @@ class ACERLoss(LossModule):
             detach_shared=self.separate_losses,
         )
         with torch.no_grad():
-            avg_logits = self._evaluator.dist_param_only(
+            average = self._evaluator.dist_params_only(
                 steps.window.current.select(*self.actor_network.in_keys),
                 self.target_actor_network_params,
-            ).reshape(steps.logits.shape)
-        behaviour_log_probs = self._behaviour_log_probs(data, steps.logits.shape)
-        log_mu = as_step_tensor(
-            get_entry(
-                data,
-                keys.sample_log_prob,
-                owner,
-                "the behaviour policy's log-probability of the stored action",
-            ),
-            data.batch_size,
-            repr(keys.sample_log_prob),
-            owner,
+            )
+        log_mu = self._step_entry(
+            data,
+            keys.sample_log_prob,
+            "the behaviour policy's log-probability of the stored action",
         )
-
-        # the per-step losses, reduced below: the reduction tells the trust-region
-        # hook how the gradient of each step is scaled when it reaches the logits
+        # the per-step losses are reduced below: the reduction tells the trust-region
+        # hook how each step's gradient is scaled when it reaches the policy
         valid = self._reduce_loss(
             torch.ones_like(log_mu), data, reduction="none"
         ).detach()
         scale = valid.sum().clamp_min(1) if self.reduction == "mean" else 1.0
-        log_probs = self._policy_log_probs(steps.logits, avg_logits, valid, scale)
+        hook = (valid, scale)
+        if self._family == "gaussian":
+            terms = self._gaussian_terms(data, steps, average, log_mu, hook)
+        else:
+            terms = self._categorical_terms(data, steps, average, log_mu, hook)
+        return self._outputs(terms, data, time_dim, last)
 
+    def _categorical_terms(self, data, steps, average, log_mu, hook):
+        """Per-step terms for a categorical policy (the sum over actions is exact)."""
+        estimator = self.value_estimator
+        avg_logits = average["logits"].reshape(steps.logits.shape)
+        behaviour_log_probs = self._behaviour_log_probs(data, steps.logits.shape)
+        log_probs = self._policy_log_probs(steps.logits, avg_logits, *hook)
         probs = log_probs.detach().exp()
         q = steps.q.detach()
         value = state_value(probs, q)
@@ -383,31 +428,107 @@ class ACERLoss(LossModule):
             rho_all = (log_probs.detach() - behaviour_log_probs).exp()
             correction = torch.where(rho_all > c, 1 - c / rho_all, 0.0)
             correction_weight = correction * probs * (q - value)
-        objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
-            correction_weight * log_probs
-        ).sum(-1, keepdim=True)
-        entropy = -(log_probs.exp() * log_probs).sum(-1, keepdim=True)
-        critic_error = value_target - steps.action_value
-        if self.loss_critic_type == "l2":
-            loss_critic = 0.5 * critic_error.pow(2)
-        else:
-            loss_critic = distance_loss(
-                value_target, steps.action_value, loss_function=self.loss_critic_type
-            )
-
-        with torch.no_grad():
             avg_log_probs = avg_logits.log_softmax(-1)
             kl_avg = (avg_log_probs.exp() * (avg_log_probs - log_probs)).sum(
                 -1, keepdim=True
             )
-            residual = value_target - steps.action_value
-            explained_variance = 1 - residual.var() / value_target.var()
+        objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
+            correction_weight * log_probs
+        ).sum(-1, keepdim=True)
+        entropy = -(log_probs.exp() * log_probs).sum(-1, keepdim=True)
+        return {
+            "objective": objective,
+            "entropy": entropy,
+            "critic": self._critic_error(value_target, steps.action_value),
+            "kl_avg": kl_avg,
+            "rho": rho,
+            "value_target": value_target,
+            "action_value": steps.action_value,
+        }
 
+    def _gaussian_terms(self, data, steps, average, log_mu, hook):
+        """Per-step terms for a Gaussian policy and a stochastic dueling network
+        (paper section 5: Q_opc in the policy gradient, one sampled action for the
+        bias correction, a V term in the critic loss)."""
+        estimator = self.value_estimator
+        sdn = self.critic_network
+        d = steps.loc.shape[-1]
+        avg_loc = average["loc"].reshape(steps.loc.shape)
+        avg_scale = average["scale"].expand_as(average["loc"]).reshape(steps.loc.shape)
+        loc, scale = self._policy_gaussian(
+            steps.loc, steps.scale, avg_loc, avg_scale, *hook
+        )
+        mu_loc, mu_scale = self._behaviour_gaussian(data, steps.loc.shape)
+        with torch.no_grad():
+            # one action a' ~ pi for the bias correction, n for the dueling baseline
+            noise = self._action_noise(loc, 1 + sdn.num_samples)
+            drawn = loc + scale * noise
+            sampled = drawn[0]
+        actions = torch.cat([steps.action[None], drawn], 0)
+        with _params_context(self.critic_network_params, sdn):
+            advantages = sdn.advantages(
+                steps.window.current, actions.flatten(1, -2)
+            ).unflatten(1, steps.loc.shape[:-1])
+        value = steps.value
+        baseline_mean = advantages[2:].mean(0)
+        q_taken = value + advantages[0] - baseline_mean
+        log_pi = gaussian_log_prob(loc, scale, steps.action)
+        log_pi_sampled = gaussian_log_prob(loc, scale, sampled)
+        with torch.no_grad():
+            c = self.ratio_clip
+            v = value.detach()
+            q_sampled = v + advantages[1] - baseline_mean
+            common = {
+                "log_pi": log_pi.detach(),
+                "action_value": q_taken.detach(),
+                "next_state_value": steps.next_state_value.detach(),
+            }
+            q_ret = estimator.value_estimate(data, trace_power=1.0 / d, **common)
+            q_opc = estimator.value_estimate(data, unit_traces=True, **common)
+            rho = (log_pi.detach() - log_mu).exp()
+            rho_sampled = (
+                log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
+            ).exp()
+            correction = torch.where(rho_sampled > c, 1 - c / rho_sampled, 0.0)
+            kl_avg = gaussian_kl(avg_loc, avg_scale, loc.detach(), scale.detach())
+        objective = (
+            rho.clamp(max=c) * (q_opc - v) * log_pi
+            + correction * (q_sampled - v) * log_pi_sampled
+        )
+        entropy = scale.log().sum(-1, keepdim=True) + 0.5 * d * (
+            1.0 + math.log(2 * math.pi)
+        )
+        # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as a loss
+        critic = (
+            self._critic_error(q_ret, q_taken)
+            - (rho.clamp(max=1.0) * (q_ret - q_taken.detach())) * value
+        )
+        return {
+            "objective": objective,
+            "entropy": entropy,
+            "critic": critic,
+            "kl_avg": kl_avg,
+            "rho": rho,
+            "value_target": q_ret,
+            "action_value": q_taken,
+        }
+
+    def _action_noise(self, loc: torch.Tensor, n: int) -> torch.Tensor:
+        """Standard normal noise for the ``n`` actions drawn per step (a seam for
+        tests that replay the same draws)."""
+        return torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
+
+    def _critic_error(self, target, prediction):
+        if self.loss_critic_type == "l2":
+            return 0.5 * (target - prediction).pow(2)
+        return distance_loss(target, prediction, loss_function=self.loss_critic_type)
+
+    def _outputs(self, terms, data, time_dim, last) -> TensorDictBase:
         td_out = TensorDict(
             {
-                "loss_objective": -objective,
-                "loss_critic": self.critic_coeff * loss_critic,
-                "loss_entropy": -self.entropy_coeff * entropy,
+                "loss_objective": -terms["objective"],
+                "loss_critic": self.critic_coeff * terms["critic"],
+                "loss_entropy": -self.entropy_coeff * terms["entropy"],
             },
             [],
         )
@@ -420,16 +541,24 @@ class ACERLoss(LossModule):
         def mean(x):
             return self._reduce_loss(x.detach(), data, reduction="mean")
 
+        rho = terms["rho"]
+        target = terms["value_target"]
+        residual = target - terms["action_value"].detach()
         td_out.update(
             {
-                "entropy": mean(entropy),
-                "kl_avg": mean(kl_avg),
+                "entropy": mean(terms["entropy"]),
+                "kl_avg": mean(terms["kl_avg"]),
                 "rho_mean": mean(rho),
-                "rho_clip_fraction": mean((rho > c).to(rho.dtype)),
-                "explained_variance": explained_variance,
+                "rho_clip_fraction": mean((rho > self.ratio_clip).to(rho.dtype)),
+                "explained_variance": 1 - residual.var() / target.var(),
             }
         )
         return td_out
+
+    def _step_entry(self, data, key, what):
+        owner = type(self).__name__
+        value = get_entry(data, key, owner, what)
+        return as_step_tensor(value, data.batch_size, repr(key), owner)
 
     def _behaviour_log_probs(self, data, shape):
         key = self.tensor_keys.behavior_logits
@@ -448,6 +577,42 @@ class ACERLoss(LossModule):
             )
         return logits.log_softmax(-1)
 
+    def _behaviour_gaussian(self, data, shape):
+        owner = type(self).__name__
+        out = []
+        for key in (self.tensor_keys.behavior_loc, self.tensor_keys.behavior_scale):
+            value = get_entry(
+                data,
+                key,
+                owner,
+                "the behaviour policy's Gaussian parameters stored with each step "
+                "(collectors store the actor's)",
+            )
+            if value.shape != shape:
+                try:
+                    value = value.expand(shape)
+                except RuntimeError:
+                    raise ValueError(
+                        f"{owner}: behaviour {key!r} has shape {tuple(value.shape)}, "
+                        f"expected {tuple(shape)} (the policy's parameters for the "
+                        f"[*B, T] batch)"
+                    ) from None
+            out.append(value)
+        return out
+
+    def _hook(self, stats, k, valid, scale):
+        """Registers the trust-region projection on ``stats``, when it applies."""
+        if self.trust_region_delta is not None and stats.requires_grad:
+            stats.register_hook(
+                TrustRegionHook(
+                    k,
+                    self.trust_region_delta,
+                    scale,
+                    valid,
+                    on_stats=self._set_trust_region_stats,
+                )
+            )
+
     def _policy_log_probs(self, logits, avg_logits, valid, scale):
         """Log-probabilities of the current policy, through the trust-region hook.
 
@@ -462,22 +627,41 @@ class ACERLoss(LossModule):
             stats = logits.log_softmax(-1)
         else:
             stats = logits.softmax(-1)
-        if self.trust_region_delta is not None and stats.requires_grad:
-            k = kl_gradient(space, stats.detach(), avg_logits.softmax(-1))
-            stats.register_hook(
-                TrustRegionHook(
-                    k,
-                    self.trust_region_delta,
-                    scale,
-                    valid,
-                    on_stats=self._set_trust_region_stats,
-                )
-            )
+        k = kl_gradient(space, stats.detach(), avg_logits.softmax(-1))
+        self._hook(stats, k, valid, scale)
         if space == "logits":
             return stats.log_softmax(-1)
         if space == "log_probs":
             return stats
         return stats.clamp_min(torch.finfo(stats.dtype).tiny).log()
 
+    def _policy_gaussian(self, loc, scale, avg_loc, avg_scale, valid, weight):
+        """The policy's mean (and learned scale) through the trust-region hook.
+
+        The statistics are the mean, joined by the scale when it is learned (has a
+        gradient), so that the projection bounds them together per step.
+        """
+        learned = scale.requires_grad
+        d = loc.shape[-1]
+        stats = torch.cat([loc, scale], -1) if learned else loc
+        k = gaussian_kl_gradient(
+            loc.detach(), scale.detach(), avg_loc, avg_scale, learned_scale=learned
+        )
+        self._hook(stats, k, valid, weight)
+        if learned:
+            return stats[..., :d], stats[..., d:]
+        return stats, scale
+
     def _set_trust_region_stats(self, stats: TensorDict) -> None:
         self.trust_region_stats = stats
+
+
+def gaussian_kl(avg_loc, avg_scale, loc, scale) -> torch.Tensor:
+    """:math:`\\mathrm{KL}(N(\\mu_a, \\sigma_a^2) \\| N(\\mu, \\sigma^2))`, summed over
+    dimensions, ``[..., 1]``."""
+    kl = (
+        (scale / avg_scale).log()
+        + (avg_scale.pow(2) + (avg_loc - loc).pow(2)) / (2 * scale.pow(2))
+        - 0.5
+    )
+    return kl.sum(-1, keepdim=True)

@@ -22,7 +22,12 @@ from torchrl.modules import (
     ProbabilisticActor,
 )
 
-__all__ = ["mlp_actor_critic", "atari_actor_critic", "minatar_actor_critic"]
+__all__ = [
+    "atari_actor_critic",
+    "gaussian_actor_sdn",
+    "minatar_actor_critic",
+    "mlp_actor_critic",
+]
 
 
 def _actor_critic(trunk, trunk_out, num_actions, action_spec, obs_key):
@@ -160,3 +165,68 @@ def minatar_actor_critic(
         action_spec,
         obs_key,
     )
+
+
+class _GaussianHead(nn.Module):
+    """Mean from an MLP; scale fixed (a constant) or learned (state-independent)."""
+
+    def __init__(self, mlp: nn.Module, action_dim: int, scale: float | None):
+        super().__init__()
+        self.mlp = mlp
+        self.fixed_scale = scale
+        if scale is None:
+            self.log_scale = nn.Parameter(torch.zeros(action_dim))
+
+    def forward(self, observation):
+        loc = self.mlp(observation)
+        if self.fixed_scale is not None:
+            return loc, torch.full_like(loc, self.fixed_scale)
+        return loc, self.log_scale.exp().expand_as(loc)
+
+
+def gaussian_actor_sdn(
+    obs_dim: int,
+    action_dim: int,
+    *,
+    num_cells=(256, 256),
+    fixed_scale: float | None = 0.3,
+    num_samples: int = 5,
+    action_spec=None,
+    obs_key="observation",
+):
+    """A Gaussian policy and a stochastic dueling network (ReLU MLPs).
+
+    The policy's mean comes from an MLP; its scale is ``fixed_scale`` (the paper's
+    continuous ACER uses 0.3) or, with ``fixed_scale=None``, a learned
+    state-independent scale (then part of the trust region's statistics). Actions
+    are not squashed: bound them in the environment, so log-probabilities stay
+    exact. The critic is :class:`~torchrl_acer.sdn.StochasticDuelingNetwork` with
+    ``V(s)`` and ``A(s, a)`` MLPs and ``num_samples`` baseline draws.
+    """
+    from torchrl.modules import IndependentNormal
+
+    from torchrl_acer.sdn import StochasticDuelingNetwork
+
+    def mlp(in_features, out_features):
+        return MLP(
+            in_features=in_features,
+            out_features=out_features,
+            num_cells=list(num_cells),
+            activation_class=nn.ReLU,
+        )
+
+    head = _GaussianHead(mlp(obs_dim, action_dim), action_dim, fixed_scale)
+    actor = ProbabilisticActor(
+        TensorDictModule(head, [obs_key], ["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        spec=action_spec,
+        distribution_class=IndependentNormal,
+        return_log_prob=True,
+    )
+    value = TensorDictModule(mlp(obs_dim, 1), [obs_key], ["state_value"])
+    # torchrl's MLP concatenates its inputs: A(s, a) on [s, a]
+    advantage = TensorDictModule(
+        mlp(obs_dim + action_dim, 1), [obs_key, "action"], ["advantage"]
+    )
+    critic = StochasticDuelingNetwork(value, advantage, num_samples=num_samples)
+    return actor, critic

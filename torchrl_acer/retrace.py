@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import composite_lp_aggregate, dispatch
 from tensordict.utils import NestedKey
 from torch import distributions as D
+from torchrl.modules import IndependentNormal
 from torchrl.objectives.utils import register_value_estimator
 from torchrl.objectives.value import ValueEstimatorBase
 
@@ -22,9 +23,11 @@ from torchrl_acer._checks import (
 from torchrl_acer._window import (
     ObservationWindow,
     PolicyCriticEvaluator,
+    _params_context,
     transition_in_keys,
 )
 from torchrl_acer.functional import retrace_lambda_return_estimate
+from torchrl_acer.sdn import StochasticDuelingNetwork
 
 __all__ = ["ACERValueEstimators", "RetraceEstimator"]
 
@@ -154,6 +157,7 @@ class RetraceEstimator(ValueEstimatorBase):
         done: NestedKey = "done"
         terminated: NestedKey = "terminated"
         sample_log_prob: NestedKey | None = None
+        value_target_opc: NestedKey = "value_target_opc"
 
         def __post_init__(self):
             if self.sample_log_prob is None:
@@ -190,7 +194,23 @@ class RetraceEstimator(ValueEstimatorBase):
         super().__init__(
             value_network=None, differentiable=differentiable, device=device
         )
-        self.evaluator = PolicyCriticEvaluator(actor_network, critic_network, "logits")
+        self.family = policy_family(actor_network)
+        if self.family == "gaussian":
+            if not isinstance(critic_network, StochasticDuelingNetwork):
+                raise TypeError(
+                    "a Gaussian policy needs a StochasticDuelingNetwork critic "
+                    f"(V and A heads), got {type(critic_network).__name__}"
+                )
+            self.evaluator = PolicyCriticEvaluator(
+                actor_network,
+                critic_network,
+                ("loc", "scale"),
+                critic_head=critic_network.value_network,
+            )
+        else:
+            self.evaluator = PolicyCriticEvaluator(
+                actor_network, critic_network, ("logits",)
+            )
         self.__dict__["actor_network"] = actor_network
         self.__dict__["critic_network"] = critic_network
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
@@ -201,23 +221,13 @@ class RetraceEstimator(ValueEstimatorBase):
             self.register_buffer(name, value.to(self._device))
         self.check_values = check_values
         self.time_dim = time_dim
-        dist_class = self.evaluator.distribution_class
-        self.one_hot = isinstance(dist_class, type) and issubclass(
-            dist_class, D.OneHotCategorical
-        )
-        if not self.one_hot and not (
-            isinstance(dist_class, type) and issubclass(dist_class, D.Categorical)
-        ):
-            raise TypeError(
-                f"RetraceEstimator needs a categorical policy (Categorical or "
-                f"OneHotCategorical), got {dist_class}"
-            )
-        # TorchRL's OneHotCategorical subclasses Categorical: test it by name too
-        self.one_hot = self.one_hot or "OneHot" in dist_class.__name__
+        self.one_hot = self.family == "one_hot"
 
     def set_keys(self, **kwargs) -> None:
         value = kwargs.get("action_value")
         out_keys = getattr(self.critic_network, "out_keys", None)
+        if getattr(self, "family", None) == "gaussian":
+            value = None  # the dueling network's keys are its own
         if value is not None and out_keys is not None:
             from tensordict.utils import unravel_key
 
@@ -235,7 +245,10 @@ class RetraceEstimator(ValueEstimatorBase):
     @property
     def out_keys(self):
         keys = self.tensor_keys
-        return [keys.advantage, keys.value_target, keys.value]
+        out = [keys.advantage, keys.value_target, keys.value]
+        if self.family == "gaussian":
+            out.append(keys.value_target_opc)
+        return out
 
     @dispatch
     def forward(
@@ -274,19 +287,22 @@ class RetraceEstimator(ValueEstimatorBase):
         data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
             steps = self.evaluate(data, actor_params=actor_params, critic_params=params)
-            log_probs = steps.logits.log_softmax(-1)
-            value = state_value(log_probs.exp(), steps.q)
-            value_target = self.value_estimate(
-                data,
-                log_pi=taken(log_probs, steps.action),
-                action_value=steps.action_value,
-                next_state_value=steps.next_state_value,
-            )
-        outputs = {
-            self.tensor_keys.value_target: value_target,
-            self.tensor_keys.advantage: value_target - value,
-            self.tensor_keys.value: value,
-        }
+            if self.family == "gaussian":
+                outputs = self._gaussian_outputs(data, steps, actor_params, params)
+            else:
+                log_probs = steps.logits.log_softmax(-1)
+                value = state_value(log_probs.exp(), steps.q)
+                value_target = self.value_estimate(
+                    data,
+                    log_pi=taken(log_probs, steps.action),
+                    action_value=steps.action_value,
+                    next_state_value=steps.next_state_value,
+                )
+                outputs = {
+                    self.tensor_keys.value_target: value_target,
+                    self.tensor_keys.advantage: value_target - value,
+                    self.tensor_keys.value: value,
+                }
         for key, value in outputs.items():
             if time_dim != last:
                 value = value.transpose(time_dim, last)
@@ -300,39 +316,88 @@ class RetraceEstimator(ValueEstimatorBase):
         actor_params: TensorDictBase | None = None,
         critic_params: TensorDictBase | None = None,
         detach_shared: bool = False,
-    ) -> DiscreteSteps:
+    ) -> DiscreteSteps | GaussianSteps:
         """Runs the networks once over ``data`` (``[*B, T]``, time last).
 
         Returns the per-step quantities Retrace and ACER need, see
-        :class:`DiscreteSteps`.
+        :class:`DiscreteSteps` and :class:`GaussianSteps`.
         """
         owner = type(self).__name__
         done, terminated = self.done_flags(data)
         window = ObservationWindow(
             data, self.evaluator.in_keys, done=done, terminated=terminated, owner=owner
         )
-        logits, q = self.evaluator(
+        gaussian = self.family == "gaussian"
+        output_key = (
+            self.critic_network.value_key if gaussian else self.tensor_keys.action_value
+        )
+        params, out = self.evaluator(
             window.inputs,
-            action_value_key=self.tensor_keys.action_value,
+            output_key=output_key,
             actor_params=actor_params,
             critic_params=critic_params,
             detach_shared=detach_shared,
         )
-        if q.shape != logits.shape:
+        action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
+        if gaussian:
+            loc, scale = params["loc"], params["scale"]
+            check_gaussian(
+                action, loc, scale, data.batch_size, owner, self.check_values
+            )
+            return GaussianSteps(window, loc, scale, out, action)
+        logits = params["logits"]
+        if out.shape != logits.shape:
             raise ValueError(
                 f"{owner}: the critic's {self.tensor_keys.action_value!r} has shape "
-                f"{tuple(q.shape)} where the policy's logits have {tuple(logits.shape)}"
-                f"; the critic must output one value per action"
+                f"{tuple(out.shape)} where the policy's logits have "
+                f"{tuple(logits.shape)}; the critic must output one value per action"
             )
         action = action_index(
-            get_entry(data, self.tensor_keys.action, owner, "the stored action"),
+            action,
             data.batch_size,
             logits.shape[-1],
             one_hot=self.one_hot,
             owner=owner,
             check_values=self.check_values,
         )
-        return DiscreteSteps(window, logits, q, action)
+        return DiscreteSteps(window, logits, out, action)
+
+    def _gaussian_outputs(self, data, steps, actor_params, critic_params):
+        """Q_ret, Q_opc, V and the advantage for a Gaussian policy and an SDN."""
+        sdn = self.critic_network
+        d = steps.loc.shape[-1]
+        observations = steps.window.current
+        baseline = sdn.sample_baseline_actions(
+            steps.loc.flatten(0, -2), steps.scale.expand_as(steps.loc).flatten(0, -2)
+        )
+        actions = torch.cat([steps.action.flatten(0, -2).unsqueeze(0), baseline], 0)
+        with _params_context(critic_params, sdn):
+            advantages = sdn.advantages(observations, actions).unflatten(
+                1, steps.loc.shape[:-1]
+            )
+        q_taken = steps.value + advantages[0] - advantages[1:].mean(0)
+        log_pi = gaussian_log_prob(steps.loc, steps.scale, steps.action)
+        q_ret = self.value_estimate(
+            data,
+            log_pi=log_pi,
+            action_value=q_taken,
+            next_state_value=steps.next_state_value,
+            trace_power=1.0 / d,
+        )
+        q_opc = self.value_estimate(
+            data,
+            log_pi=log_pi,
+            action_value=q_taken,
+            next_state_value=steps.next_state_value,
+            unit_traces=True,
+        )
+        keys = self.tensor_keys
+        return {
+            keys.value_target: q_ret,
+            keys.value_target_opc: q_opc,
+            keys.advantage: q_ret - steps.value,
+            keys.value: steps.value,
+        }
 
     def done_flags(self, data: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``(done, terminated)`` as ``[*B, T]`` booleans."""
@@ -355,6 +420,8 @@ class RetraceEstimator(ValueEstimatorBase):
         log_pi: torch.Tensor,
         action_value: torch.Tensor,
         next_state_value: torch.Tensor,
+        trace_power: float = 1.0,
+        unit_traces: bool = False,
     ) -> torch.Tensor:
         """The Retrace target from network outputs already computed.
 
@@ -366,6 +433,10 @@ class RetraceEstimator(ValueEstimatorBase):
             log_pi: :math:`\\log\\pi(a_t|s_t)`, ``[*B, T, 1]``.
             action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``.
             next_state_value: :math:`V(s'_t)`, ``[*B, T, 1]``.
+            trace_power: the traces are :math:`\\lambda \\min(\\bar c,
+                \\rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
+                ``d``-dimensional actions.
+            unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
         """
         owner = type(self).__name__
         keys = self.tensor_keys
@@ -383,9 +454,16 @@ class RetraceEstimator(ValueEstimatorBase):
             check_finite_log_prob(log_mu, repr(keys.sample_log_prob), owner)
         reward = step_entry(("next", keys.reward), "the reward of each step")
         done, terminated = self.done_flags(tensordict)
+        lmbda, c_thresh = self.lmbda, self.c_thresh
+        if unit_traces:
+            # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1)
+            log_pi = log_mu = torch.zeros_like(action_value)
+            lmbda, c_thresh = 1.0, 1.0
+        elif trace_power != 1.0:
+            log_pi, log_mu = log_pi * trace_power, log_mu * trace_power
         return retrace_lambda_return_estimate(
             self.gamma,
-            self.lmbda,
+            lmbda,
             log_pi,
             log_mu,
             action_value,
@@ -394,7 +472,7 @@ class RetraceEstimator(ValueEstimatorBase):
             done.unsqueeze(-1),
             terminated.unsqueeze(-1),
             time_dim=-2,
-            c_thresh=self.c_thresh,
+            c_thresh=c_thresh,
         )
 
 
@@ -429,3 +507,68 @@ def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 def taken(per_action: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     """The entry of the taken action: ``[*B, T, A]`` and ``[*B, T]`` to ``[*B, T, 1]``."""
     return per_action.gather(-1, action.unsqueeze(-1))
+
+
+class GaussianSteps:
+    """Per-step outputs for a Gaussian policy and a stochastic dueling network.
+
+    Attributes:
+        loc, scale: the policy's parameters at ``s_t``, ``[*B, T, d]``, in the
+            graph (``scale`` as the policy gives it: it may be a constant).
+        value: :math:`V(s_t)`, ``[*B, T, 1]``, in the graph.
+        next_state_value: :math:`V(s'_t)` at the real next observation.
+        action: the stored actions, ``[*B, T, d]``.
+        window: the observations, for the advantage head.
+    """
+
+    def __init__(self, window, loc, scale, value, action):
+        self.window = window
+        self.loc = window.split(loc)[0]
+        scale = scale.expand_as(loc) if scale.shape != loc.shape else scale
+        self.scale = window.split(scale)[0]
+        self.value, self.next_state_value = window.split(value)
+        self.action = action
+
+
+def policy_family(actor_network) -> str:
+    """``"categorical"``, ``"one_hot"`` or ``"gaussian"`` from the actor's
+    distribution class; anything else raises ``TypeError``."""
+    from torchrl_acer._window import _probabilistic_module
+
+    dist_class = _probabilistic_module(actor_network).distribution_class
+    if not isinstance(dist_class, type):
+        raise TypeError(f"unsupported distribution {dist_class!r}")
+    if issubclass(dist_class, D.OneHotCategorical) or (
+        issubclass(dist_class, D.Categorical) and "OneHot" in dist_class.__name__
+    ):
+        return "one_hot"  # TorchRL's OneHotCategorical subclasses Categorical
+    if issubclass(dist_class, D.Categorical):
+        return "categorical"
+    if issubclass(dist_class, (D.Normal, IndependentNormal)):
+        return "gaussian"
+    raise TypeError(
+        f"ACER supports categorical policies (Categorical, OneHotCategorical) and "
+        f"Gaussian ones (Normal, IndependentNormal), got {dist_class.__name__}; "
+        f"bound actions in the environment (clipping) rather than with a squashed "
+        f"distribution, so that log-probabilities stay exact"
+    )
+
+
+def gaussian_log_prob(loc, scale, action) -> torch.Tensor:
+    """:math:`\\log\\pi(a|s)` of a diagonal Gaussian, ``[..., 1]``."""
+    return D.Normal(loc, scale).log_prob(action).sum(-1, keepdim=True)
+
+
+def check_gaussian(action, loc, scale, batch_shape, owner, check_values):
+    """The stored actions match the policy's action dimension; scales are positive."""
+    expected = (*batch_shape, loc.shape[-1])
+    if tuple(action.shape) != expected:
+        raise ValueError(
+            f"{owner}: action has shape {tuple(action.shape)}, expected {expected} "
+            f"(the policy's {loc.shape[-1]}-dimensional actions for the [*B, T] batch)"
+        )
+    if check_values and not bool((scale > 0).all()):
+        raise ValueError(
+            f"{owner}: the policy's scale holds values that are not positive (or "
+            f"NaN); min {scale.min().item()}"
+        )

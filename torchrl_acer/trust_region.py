@@ -26,7 +26,13 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-__all__ = ["kl_gradient", "project", "TrustRegionHook", "TRUST_REGION_SPACES"]
+__all__ = [
+    "TRUST_REGION_SPACES",
+    "TrustRegionHook",
+    "gaussian_kl_gradient",
+    "kl_gradient",
+    "project",
+]
 
 TRUST_REGION_SPACES = ("logits", "log_probs", "probs")
 
@@ -50,6 +56,44 @@ def kl_gradient(space: str, stats: torch.Tensor, avg_probs: torch.Tensor):
     raise ValueError(
         f"trust_region_space must be one of {TRUST_REGION_SPACES}, got {space!r}"
     )
+
+
+def gaussian_kl_gradient(
+    loc: torch.Tensor,
+    scale: torch.Tensor,
+    avg_loc: torch.Tensor,
+    avg_scale: torch.Tensor,
+    *,
+    learned_scale: bool,
+) -> torch.Tensor:
+    r""":math:`\nabla_\phi \mathrm{KL}(\pi_{avg} \| \pi)` for diagonal Gaussians.
+
+    With :math:`\pi = N(\mu, \mathrm{diag}\,\sigma^2)`, :math:`\pi_{avg} =
+    N(\mu_a, \mathrm{diag}\,\sigma_a^2)` and
+
+    .. math::
+
+        \mathrm{KL} = \sum_i \log\frac{\sigma_i}{\sigma_{a,i}}
+            + \frac{\sigma_{a,i}^2 + (\mu_{a,i} - \mu_i)^2}{2 \sigma_i^2} - \frac12,
+
+    :math:`\partial/\partial\mu_i = (\mu_i - \mu_{a,i}) / \sigma_i^2` and
+    :math:`\partial/\partial\sigma_i = 1/\sigma_i - (\sigma_{a,i}^2 +
+    (\mu_{a,i} - \mu_i)^2) / \sigma_i^3`.
+
+    Returns:
+        ``[..., d]`` (the mean's part) or, with ``learned_scale``, ``[..., 2 d]``
+        (mean's, then scale's): the statistics :math:`\phi` are the mean, and the
+        scale when the policy learns it.
+    """
+    loc, scale, avg_loc, avg_scale = torch.broadcast_tensors(
+        loc, scale, avg_loc, avg_scale
+    )
+    var = scale.pow(2)
+    k_loc = (loc - avg_loc) / var
+    if not learned_scale:
+        return k_loc
+    k_scale = 1 / scale - (avg_scale.pow(2) + (avg_loc - loc).pow(2)) / (var * scale)
+    return torch.cat([k_loc, k_scale], -1)
 
 
 def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):

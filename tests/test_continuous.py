@@ -1,0 +1,345 @@
+import math
+
+import pytest
+import torch
+from builders import gaussian_table_batch, table_gaussian_sdn
+from reference import acer_gaussian_reference
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
+
+from torchrl_acer import ACERLoss, RetraceEstimator
+from torchrl_acer.models import gaussian_actor_sdn
+from torchrl_acer.sdn import StochasticDuelingNetwork
+
+DONES = [(0, 2)]
+TERMINATIONS = [(1, 3)]
+
+
+def setup(B=2, T=5, d=2, *, fixed_scale=None, delta=None, reduction="mean", seed=0):
+    batch, ids, S = gaussian_table_batch(
+        B, T, d, dones=DONES, terminations=TERMINATIONS, seed=seed
+    )
+    actor, critic, policy, v, a = table_gaussian_sdn(
+        S, d, fixed_scale=fixed_scale, seed=seed
+    )
+    loss = ACERLoss(
+        actor,
+        critic,
+        ratio_clip=1.2,
+        trust_region_delta=delta,
+        reduction=reduction,
+        entropy_coeff=0.05,
+    )
+    loss.make_value_estimator(gamma=0.9)
+    with torch.no_grad():
+        loss.target_actor_network_params.apply(
+            lambda p: p.add_(torch.randn_like(p) * 0.7)
+        )
+    noise = torch.randn(1 + critic.num_samples, B, T, d, dtype=torch.float64)
+    loss._action_noise = lambda loc, n: noise
+    return loss, batch, ids, policy, v, a, noise
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("fixed_scale", [None, 0.4])
+@pytest.mark.parametrize("delta", [None, 0.02])
+def test_gaussian_gradients_match_plain_reference(delta, fixed_scale, reduction):
+    loss, batch, ids, policy, v, a, noise = setup(
+        fixed_scale=fixed_scale, delta=delta, reduction=reduction
+    )
+    out = loss(batch)
+    (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+    avg = loss.target_actor_network_params.flatten_keys(".")
+    avg_loc = avg["module.0.module.loc.weight"].T
+    avg_scale = (
+        avg["module.0.module.log_scale"].exp()
+        if fixed_scale is None
+        else torch.full((2,), fixed_scale, dtype=torch.float64)
+    )
+    eye = torch.eye(policy.loc.weight.shape[1], dtype=torch.float64)
+    a_ref = [p.detach().clone().requires_grad_() for p in a.parameters()]
+    v_ref = v.weight.detach().clone().requires_grad_()
+
+    def advantage(s, action):
+        x = torch.cat([eye[s], action])
+        for layer, (w, bias) in zip(
+            [m for m in a if isinstance(m, nn.Linear)],
+            zip(a_ref[::2], a_ref[1::2], strict=True),
+            strict=True,
+        ):
+            x = nn.functional.linear(x, w, bias)
+            if layer is not a[-1]:
+                x = torch.tanh(x)
+        return x[0]
+
+    grad_loc, grad_log_scale, critic = acer_gaussian_reference(
+        policy.loc.weight.T,
+        None if fixed_scale is not None else policy.log_scale,
+        fixed_scale,
+        v_ref[0],
+        advantage,
+        avg_loc,
+        avg_scale,
+        ids[0],
+        ids[1],
+        batch["action"],
+        batch["loc"],
+        batch["scale"],
+        batch["action_log_prob"],
+        batch["next", "reward"][..., 0],
+        batch["next", "done"][..., 0],
+        batch["next", "terminated"][..., 0],
+        noise,
+        gamma=0.9,
+        ratio_clip=1.2,
+        entropy_coeff=0.05,
+        critic_coeff=0.5,
+        delta=delta,
+        reduction=reduction,
+    )
+    critic.backward()
+    torch.testing.assert_close(
+        policy.loc.weight.grad.T, grad_loc, rtol=1e-9, atol=1e-12
+    )
+    if fixed_scale is None:
+        torch.testing.assert_close(
+            policy.log_scale.grad, grad_log_scale, rtol=1e-9, atol=1e-12
+        )
+    torch.testing.assert_close(v.weight.grad, v_ref.grad, rtol=1e-9, atol=1e-12)
+    for ours, ref in zip(a.parameters(), a_ref, strict=True):
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-9, atol=1e-12)
+    if delta is not None:
+        assert 0 < loss.trust_region_stats["active_fraction"] < 1
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_gaussian_trust_region_bounds_every_step(reduction):
+    B, T, delta, sigma = 2, 5, 0.02, 0.4
+    loss, batch, ids, policy, *_ = setup(
+        fixed_scale=sigma, delta=delta, reduction=reduction, B=B, T=T
+    )
+    out = loss(batch)
+    (out["loss_objective"] + out["loss_entropy"]).backward()
+    n = B * T if reduction == "mean" else 1
+    z = -n * policy.loc.weight.grad.T[ids[0]]
+    avg = loss.target_actor_network_params.flatten_keys(".")
+    avg_loc = avg["module.0.module.loc.weight"].T[ids[0]]
+    loc = policy.loc.weight.detach().T[ids[0]]
+    k = (loc - avg_loc) / sigma**2
+    k_dot_z = (k * z).sum(-1)
+    assert (k_dot_z <= delta + 1e-9).all()
+    active = (k_dot_z - delta).abs() < 1e-9
+    assert active.any() and not active.all()
+
+
+def test_small_delta_keeps_gaussian_policy_closer_to_average():
+    def kl_after_sgd(delta):
+        loss, batch, *_ = setup(delta=delta, seed=3)
+        loss.entropy_coeff.zero_()
+        params = list(loss.actor_network_params.values(True, True))
+        opt = torch.optim.SGD(params, lr=0.3)
+        for _ in range(30):
+            opt.zero_grad()
+            out = loss(batch)
+            (out["loss_objective"] + out["loss_entropy"]).backward()
+            opt.step()
+        return loss(batch)["kl_avg"].item()
+
+    initial = setup(delta=None, seed=3)
+    baseline = initial[0](initial[1])["kl_avg"].item()
+    unconstrained, constrained = kl_after_sgd(None), kl_after_sgd(0.005)
+    assert abs(unconstrained - baseline) > 0.1
+    assert abs(constrained - baseline) < 0.5 * abs(unconstrained - baseline)
+
+
+def test_dueling_network_is_consistent_with_the_policy():
+    """E_{a ~ pi} E_u Q~(s, a) = V(s), by Monte Carlo."""
+    torch.manual_seed(0)
+    value = TensorDictModule(
+        MLP(in_features=3, out_features=1, num_cells=[16]),
+        ["observation"],
+        ["state_value"],
+    )
+    advantage = TensorDictModule(
+        MLP(in_features=5, out_features=1, num_cells=[16]),
+        ["observation", "action"],
+        ["advantage"],
+    )
+    sdn = StochasticDuelingNetwork(value, advantage, num_samples=5)
+    K = 200_000
+    obs = torch.randn(3).expand(K, 3)
+    loc, scale = torch.tensor([0.3, -0.2]), torch.tensor([0.5, 0.8])
+    action = loc + scale * torch.randn(K, 2)
+    td = TensorDict(
+        {
+            "observation": obs,
+            "action": action,
+            "loc": loc.expand(K, 2),
+            "scale": scale.expand(K, 2),
+        },
+        [K],
+    )
+    with torch.no_grad():
+        q = sdn(td)["action_value"]
+        v = td["state_value"][0]
+    stderr = q.std() / math.sqrt(K)
+    assert (q.mean() - v).abs() < 5 * stderr
+    # and it is not trivially so: Q~ varies with the action
+    assert q.std() > 0.01
+
+
+BANDIT_TARGET = 0.7  # Q(a) = -(a - 0.7)^2
+
+
+class _Index(nn.Module):
+    """loc = table[index]: one row per sample, so each row's gradient is that
+    sample's."""
+
+    def __init__(self, n, value):
+        super().__init__()
+        self.table = nn.Parameter(torch.full((n, 1), value, dtype=torch.float64))
+
+    def forward(self, index):
+        loc = self.table[index.long().squeeze(-1)]
+        return loc, torch.full_like(loc, 0.4)
+
+
+def bandit_gradients(ratio_clip, n=40_000, seed=0):
+    """Per-sample ascent gradients at the mean of a one-step bandit."""
+    torch.manual_seed(seed)
+    table = _Index(n, 0.0)
+    actor = ProbabilisticActor(
+        TensorDictModule(table, ["observation"], ["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        distribution_class=IndependentNormal,
+        return_log_prob=True,
+    )
+    sigma = 0.4
+    # exact value and advantage of Q(a) = -(a - a*)^2 under pi = N(0, sigma^2)
+    v_exact = -(BANDIT_TARGET**2 + sigma**2)
+
+    class V(nn.Module):
+        def forward(self, index):
+            return torch.full_like(index, v_exact)
+
+    class A(nn.Module):
+        def forward(self, index, action):
+            return -((action - BANDIT_TARGET) ** 2) - v_exact
+
+    critic = StochasticDuelingNetwork(
+        TensorDictModule(V(), ["observation"], ["state_value"]),
+        TensorDictModule(A(), ["observation", "action"], ["advantage"]),
+        num_samples=5,
+    )
+    loss = ACERLoss(
+        actor,
+        critic,
+        ratio_clip=ratio_clip,
+        trust_region_delta=None,
+        entropy_coeff=0.0,
+        reduction="sum",
+    )
+    loss.make_value_estimator(gamma=0.9)
+    mu_loc, mu_scale = 0.5, 0.4  # the behaviour policy is off by 1.25 sigma
+    action = mu_loc + mu_scale * torch.randn(n, 1, 1, dtype=torch.float64)
+    index = torch.arange(n, dtype=torch.float64)[:, None, None]
+    log_mu = torch.distributions.Normal(mu_loc, mu_scale).log_prob(action).sum(-1)
+    batch = TensorDict(
+        {
+            "observation": index,
+            "action": action,
+            "loc": torch.full((n, 1, 1), mu_loc, dtype=torch.float64),
+            "scale": torch.full((n, 1, 1), mu_scale, dtype=torch.float64),
+            "action_log_prob": log_mu,
+            ("next", "observation"): index,
+            ("next", "reward"): -((action - BANDIT_TARGET) ** 2),
+            ("next", "done"): torch.ones(n, 1, 1, dtype=torch.bool),
+            ("next", "terminated"): torch.ones(n, 1, 1, dtype=torch.bool),
+        },
+        [n, 1],
+    )
+    loss(batch)["loss_objective"].backward()
+    return -table.table.grad[:, 0]
+
+
+@pytest.mark.parametrize("ratio_clip", [math.inf, 5.0, 1.0, 0.5])
+def test_gaussian_truncation_with_bias_correction_is_unbiased(ratio_clip):
+    g = bandit_gradients(ratio_clip)
+    # d/dmu E_{a ~ N(mu, sigma^2)} [-(a - a*)^2] at mu = 0
+    expected = 2 * BANDIT_TARGET
+    stderr = g.std() / math.sqrt(len(g))
+    assert abs(g.mean() - expected) < 5 * stderr, (g.mean(), expected, stderr)
+
+
+def test_gaussian_truncation_reduces_variance():
+    variances = {c: bandit_gradients(c).var().item() for c in (math.inf, 5.0, 1.0)}
+    assert variances[math.inf] > variances[5.0] > variances[1.0], variances
+
+
+def test_estimator_q_opc_and_traces():
+    """Q_ret uses traces min(1, rho^(1/d)); Q_opc the same recursion with traces 1."""
+    actor, critic = gaussian_actor_sdn(3, 2, num_cells=[8])
+    B, T = 3, 6
+    obs = torch.randn(B, T + 1, 3)
+    td = TensorDict(
+        {"observation": obs[:, :-1], ("next", "observation"): obs[:, 1:]}, [B, T]
+    )
+    with torch.no_grad():
+        actor(td)
+    td["next", "reward"] = torch.randn(B, T, 1)
+    td["next", "done"] = torch.zeros(B, T, 1, dtype=torch.bool)
+    td["next", "terminated"] = torch.zeros(B, T, 1, dtype=torch.bool)
+    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    torch.manual_seed(0)
+    out = est(td.clone())
+    # on-policy (the batch's own actions and log-probs): rho = 1, so Q_ret = Q_opc
+    torch.testing.assert_close(out["value_target"], out["value_target_opc"])
+    # a behaviour policy that made the taken actions 10x less likely than pi
+    off = td.clone()
+    off["action_log_prob"] = off["action_log_prob"] + math.log(10.0)
+    torch.manual_seed(0)
+    out_off = est(off)
+    torch.testing.assert_close(out_off["value_target_opc"], out["value_target_opc"])
+    assert not torch.allclose(out_off["value_target"], out["value_target"])
+
+
+class TestBadInput:
+    def test_wrong_action_dimension(self):
+        loss, batch, *_ = setup()
+        batch.set("action", torch.zeros(2, 5, 3, dtype=torch.float64))
+        with pytest.raises(
+            ValueError, match=r"action has shape \(2, 5, 3\), expected \(2, 5, 2\)"
+        ):
+            loss(batch)
+
+    def test_nan_scale(self):
+        actor, critic, policy, *_ = table_gaussian_sdn(14, 2)
+        loss = ACERLoss(actor, critic)
+        batch, *_ = gaussian_table_batch(
+            2, 5, 2, dones=DONES, terminations=TERMINATIONS
+        )
+        with torch.no_grad():
+            policy.log_scale.fill_(float("nan"))
+        with pytest.raises(
+            ValueError, match="scale holds values that are not positive"
+        ):
+            loss(batch)
+
+    def test_squashed_policies_are_refused(self):
+        from torchrl.modules import TanhNormal
+
+        actor = ProbabilisticActor(
+            TensorDictModule(nn.Linear(3, 2), ["observation"], ["loc"]),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+        )
+        with pytest.raises(TypeError, match="bound actions in the environment"):
+            RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=None)
+
+    def test_gaussian_policy_needs_dueling_critic(self):
+        actor, _ = gaussian_actor_sdn(3, 2, num_cells=[8])
+        critic = TensorDictModule(nn.Linear(3, 2), ["observation"], ["action_value"])
+        with pytest.raises(TypeError, match="StochasticDuelingNetwork"):
+            ACERLoss(actor, critic)

@@ -1,0 +1,154 @@
+r"""The stochastic dueling network: ACER's critic for continuous actions.
+
+Wang et al. 2017, section 5.1. From a state value head :math:`V(s)` and an
+advantage head :math:`A(s, a)`,
+
+.. math::
+
+    \tilde Q(s, a) = V(s) + A(s, a) - \frac1n \sum_{i=1}^n A(s, u_i),
+    \qquad u_i \sim \pi(\cdot|s),
+
+so that :math:`E_{a \sim \pi} E_u \tilde Q(s, a) = V(s)`: the network estimates
+both values consistently with the current policy while training on
+:math:`Q` targets alone.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
+from tensordict.utils import NestedKey
+
+__all__ = ["StochasticDuelingNetwork"]
+
+
+class StochasticDuelingNetwork(TensorDictModuleBase):
+    """:math:`V(s)` and :math:`\\tilde Q(s, a)` from a value and an advantage head.
+
+    Args:
+        value_network (TensorDictModule): reads the observation, writes
+            :math:`V(s)` under ``value_key``.
+        advantage_network (TensorDictModule): reads the observation and an action,
+            writes :math:`A(s, a)` (one value) under its single out key.
+
+    Keyword Args:
+        num_samples (int): ``n``, the policy samples of the baseline. Defaults to 5.
+        action_key (NestedKey): the action the advantage network reads. Defaults to
+            ``"action"``.
+        loc_key, scale_key (NestedKey): the policy's Gaussian parameters at ``s``,
+            read to draw :math:`u_i`. Default to ``"loc"`` and ``"scale"``.
+        value_key (NestedKey): where :math:`V(s)` is written. Defaults to
+            ``"state_value"``.
+        action_value_key (NestedKey): where :math:`\\tilde Q(s, a)` is written.
+            Defaults to ``"action_value"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MLP
+        >>> value = TensorDictModule(
+        ...     MLP(in_features=3, out_features=1, num_cells=[16]),
+        ...     ["observation"], ["state_value"])
+        >>> advantage = TensorDictModule(
+        ...     MLP(in_features=3 + 2, out_features=1, num_cells=[16]),
+        ...     ["observation", "action"], ["advantage"])
+        >>> sdn = StochasticDuelingNetwork(value, advantage)
+        >>> td = TensorDict({
+        ...     "observation": torch.randn(4, 3), "action": torch.randn(4, 2),
+        ...     "loc": torch.zeros(4, 2), "scale": torch.ones(4, 2)}, [4])
+        >>> sdn(td)["action_value"].shape
+        torch.Size([4, 1])
+    """
+
+    def __init__(
+        self,
+        value_network: TensorDictModule,
+        advantage_network: TensorDictModule,
+        *,
+        num_samples: int = 5,
+        action_key: NestedKey = "action",
+        loc_key: NestedKey = "loc",
+        scale_key: NestedKey = "scale",
+        value_key: NestedKey = "state_value",
+        action_value_key: NestedKey = "action_value",
+    ):
+        super().__init__()
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be positive, got {num_samples}")
+        if len(advantage_network.out_keys) != 1:
+            raise ValueError(
+                "advantage_network must write one entry, A(s, a); it writes "
+                f"{advantage_network.out_keys}"
+            )
+        if action_key not in advantage_network.in_keys:
+            raise ValueError(
+                f"advantage_network must read the action {action_key!r}; it reads "
+                f"{advantage_network.in_keys}"
+            )
+        self.value_network = value_network
+        self.advantage_network = advantage_network
+        self.num_samples = num_samples
+        self.action_key = action_key
+        self.loc_key = loc_key
+        self.scale_key = scale_key
+        self.value_key = value_key
+        self.action_value_key = action_value_key
+        self.advantage_key = advantage_network.out_keys[0]
+        obs_keys = [
+            key
+            for key in (*value_network.in_keys, *advantage_network.in_keys)
+            if key != action_key
+        ]
+        self.observation_keys = list(dict.fromkeys(obs_keys))
+        self.in_keys = [*self.observation_keys, action_key, loc_key, scale_key]
+        self.out_keys = [value_key, action_value_key]
+
+    def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """:math:`V(s)`, ``[*B, 1]``."""
+        return self.value_network(tensordict.copy()).get(self.value_key)
+
+    def advantages(
+        self, observations: TensorDictBase, actions: torch.Tensor
+    ) -> torch.Tensor:
+        """:math:`A(s, a_j)` for ``m`` actions per state in one call.
+
+        Args:
+            observations: ``[*B]``, the observation entries.
+            actions: ``[m, *B, d]``.
+
+        Returns:
+            ``[m, *B, 1]``.
+        """
+        m = actions.shape[0]
+        data = observations.select(*self.observation_keys).expand(
+            m, *observations.batch_size
+        )
+        data = data.clone(False)
+        data.set(self.action_key, actions)
+        return self.advantage_network(data).get(self.advantage_key)
+
+    def sample_baseline_actions(
+        self, loc: torch.Tensor, scale: torch.Tensor
+    ) -> torch.Tensor:
+        """``n`` actions :math:`u_i \\sim \\pi(\\cdot|s)`, ``[n, *B, d]`` (no gradient
+        flows into the policy through them)."""
+        noise = torch.randn(
+            self.num_samples, *loc.shape, dtype=loc.dtype, device=loc.device
+        )
+        return (loc.detach() + scale.detach() * noise).detach()
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        value = self.state_value(tensordict)
+        loc = tensordict.get(self.loc_key)
+        scale = tensordict.get(self.scale_key)
+        action = tensordict.get(self.action_key)
+        actions = torch.cat(
+            [action.unsqueeze(0), self.sample_baseline_actions(loc, scale)], 0
+        )
+        advantages = self.advantages(tensordict, actions)
+        q = value + advantages[0] - advantages[1:].mean(0)
+        tensordict.set(self.value_key, value)
+        tensordict.set(self.action_value_key, q)
+        return tensordict
