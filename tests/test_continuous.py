@@ -343,3 +343,33 @@ class TestBadInput:
         critic = TensorDictModule(nn.Linear(3, 2), ["observation"], ["action_value"])
         with pytest.raises(TypeError, match="StochasticDuelingNetwork"):
             ACERLoss(actor, critic)
+
+
+def test_pendulum_example_trains_fully_off_policy(tmp_path):
+    from builders import run_example
+
+    out = run_example(
+        "acer_mujoco.py",
+        "env.name=Pendulum-v1",
+        "env.num_envs=2",
+        "collector.T=10",
+        "collector.total_frames=400",
+        "replay.start=100",
+        "replay.batch_segments=2",
+        "model.num_cells=[16]",
+        "model.fixed_scale=null",
+        "eval.interval=200",
+        "eval.episodes=2",
+        "eval.max_steps=50",
+        "logger.progress_bar=false",
+        "logger.log_interval=100",
+        f"logger.run_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "final greedy evaluation (2 episodes) after 400 env steps" in out.stdout
+    rows = tmp_path / "run" / "logs" / "scalars" / "train" / "on_policy_updates.csv"
+    # fully off-policy: no on-policy update, only replayed ones once replay started
+    assert all(float(r.split(",")[1]) == 0 for r in rows.read_text().split())
+    off = tmp_path / "run" / "logs" / "scalars" / "train" / "off_policy_updates.csv"
+    assert sum(float(r.split(",")[1]) for r in off.read_text().split()) > 0

@@ -67,6 +67,10 @@ def check_config(cfg: DictConfig) -> None:
         f"collector.total_frames={cfg.collector.total_frames} must be positive",
     )
     need(cfg.replay.ratio >= 0, f"replay.ratio={cfg.replay.ratio} must be >= 0")
+    need(
+        cfg.replay.get("on_policy_updates", True) or cfg.replay.ratio > 0,
+        "replay.on_policy_updates=false needs replay.ratio > 0",
+    )
     need(cfg.replay.start >= 0, f"replay.start={cfg.replay.start} must be >= 0")
     if cfg.replay.ratio > 0:
         need(
@@ -165,6 +169,7 @@ def build(cfg: DictConfig, experiment: Experiment, run_dir: Path) -> ACERTrainer
         total_frames=cfg.collector.total_frames,
         replay_buffer=replay,
         replay_ratio=cfg.replay.ratio,
+        on_policy_updates=cfg.replay.get("on_policy_updates", True),
         replay_start=cfg.replay.start,
         target_eps=cfg.loss.alpha,
         max_grad_norm=cfg.optim.max_grad_norm,

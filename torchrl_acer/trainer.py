@@ -135,6 +135,9 @@ class ACERTrainer:
         replay_ratio (float): mean number of off-policy updates per collected batch
             (Poisson). Defaults to 4.
         replay_start (int): steps stored before off-policy updates start.
+        on_policy_updates (bool): make the on-policy update on each fresh batch
+            (ACER's discrete setting). ``False`` trains fully off-policy, as the
+            paper's continuous-control runs do. Defaults to ``True``.
         target_eps (float): decay of the averaged policy,
             :math:`\theta_{avg} \leftarrow \epsilon \theta_{avg} + (1 - \epsilon)\theta`.
             Defaults to 0.99.
@@ -164,6 +167,7 @@ class ACERTrainer:
         replay_buffer: TensorDictReplayBuffer | None = None,
         replay_ratio: float = 4.0,
         replay_start: int = 0,
+        on_policy_updates: bool = True,
         target_eps: float = 0.99,
         max_grad_norm: float | None = None,
         evaluator=None,
@@ -183,6 +187,10 @@ class ACERTrainer:
             raise ValueError(f"replay_ratio must be >= 0, got {replay_ratio}")
         if replay_ratio > 0 and replay_buffer is None:
             raise ValueError(f"replay_ratio={replay_ratio} needs a replay_buffer")
+        if not on_policy_updates and not replay_ratio > 0:
+            raise ValueError(
+                "on_policy_updates=False needs replay_ratio > 0: nothing would train"
+            )
         if replay_start < 0:
             raise ValueError(f"replay_start must be >= 0, got {replay_start}")
         if max_grad_norm is not None and not max_grad_norm > 0:
@@ -205,6 +213,7 @@ class ACERTrainer:
         self.replay_buffer = replay_buffer
         self.replay_ratio = replay_ratio
         self.replay_start = replay_start
+        self.on_policy_updates = on_policy_updates
         self.max_grad_norm = max_grad_norm
         self.total_frames = total_frames
         self.evaluator = evaluator
@@ -285,7 +294,8 @@ class ACERTrainer:
         self.frames += batch.numel()
         tick = time.perf_counter()
         self._record_episodes(batch)
-        self.update(batch, tag="on_policy")
+        if self.on_policy_updates:
+            self.update(batch, tag="on_policy")
         if self.replay_buffer is not None:
             self.replay_buffer.extend(batch.exclude(*self._transient_keys))
             if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
