@@ -74,16 +74,27 @@ class RetraceEstimator(ValueEstimatorBase):
     (this relies on ``("next", obs)[t] == obs[t + 1]`` inside an episode, as
     collectors and replay buffers produce it; multi-step returns break it).
 
+    **Gaussian policies** (ACER's continuous actions, paper section 5): with a
+    ``Normal`` / ``IndependentNormal`` actor over ``loc`` and ``scale``, the critic
+    is a :class:`~torchrl_acer.StochasticDuelingNetwork`; :math:`V` comes from its
+    value head, :math:`Q` of the taken action is :math:`\tilde Q` (with fresh
+    draws :math:`u_i \sim \pi`), the traces are
+    :math:`\lambda \min(\bar c, \rho_t^{1/d})` for ``d``-dimensional actions, and
+    :math:`Q_{opc}` (the same recursion with every trace 1) is also written, under
+    ``value_target_opc``.
+
     The functional form is :func:`~torchrl_acer.retrace_lambda_return_estimate`.
 
     Keyword Args:
         gamma (scalar): discount.
         actor_network (ProbabilisticTensorDictSequential): the policy :math:`\pi`, a
             categorical distribution over ``"logits"`` (``Categorical`` with action
-            indices, or ``OneHotCategorical`` with one-hot actions).
-        critic_network (TensorDictModule): the critic, writing one value per action
-            under the ``action_value`` key. A critic that shares its leading modules
-            with the actor (TorchRL's ``ActorValueOperator``) has them run once.
+            indices, or ``OneHotCategorical`` with one-hot actions), or a Gaussian.
+        critic_network (TensorDictModule): for a categorical policy, the critic
+            writing one value per action under the ``action_value`` key (a critic
+            that shares its leading modules with the actor, as TorchRL's
+            ``ActorValueOperator`` makes, has them run once); for a Gaussian one, a
+            :class:`~torchrl_acer.StochasticDuelingNetwork`.
         lmbda (scalar): trace decay :math:`\lambda`. Defaults to ``1.0`` (ACER).
         c_thresh (scalar): trace truncation :math:`\bar c`. Defaults to ``1.0``.
         differentiable (bool): if ``True``, gradients flow through the networks into
@@ -146,6 +157,8 @@ class RetraceEstimator(ValueEstimatorBase):
             sample_log_prob (NestedKey): the behaviour policy's log-probability of
                 the stored action. Defaults to ``"action_log_prob"`` (or
                 ``"sample_log_prob"`` under ``set_composite_lp_aggregate(True)``).
+            value_target_opc (NestedKey): written for Gaussian policies,
+                :math:`Q_{opc}`. Defaults to ``"value_target_opc"``.
         """
 
         advantage: NestedKey = "advantage"
