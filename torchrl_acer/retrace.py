@@ -459,21 +459,23 @@ class RetraceEstimator(ValueEstimatorBase):
             value = get_entry(tensordict, key, owner, what)
             return as_step_tensor(value, batch, str(key), owner)
 
-        log_mu = step_entry(
-            keys.sample_log_prob,
-            "the behaviour policy's log-probability of the stored action",
-        )
-        if self.check_values:
-            check_finite_log_prob(log_mu, repr(keys.sample_log_prob), owner)
         reward = step_entry(("next", keys.reward), "the reward of each step")
         done, terminated = self.done_flags(tensordict)
         lmbda, c_thresh = self.lmbda, self.c_thresh
         if unit_traces:
-            # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1)
+            # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1); the
+            # behaviour policy does not enter
             log_pi = log_mu = torch.zeros_like(action_value)
             lmbda, c_thresh = 1.0, 1.0
-        elif trace_power != 1.0:
-            log_pi, log_mu = log_pi * trace_power, log_mu * trace_power
+        else:
+            log_mu = step_entry(
+                keys.sample_log_prob,
+                "the behaviour policy's log-probability of the stored action",
+            )
+            if self.check_values:
+                check_finite_log_prob(log_mu, repr(keys.sample_log_prob), owner)
+            if trace_power != 1.0:
+                log_pi, log_mu = log_pi * trace_power, log_mu * trace_power
         return retrace_lambda_return_estimate(
             self.gamma,
             lmbda,
