@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations]...
+#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|pendulum]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -46,6 +46,13 @@ minatar_ablations() {
     minatar_run minatar_${slug}_no_replay $game replay.ratio=0
     minatar_run minatar_${slug}_no_trust_region $game loss.trust_region_delta=null
   done
+}
+pendulum() {
+  $L pendulum --seeds 0 1 2 3 4 --threshold -200 --example acer_mujoco \
+    --protocol "Pendulum-v1, env steps, greedy eval (policy mean) of 5 episodes every 5k env steps" \
+    -- env.name=Pendulum-v1 collector.total_frames=150000 model.num_cells=[64,64] \
+       model.fixed_scale=null replay.ratio=32 optim.lr=1e-3 eval.interval=5000 \
+       eval.max_steps=200 logger.log_interval=5000
 }
 for part in "${@:-cartpole minatar minatar_ablations}"; do
   for p in $part; do $p; done
