@@ -34,6 +34,7 @@ from torchrl_acer.retrace import (
 from torchrl_acer.trust_region import (
     TRUST_REGION_SPACES,
     TrustRegionHook,
+    TrustRegionStats,
     gaussian_kl_gradient,
     kl_gradient,
 )
@@ -284,7 +285,7 @@ class ACERLoss(LossModule):
             ("critic_coeff", critic_coeff),
         ):
             self.register_coeff_buffer(name, value, device=device, dtype=torch.float64)
-        self.trust_region_stats: TensorDict | None = None
+        self._trust_region_stats = None
         # the estimator validates the policy and finds its keys; the loss uses its
         # network evaluation so both see the same window
         probe = RetraceEstimator(
@@ -652,8 +653,17 @@ class ACERLoss(LossModule):
             return stats[..., :d], stats[..., d:]
         return stats, scale
 
-    def _set_trust_region_stats(self, stats: TensorDict) -> None:
-        self.trust_region_stats = stats
+    def _set_trust_region_stats(self, stats: TrustRegionStats) -> None:
+        self._trust_region_stats = stats
+
+    @property
+    def trust_region_stats(self) -> TensorDict | None:
+        """The trust region's statistics for the last ``backward``: the share of
+        steps where it was active (``active_fraction``), the mean :math:`\\|k_t\\|`
+        (``k_norm``) and the mean :math:`k_t \\cdot g_t` (``k_dot_g``); ``None``
+        before any projection."""
+        stats = self.__dict__.get("_trust_region_stats")
+        return None if stats is None else stats.to_tensordict()
 
 
 def gaussian_kl(avg_loc, avg_scale, loc, scale) -> torch.Tensor:

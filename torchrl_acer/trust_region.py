@@ -29,6 +29,7 @@ from tensordict import TensorDict
 __all__ = [
     "TRUST_REGION_SPACES",
     "TrustRegionHook",
+    "TrustRegionStats",
     "gaussian_kl_gradient",
     "kl_gradient",
     "project",
@@ -112,6 +113,43 @@ def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
     return g - coefficient * k, coefficient
 
 
+class TrustRegionStats:
+    """The statistics of a projection, reduced when first read.
+
+    The hook only keeps references to its per-step tensors; the means are computed
+    on access, so that an update that does not log them does not pay for them.
+
+    Attributes (of :meth:`to_tensordict`):
+        active_fraction: share of valid steps whose constraint was active.
+        k_norm: mean :math:`\\|k_t\\|`.
+        k_dot_g: mean :math:`k_t \\cdot g_t` before projection.
+    """
+
+    def __init__(self, k, g, coefficient, valid):
+        self._inputs = (k, g, coefficient, valid)
+        self._reduced = None
+
+    @torch.no_grad()
+    def to_tensordict(self) -> TensorDict:
+        if self._reduced is None:
+            k, g, coefficient, valid = self._inputs
+            count = valid.sum().clamp_min(1)
+
+            def mean(x):
+                return (x * valid).sum() / count
+
+            self._reduced = TensorDict(
+                {
+                    "active_fraction": mean((coefficient > 0).to(g.dtype)),
+                    "k_norm": mean(k.norm(dim=-1, keepdim=True)),
+                    "k_dot_g": mean((k * g).sum(-1, keepdim=True)),
+                },
+                [],
+            )
+            self._inputs = None
+        return self._reduced
+
+
 class TrustRegionHook:
     """Projects, per step, the gradient arriving at the policy statistics.
 
@@ -126,10 +164,7 @@ class TrustRegionHook:
         scale: ``s``.
         valid: ``[..., 1]`` weights of the steps that count (1 valid, 0 padding),
             for the statistics only.
-        on_stats: called with a TensorDict of statistics after the projection:
-            ``active_fraction`` (share of valid steps whose constraint was active),
-            ``k_norm`` (mean :math:`\\|k_t\\|`), ``k_dot_g`` (mean
-            :math:`k_t \\cdot g_t` before projection).
+        on_stats: called with the projection's :class:`TrustRegionStats`.
     """
 
     def __init__(self, k, delta, scale, valid, on_stats):
@@ -142,20 +177,7 @@ class TrustRegionHook:
     def __call__(self, grad: torch.Tensor) -> torch.Tensor:
         g = -grad * self.scale
         z, coefficient = project(g, self.k, self.delta)
-        with torch.no_grad():
-            count = self.valid.sum().clamp_min(1)
-
-            def mean(x):
-                return (x * self.valid).sum() / count
-
-            self.on_stats(
-                TensorDict(
-                    {
-                        "active_fraction": mean((coefficient > 0).to(grad.dtype)),
-                        "k_norm": mean(self.k.norm(dim=-1, keepdim=True)),
-                        "k_dot_g": mean((self.k * g).sum(-1, keepdim=True)),
-                    },
-                    [],
-                )
-            )
+        self.on_stats(
+            TrustRegionStats(self.k, g.detach(), coefficient.detach(), self.valid)
+        )
         return -z / self.scale
