@@ -16,6 +16,12 @@ Measures, in one run:
 
 and reports the ratio loop / bound (target: at least 0.7), medians over
 ``--repeats`` alternating repeats. Also reports where the loop's time goes.
+
+Overlap: collecting in another process while learning would give the learner one
+core instead of torch's two threads. The benchmark times the learner's update on
+one thread too, and estimates the overlapped loop as the longer of (updates on one
+thread) and (collection, the loop's time outside updates), against the serial
+loop it measured: the choice between the two is made on these numbers.
 """
 
 from __future__ import annotations
@@ -136,8 +142,18 @@ def compute_bound(actor, critic, num_envs, T, updates, steps, repeats):
 
     t_update = median_time(update, repeats)
     t_infer = median_time(inference, 20)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t_update_one_thread = median_time(update, repeats)
+    finally:
+        torch.set_num_threads(threads)
     seconds = steps // num_envs * t_infer + updates * t_update
-    return steps / seconds, {"update_s": t_update, "inference_s": t_infer}
+    return steps / seconds, {
+        "update_s": t_update,
+        "inference_s": t_infer,
+        "update_one_thread_s": t_update_one_thread,
+    }
 
 
 def main():
@@ -163,13 +179,19 @@ def main():
         )
         bound, part = compute_bound(actor, critic, args.envs, args.T, updates, steps, 5)
         part["updates"] = updates
+        # serial loop time, split; and the overlapped estimate
+        loop_s = steps / steps_per_s
+        collect_s = loop_s * (1 - update_share)
+        overlapped_s = max(updates * part["update_one_thread_s"], collect_s)
+        part["overlap_estimate_over_serial"] = overlapped_s / loop_s
         loops.append(steps_per_s)
         update_shares.append(update_share)
         bounds.append(bound)
         parts.append(part)
         print(
             f"loop {steps_per_s:.1f} agent steps/s, bound {bound:.1f}, "
-            f"ratio {steps_per_s / bound:.2f}, time in updates {update_share:.0%}"
+            f"ratio {steps_per_s / bound:.2f}, time in updates {update_share:.0%}, "
+            f"overlapped estimate / serial {part['overlap_estimate_over_serial']:.2f}"
         )
     trainer.close()
     ratios = [a / b for a, b in zip(loops, bounds, strict=True)]
@@ -185,6 +207,8 @@ def main():
     }
     path = save("throughput", result)
     print(f"median ratio loop / compute bound: {result['median_ratio']:.2f}")
+    overlap = statistics.median(p["overlap_estimate_over_serial"] for p in parts)
+    print(f"overlapped collection, estimated time / serial time: {overlap:.2f}")
     print(f"saved {path}")
 
 
