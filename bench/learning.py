@@ -55,6 +55,13 @@ def summarize(run_dir, threshold):
         "final_eval": float(values[-1]),
         "best_eval": float(values.max()),
     }
+    try:
+        train_steps, train = read_scalar(run_dir, "train/reward")
+        # Mean training-episode return over the last logging interval.
+        out["final_train_reward"] = float(train[-1])
+        out["final_train_step"] = float(train_steps[-1])
+    except FileNotFoundError:
+        pass
     if threshold is not None:
         hit = np.nonzero(values >= threshold)[0]
         out["steps_to_threshold"] = float(steps[hit[0]]) if len(hit) else None
@@ -81,6 +88,13 @@ def main():
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--example", default="acer_gym")
     parser.add_argument("--protocol", default="", help="text stored with the result")
+    parser.add_argument(
+        "--existing",
+        action="store_true",
+        help="summarize runs already in bench/runs/NAME (e.g. a resumed long run) "
+        "instead of starting them; --wall-s gives their wall time",
+    )
+    parser.add_argument("--wall-s", type=float, nargs="*", default=None)
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
@@ -88,19 +102,26 @@ def main():
     base = ROOT / "bench" / "runs" / args.name
     base.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [
-            pool.submit(
-                run_seed,
-                args.example,
-                args.overrides,
-                seed,
-                base / f"seed{seed}",
-                base / f"seed{seed}.log",
-            )
-            for seed in args.seeds
+    if args.existing:
+        walls = args.wall_s or [None] * len(args.seeds)
+        runs = [
+            {"seed": seed, "returncode": 0, "wall_s": wall}
+            for seed, wall in zip(args.seeds, walls, strict=True)
         ]
-        runs = [f.result() for f in futures]
+    else:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            futures = [
+                pool.submit(
+                    run_seed,
+                    args.example,
+                    args.overrides,
+                    seed,
+                    base / f"seed{seed}",
+                    base / f"seed{seed}.log",
+                )
+                for seed in args.seeds
+            ]
+            runs = [f.result() for f in futures]
     for run in runs:
         if run["returncode"] != 0:
             print(f"seed {run['seed']} failed: see {base}/seed{run['seed']}.log")
@@ -120,8 +141,10 @@ def main():
         "reached": sum(r.get("steps_to_threshold") is not None for r in ok),
         "final_eval": stats([r["final_eval"] for r in ok]),
         "best_eval": stats([r["best_eval"] for r in ok]),
+        "final_train_reward": stats([r.get("final_train_reward") for r in ok]),
         "wall_s_per_run": stats([r["wall_s"] for r in ok]),
-        "wall_s_total": time.time() - start,
+        "wall_s_total": None if args.existing else time.time() - start,
+        "existing": args.existing,
         "runs": runs,
     }
     path = save(f"learning-{args.name}", result)

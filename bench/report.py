@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -19,9 +21,9 @@ def newest(prefix):
     return (files[-1], json.loads(files[-1].read_text())) if files else (None, None)
 
 
-def fmt_range(stats, scale=1.0, unit=""):
+def fmt_range(stats, scale=1.0, unit="", missing="not reached"):
     if not stats:
-        return "not reached"
+        return missing
     return (
         f"{stats['median'] / scale:.1f}{unit} ({stats['min'] / scale:.1f}-"
         f"{stats['max'] / scale:.1f}{unit})"
@@ -39,15 +41,15 @@ def learning_row(name, label):
     else:
         steps, reached = "", ""
     final = fmt_range(r["final_eval"])
-    wall = r["wall_s_per_run"]["median"] / 60
-    return f"| {label} | {steps} | {reached} | {final} | {wall:.1f} | `{path.name}` |"
+    train = fmt_range(r.get("final_train_reward"), missing="-")
+    wall = r["wall_s_per_run"]
+    wall = f"{wall['median'] / 60:.0f}" if wall else "?"
+    return f"| {label} | {steps} | {reached} | {final} | {train} | {wall} | `{path.name}` |"
 
 
 def trust_region_activity(name):
     """Median over seeds of each run's mean share of steps with an active trust
     region (from the runs' CSV logs, which stay in bench/runs/)."""
-    import numpy as np
-
     from torchrl_acer.plot import read_scalar
 
     base = Path(__file__).parent / "runs" / name
@@ -63,11 +65,66 @@ def trust_region_activity(name):
     return float(np.median(shares)), min(shares), max(shares), len(shares)
 
 
+def speed_and_memory():
+    path, r = newest("retrace")
+    if r:
+        print(
+            f"Retrace target, float32, {r['settings']['rounds']} rounds (`{path.name}`):"
+        )
+        print()
+        print("| T | batch | plain loop / ours | TorchRL vec_td_lambda / ours |")
+        print("|---|---|---|---|")
+        for row in r["rows"]:
+            print(
+                f"| {row['T']} | {row['B']} | {row['loop_over_ours']:.1f}x "
+                f"| {row['torchrl_vec_over_ours']:.1f}x |"
+            )
+        print()
+    path, r = newest("loss")
+    if r:
+        print(f"ACERLoss forward+backward / bare networks' (`{path.name}`):")
+        print()
+        print("| case | loss / bare |")
+        print("|---|---|")
+        for row in r["rows"]:
+            print(f"| {row['case']} | {row['loss_over_bare']:.2f}x |")
+        print()
+    path, r = newest("throughput")
+    if r:
+        s = r["settings"]
+        print(
+            f"Atari training loop ({s['game']}, {s['envs']} envs, T={s['T']}, replay "
+            f"ratio {s['replay_ratio']:g}, {s['threads']} threads; `{path.name}`): "
+            f"{np.median(r['loop_steps_per_s']):.0f} agent steps/s against a compute "
+            f"bound of {np.median(r['bound_steps_per_s']):.0f}, ratio "
+            f"{r['median_ratio']:.2f} (median of {len(r['ratios'])} repeats, range "
+            f"{min(r['ratios']):.2f}-{max(r['ratios']):.2f}); "
+            f"{np.median(r['time_in_updates']):.0%} of the loop's time is in updates."
+        )
+        print()
+    path, r = newest("memory")
+    if r:
+        gb = 1e9
+        print(
+            f"Frame-lean Atari replay (`{path.name}`): {r['bytes_per_step']:.0f} bytes "
+            f"per stored step; the default replay ({r['settings']['envs']} envs x "
+            f"{r['settings']['steps_per_env']} steps) holds "
+            f"{r['replay_tensor_bytes'] / gb:.2f} GB of tensors and grows the "
+            f"process's RSS by {r['rss_growth_bytes'] / gb:.2f} GB; storing both "
+            f"stacks naively would take {r['naive_uint8_total_bytes'] / gb:.1f} GB "
+            f"as uint8, {r['naive_float32_total_bytes'] / gb:.1f} GB as float32."
+        )
+        print()
+
+
 def main():
+    speed_and_memory()
     print(
-        "| run | env steps to threshold, median (range) | reached | final greedy eval, median (range) | min/run | data |"
+        "| run | env steps to threshold, median (range) | reached "
+        "| final greedy eval, median (range) | final training return, median (range) "
+        "| min/run | data |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name, label in [
         ("cartpole_v0", "CartPole-v0 → 195"),
         ("cartpole_v0_no_replay", "CartPole-v0, replay ratio 0"),
@@ -84,6 +141,8 @@ def main():
             "minatar_space_invaders_no_trust_region",
             "MinAtar SpaceInvaders, no trust region",
         ),
+        ("pendulum", "Pendulum-v1 → -200"),
+        ("atari_breakout", "ALE/Breakout-v5, 1M agent steps"),
     ]:
         row = learning_row(name, label)
         if row:
@@ -94,6 +153,7 @@ def main():
         "cartpole_v1",
         "minatar_breakout",
         "minatar_space_invaders",
+        "atari_breakout",
     ):
         activity = trust_region_activity(name)
         if activity:
