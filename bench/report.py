@@ -101,6 +101,19 @@ def speed_and_memory():
             f"{min(r['ratios']):.2f}-{max(r['ratios']):.2f}); "
             f"{np.median(r['time_in_updates']):.0%} of the loop's time is in updates."
         )
+        overlap = [
+            part["overlap_estimate_over_serial"]
+            for part in r["bound_parts"]
+            if "overlap_estimate_over_serial" in part
+        ]
+        if overlap:
+            print()
+            print(
+                "Collecting in a separate process (learner on one thread, collection "
+                "on the other core) would take an estimated "
+                f"{np.median(overlap):.2f}x the serial loop's time (median of "
+                f"{len(overlap)} repeats, range {min(overlap):.2f}-{max(overlap):.2f})."
+            )
         print()
     path, r = newest("memory")
     if r:
