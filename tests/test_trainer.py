@@ -10,7 +10,11 @@ from tensordict import TensorDict
 from torchrl_acer.envs import make_env
 from torchrl_acer.experiment import Experiment, build, check_config
 from torchrl_acer.models import minatar_actor_critic, mlp_actor_critic
-from torchrl_acer.trainer import ACERTrainer, make_segment_replay_buffer
+from torchrl_acer.trainer import (
+    ACERTrainer,
+    GreedyEvaluator,
+    make_segment_replay_buffer,
+)
 
 ROOT = Path(__file__).parents[1]
 CONFIG = ROOT / "examples" / "config_gym.yaml"
@@ -150,6 +154,67 @@ def test_resumed_run_continues_from_saved_frames(tmp_path):
     resumed.train()
     assert seen[0] == 50 and seen[-1] == 80
     resumed.close()
+
+
+def first_episode_returns(env, policy, max_steps):
+    """Plainly: a full rollout, then each environment's first episode's return."""
+    from torchrl.envs import ExplorationType, set_exploration_type
+
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        rollout = env.rollout(
+            max_steps, policy, break_when_any_done=False, break_when_all_done=True
+        )
+    done = rollout["next", "done"].squeeze(-1)
+    rewards = rollout["next", "reward"].squeeze(-1)
+    returns = []
+    for i in range(done.shape[0]):
+        total = 0.0
+        for t in range(done.shape[1]):
+            total += float(rewards[i, t])
+            if done[i, t]:
+                break
+        returns.append(total)
+    return returns
+
+
+@pytest.mark.parametrize("max_steps", [400, 10])
+def test_greedy_evaluator_scores_each_environments_first_episode(max_steps):
+    torch.manual_seed(0)
+    env = make_env("CartPole-v1", num_envs=4, seed=3)
+    actor, _ = mlp_actor_critic(4, 2, num_cells=[8], action_spec=env.action_spec[0])
+    # perturb the greedy policy so that episodes differ in length
+    with torch.no_grad():
+        for p in actor.parameters():
+            p.mul_(3.0)
+    expected = first_episode_returns(env, actor, max_steps)
+    env.set_seed(3)
+    got = GreedyEvaluator(env, actor, max_steps=max_steps)()
+    assert got["reward"] == pytest.approx(sum(expected) / len(expected))
+    assert got["reward_min"] == min(expected) and got["reward_max"] == max(expected)
+    if max_steps == 400:
+        assert len(set(expected)) > 1, "episodes of one length test too little"
+    else:
+        assert max(expected) == max_steps  # some episode was cut off
+    env.close()
+
+
+def test_checkpoint_holds_the_next_checkpoint_to_write(tmp_path):
+    trainer = make_trainer(
+        tmp_path, **{"collector.total_frames": 40, "checkpoint.interval": 20}
+    )
+    saves = []
+    original = trainer.save_checkpoint
+
+    def spy(path=None):
+        saves.append((trainer.frames, trainer.state_dict()["counters"]))
+        return original(path)
+
+    trainer.save_checkpoint = spy
+    trainer.train()
+    trainer.close()
+    assert [frames for frames, _ in saves] == [20, 40, 40]  # interval, interval, end
+    for frames, counters in saves:
+        assert counters["next_checkpoint"] > frames
 
 
 class Interrupting:
