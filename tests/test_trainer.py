@@ -300,7 +300,8 @@ def test_evaluation_and_logging(tmp_path):
         assert (scalars / f"{metric}.csv").is_file(), metric
     rows = (scalars / "eval" / "reward.csv").read_text().split()
     steps = [int(r.split(",")[0]) for r in rows]
-    assert steps == sorted(steps) and steps[-1] == 100
+    # on schedule, and once at the end (not twice when the schedule ends there)
+    assert steps == sorted(set(steps)) and steps[-1] == 100
     trainer.close()
 
 

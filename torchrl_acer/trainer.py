@@ -286,7 +286,10 @@ class ACERTrainer:
                 bar.close()
         if self.checkpoint_dir is not None:
             self.save_checkpoint()
-        if not self.interrupted and self.evaluator is not None:
+        evaluated_now = self.last_eval is not None and (
+            self.last_eval["frames"] == self.frames
+        )
+        if not self.interrupted and self.evaluator is not None and not evaluated_now:
             self._evaluate()
 
     def train_on_batch(self, batch: TensorDictBase) -> None:
