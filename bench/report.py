@@ -47,6 +47,10 @@ def learning_row(name, label):
     return f"| {label} | {steps} | {reached} | {final} | {train} | {wall} | `{path.name}` |"
 
 
+def pct(fraction):
+    return f"{fraction * 100:.2g}%"
+
+
 def trust_region_activity(name):
     """Median over seeds of each run's mean share of steps with an active trust
     region (from the runs' CSV logs, which stay in bench/runs/)."""
@@ -172,8 +176,8 @@ def main():
         if activity:
             med, lo, hi, n = activity
             print(
-                f"- {name}: trust region active on {med:.1%} of steps "
-                f"(median over {n} seeds, range {lo:.1%}-{hi:.1%})"
+                f"- {name}: trust region active on {pct(med)} of steps "
+                f"(median over {n} seeds, range {pct(lo)}-{pct(hi)})"
             )
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|pendulum]...
+#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|pendulum|atari]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -46,6 +46,11 @@ minatar_ablations() {
     minatar_run minatar_${slug}_no_replay $game replay.ratio=0
     minatar_run minatar_${slug}_no_trust_region $game loss.trust_region_delta=null
   done
+}
+atari() {  # hours: one seed of 1M agent steps
+  $L atari_breakout --seeds 0 --jobs 1 --example acer_atari \
+    --protocol "ALE/Breakout-v5, 1M agent steps, training return and greedy eval of 8 games every 250k" \
+    -- env.name=ALE/Breakout-v5 collector.total_frames=1000000 checkpoint.interval=100000
 }
 pendulum() {
   $L pendulum --seeds 0 1 2 3 4 --threshold -200 --example acer_mujoco \
