@@ -24,6 +24,7 @@ from torchrl_acer._window import (
     ObservationWindow,
     PolicyCriticEvaluator,
     _params_context,
+    _probabilistic_module,
     transition_in_keys,
 )
 from torchrl_acer.functional import retrace_lambda_return_estimate
@@ -379,16 +380,15 @@ class RetraceEstimator(ValueEstimatorBase):
         """Q_ret, Q_opc, V and the advantage for a Gaussian policy and an SDN."""
         sdn = self.critic_network
         d = steps.loc.shape[-1]
-        observations = steps.window.current
-        baseline = sdn.sample_baseline_actions(
-            steps.loc.flatten(0, -2), steps.scale.expand_as(steps.loc).flatten(0, -2)
-        )
-        actions = torch.cat([steps.action.flatten(0, -2).unsqueeze(0), baseline], 0)
+        # the window's observations are flat: [*B, T] entries go in flattened
         with _params_context(critic_params, sdn):
-            advantages = sdn.advantages(observations, actions).unflatten(
-                1, steps.loc.shape[:-1]
-            )
-        q_taken = steps.value + advantages[0] - advantages[1:].mean(0)
+            q_taken = sdn.dueling_action_value(
+                steps.window.current,
+                steps.value.flatten(0, -2),
+                steps.action.flatten(0, -2),
+                steps.loc.flatten(0, -2),
+                steps.scale.flatten(0, -2),
+            ).unflatten(0, steps.loc.shape[:-1])
         log_pi = gaussian_log_prob(steps.loc, steps.scale, steps.action)
         q_ret = self.value_estimate(
             data,
@@ -539,8 +539,7 @@ class GaussianSteps:
     def __init__(self, window, loc, scale, value, action):
         self.window = window
         self.loc = window.split(loc)[0]
-        scale = scale.expand_as(loc) if scale.shape != loc.shape else scale
-        self.scale = window.split(scale)[0]
+        self.scale = window.split(scale.expand_as(loc))[0]
         self.value, self.next_state_value = window.split(value)
         self.action = action
 
@@ -548,8 +547,6 @@ class GaussianSteps:
 def policy_family(actor_network) -> str:
     """``"categorical"``, ``"one_hot"`` or ``"gaussian"`` from the actor's
     distribution class; anything else raises ``TypeError``."""
-    from torchrl_acer._window import _probabilistic_module
-
     dist_class = _probabilistic_module(actor_network).distribution_class
     if not isinstance(dist_class, type):
         raise TypeError(f"unsupported distribution {dist_class!r}")

@@ -139,16 +139,32 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
         )
         return (loc.detach() + scale.detach() * noise).detach()
 
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        value = self.state_value(tensordict)
-        loc = tensordict.get(self.loc_key)
-        scale = tensordict.get(self.scale_key)
-        action = tensordict.get(self.action_key)
+    def dueling_action_value(
+        self,
+        observations: TensorDictBase,
+        value: torch.Tensor,
+        action: torch.Tensor,
+        loc: torch.Tensor,
+        scale: torch.Tensor,
+    ) -> torch.Tensor:
+        r""":math:`\tilde Q(s, a) = V(s) + A(s, a) - \frac1n \sum_i A(s, u_i)` with
+        fresh :math:`u_i \sim \pi`, given :math:`V(s)` (``[*B, 1]``); ``action``,
+        ``loc`` and ``scale`` are ``[*B, d]``. Returns ``[*B, 1]``."""
         actions = torch.cat(
             [action.unsqueeze(0), self.sample_baseline_actions(loc, scale)], 0
         )
-        advantages = self.advantages(tensordict, actions)
-        q = value + advantages[0] - advantages[1:].mean(0)
+        advantages = self.advantages(observations, actions)
+        return value + advantages[0] - advantages[1:].mean(0)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        value = self.state_value(tensordict)
+        q = self.dueling_action_value(
+            tensordict,
+            value,
+            tensordict.get(self.action_key),
+            tensordict.get(self.loc_key),
+            tensordict.get(self.scale_key),
+        )
         tensordict.set(self.value_key, value)
         tensordict.set(self.action_value_key, q)
         return tensordict
