@@ -5,7 +5,8 @@
 
 Settings are in ``config_mujoco.yaml``: the paper's continuous ACER (fully
 off-policy, T = 50, averaged-policy decay 0.995, c = 5, fixed policy scale 0.3).
-The policy is a Gaussian MLP, the critic a stochastic dueling network
+The policy is a Gaussian MLP whose mean is squashed into the action bounds
+(``model.bound_mean``; the Gaussian itself is not squashed), the critic a stochastic dueling network
 (:class:`torchrl_acer.StochasticDuelingNetwork`); actions are clipped to the
 action bounds by the environment, so the policy's log-probabilities stay exact.
 The training loop is :class:`torchrl_acer.trainer.ACERTrainer`.
@@ -36,12 +37,20 @@ def main(cfg: DictConfig) -> None:
     def make_models(env):
         obs_dim = env.observation_spec["observation"].shape[-1]
         action_dim = env.action_spec.shape[-1]
+        loc_bounds = None
+        if cfg.model.bound_mean:
+            # the mean inside the action bounds (the Gaussian stays unsquashed); read
+            # from the task itself: the clipping wrapper widens the env's spec
+            probe = gym.make(cfg.env.name)
+            loc_bounds = (probe.action_space.low, probe.action_space.high)
+            probe.close()
         return gaussian_actor_sdn(
             obs_dim,
             action_dim,
             num_cells=cfg.model.num_cells,
             fixed_scale=cfg.model.fixed_scale,
             num_samples=cfg.model.num_samples,
+            loc_bounds=loc_bounds,
         )
 
     run(cfg, Experiment(make_train_env, make_train_env, make_models))

@@ -305,6 +305,36 @@ def test_estimator_q_opc_and_traces():
     assert not torch.allclose(out_off["value_target"], out["value_target"])
 
 
+def test_bounded_mean_stays_in_the_action_bounds_and_log_probs_stay_exact():
+    low, high = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
+    actor, _ = gaussian_actor_sdn(3, 2, num_cells=[8], loc_bounds=(low, high))
+    with torch.no_grad():  # push the MLP's raw output far past the bounds
+        actor.module[0].module.mlp[-1].bias.copy_(torch.tensor([1e3, -1e3]))
+    td = actor(TensorDict({"observation": torch.randn(64, 3)}, [64]))
+    loc, scale = td["loc"], td["scale"]
+    assert (loc >= low).all() and (loc <= high).all()
+    torch.testing.assert_close(loc, torch.tensor([2.0, 0.0]).expand_as(loc))
+    # the Gaussian is not squashed: the stored log-prob is N(loc, scale)'s
+    expected = torch.distributions.Normal(loc, scale).log_prob(td["action"]).sum(-1)
+    torch.testing.assert_close(td["action_log_prob"], expected)
+    # in between, the mean is the bounds' centre plus the half range times tanh
+    raw = torch.tensor([0.3, -0.7])
+    with torch.no_grad():
+        actor.module[0].module.mlp[-1].weight.zero_()
+        actor.module[0].module.mlp[-1].bias.copy_(raw)
+    loc = actor(TensorDict({"observation": torch.randn(4, 3)}, [4]))["loc"]
+    expected = torch.stack([2.0 * raw[0].tanh(), 0.5 + 0.5 * raw[1].tanh()])
+    torch.testing.assert_close(loc, expected.expand_as(loc))
+
+
+@pytest.mark.parametrize(
+    "bounds", [(1.0, -1.0), (-float("inf"), 1.0)], ids=["reversed", "infinite"]
+)
+def test_bad_mean_bounds_are_refused(bounds):
+    with pytest.raises(ValueError, match="loc_bounds must be finite with high > low"):
+        gaussian_actor_sdn(3, 1, num_cells=[8], loc_bounds=bounds)
+
+
 class TestBadInput:
     def test_wrong_action_dimension(self):
         loss, batch, *_ = setup()

@@ -168,17 +168,41 @@ def minatar_actor_critic(
 
 
 class _GaussianHead(nn.Module):
-    """Mean from an MLP; scale fixed (a constant) or learned (state-independent)."""
+    """Mean from an MLP, optionally squashed into the action bounds; scale fixed
+    (a constant) or learned (state-independent)."""
 
-    def __init__(self, mlp: nn.Module, action_dim: int, scale: float | None):
+    def __init__(
+        self,
+        mlp: nn.Module,
+        action_dim: int,
+        scale: float | None,
+        loc_bounds: tuple[torch.Tensor, torch.Tensor] | None,
+    ):
         super().__init__()
         self.mlp = mlp
         self.fixed_scale = scale
         if scale is None:
             self.log_scale = nn.Parameter(torch.zeros(action_dim))
+        self.bounded = loc_bounds is not None
+        if self.bounded:
+            low, high = (
+                torch.as_tensor(b, dtype=torch.get_default_dtype()).expand(action_dim)
+                for b in loc_bounds
+            )
+            if not bool((high > low).all()) or not bool(
+                torch.isfinite(low).all() and torch.isfinite(high).all()
+            ):
+                raise ValueError(
+                    f"loc_bounds must be finite with high > low, got low={low.tolist()} "
+                    f"and high={high.tolist()}"
+                )
+            self.register_buffer("loc_center", (high + low) / 2)
+            self.register_buffer("loc_half_range", (high - low) / 2)
 
     def forward(self, observation):
         loc = self.mlp(observation)
+        if self.bounded:
+            loc = self.loc_center + self.loc_half_range * loc.tanh()
         if self.fixed_scale is not None:
             return loc, torch.full_like(loc, self.fixed_scale)
         return loc, self.log_scale.exp().expand_as(loc)
@@ -191,6 +215,7 @@ def gaussian_actor_sdn(
     num_cells=(256, 256),
     fixed_scale: float | None = 0.3,
     num_samples: int = 5,
+    loc_bounds: tuple | None = None,
     action_spec=None,
     obs_key="observation",
 ):
@@ -200,8 +225,13 @@ def gaussian_actor_sdn(
     continuous ACER uses 0.3) or, with ``fixed_scale=None``, a learned
     state-independent scale (then part of the trust region's statistics). Actions
     are not squashed: bound them in the environment, so log-probabilities stay
-    exact. The critic is :class:`~torchrl_acer.sdn.StochasticDuelingNetwork` with
-    ``V(s)`` and ``A(s, a)`` MLPs and ``num_samples`` baseline draws.
+    exact. ``loc_bounds=(low, high)`` (the action bounds) squashes the *mean* into
+    them with a tanh: beyond the bounds the clipped environment cannot tell actions
+    apart, and an unbounded mean drifts there without limit (on Pendulum-v1 it
+    reached hundreds against bounds of 2, and returns collapsed). The Gaussian
+    itself stays unsquashed. The critic is
+    :class:`~torchrl_acer.sdn.StochasticDuelingNetwork` with ``V(s)`` and
+    ``A(s, a)`` MLPs and ``num_samples`` baseline draws.
     """
     from torchrl.modules import IndependentNormal
 
@@ -215,7 +245,7 @@ def gaussian_actor_sdn(
             activation_class=nn.ReLU,
         )
 
-    head = _GaussianHead(mlp(obs_dim, action_dim), action_dim, fixed_scale)
+    head = _GaussianHead(mlp(obs_dim, action_dim), action_dim, fixed_scale, loc_bounds)
     actor = ProbabilisticActor(
         TensorDictModule(head, [obs_key], ["loc", "scale"]),
         in_keys=["loc", "scale"],
