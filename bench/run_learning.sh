@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|pendulum|atari]...
+#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|atari]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -51,6 +51,18 @@ atari() {  # hours: one seed of 1M agent steps
   $L atari_breakout --seeds 0 --jobs 1 --example acer_atari \
     --protocol "ALE/Breakout-v5, 1M agent steps, training return and greedy eval of 8 games every 250k" \
     -- env.name=ALE/Breakout-v5 collector.total_frames=1000000 checkpoint.interval=100000
+}
+ablation_plots() {  # the README's ablation figures, from the runs above
+  local name runs
+  for name in cartpole_v0 cartpole_v1 minatar_breakout minatar_space_invaders; do
+    runs=$(ls -d bench/runs/$name/seed* bench/runs/${name}_no_replay/seed* \
+      bench/runs/${name}_no_trust_region/seed* | grep -v '\.log$')
+    $PY -m torchrl_acer.plot $runs --out bench/results/${name}_ablations.png \
+      --title "$name: ACER and its ablations" --label ACER --label "replay ratio 0" \
+      --label "no trust region" \
+      $(for g in $name ${name}_no_replay ${name}_no_trust_region; do
+          echo --group $(ls -d bench/runs/$g/seed* | grep -vc '\.log$'); done)
+  done
 }
 pendulum() {
   $L pendulum --seeds 0 1 2 3 4 --threshold -200 --example acer_mujoco \
