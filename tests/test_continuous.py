@@ -1,5 +1,7 @@
 import math
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from builders import gaussian_table_batch, table_gaussian_sdn
@@ -403,3 +405,52 @@ def test_pendulum_example_trains_fully_off_policy(tmp_path):
     assert all(float(r.split(",")[1]) == 0 for r in rows.read_text().split())
     off = tmp_path / "run" / "logs" / "scalars" / "train" / "off_policy_updates.csv"
     assert sum(float(r.split(",")[1]) for r in off.read_text().split()) > 0
+
+
+class _Float64Observations(gym.Env):
+    """A Box task observing in float64, as MuJoCo's do."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), dtype=np.float64)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1, 1, 3), {}
+
+    def step(self, action):
+        return self.np_random.uniform(-1, 1, 3), float(action.sum()), False, False, {}
+
+
+def test_float64_observations_reach_the_networks_as_float32():
+    from torchrl_acer.envs import make_env
+
+    if "Float64Obs-v0" not in gym.registry:
+        gym.register("Float64Obs-v0", entry_point=_Float64Observations)
+    env = make_env("Float64Obs-v0", num_envs=2, seed=0)
+    assert env.observation_spec["observation"].dtype == torch.float32
+    actor, critic = gaussian_actor_sdn(3, 2, num_cells=[8])
+    td = env.rollout(4, actor)
+    assert td["observation"].dtype == td["next", "observation"].dtype == torch.float32
+    assert critic(td)["action_value"].shape == (2, 4, 1)
+
+
+def test_halfcheetah_example_runs(tmp_path):
+    pytest.importorskip("mujoco")
+    from builders import run_example
+
+    out = run_example(
+        "acer_mujoco.py",
+        "env.num_envs=2",
+        "collector.T=10",
+        "collector.total_frames=200",
+        "replay.start=100",
+        "replay.batch_segments=2",
+        "model.num_cells=[16]",
+        "eval.episodes=1",
+        "eval.max_steps=20",
+        "logger.progress_bar=false",
+        f"logger.run_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "final greedy evaluation (1 episodes) after 200 env steps" in out.stdout

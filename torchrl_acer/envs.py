@@ -5,7 +5,8 @@ from __future__ import annotations
 import difflib
 
 import gymnasium as gym
-from torchrl.envs import EnvBase, GymWrapper, RewardSum
+import torch
+from torchrl.envs import DoubleToFloat, EnvBase, GymWrapper, RewardSum
 
 __all__ = ["check_env_id", "is_minatar", "make_env"]
 
@@ -58,6 +59,7 @@ def make_env(
     ``("next", obs)`` holds the real last observation of an episode and the next
     row starts the new one. One TorchRL step for all copies costs far less than
     TorchRL's per-env ``SerialEnv`` (2.6x the frames per second on CartPole).
+    Float64 observations (MuJoCo's) are cast to float32.
 
     Args:
         wrappers: gymnasium wrappers (callables ``env -> env``) applied to each copy.
@@ -83,6 +85,11 @@ def make_env(
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
     )
+    if any(
+        spec.dtype == torch.float64 for spec in env.observation_spec.values(True, True)
+    ):
+        # MuJoCo observes in float64; the networks (and the replay) use float32
+        env = env.append_transform(DoubleToFloat())
     # RewardSum writes ("next", "episode_reward"): the return of each episode
     env = env.append_transform(RewardSum())
     if seed is not None:
