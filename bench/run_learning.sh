@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|atari]...
+#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|halfcheetah|atari]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -63,6 +63,17 @@ ablation_plots() {  # the README's ablation figures, from the runs above
       $(for g in $name ${name}_no_replay ${name}_no_trust_region; do
           echo --group $(ls -d bench/runs/$g/seed* | grep -vc '\.log$'); done)
   done
+}
+halfcheetah() {  # about 40 core-minutes per 1M-step run on this machine
+  $L halfcheetah --seeds 0 1 2 --jobs 2 --example acer_mujoco \
+    --protocol "HalfCheetah-v5, 1M env steps, greedy eval (policy mean) of 5 episodes every 10k env steps" \
+    -- env.name=HalfCheetah-v5 collector.total_frames=1000000
+  $L halfcheetah_no_sdn --seeds 0 1 2 --jobs 2 --example acer_mujoco \
+    --protocol "ablation: model.dueling=false (a plain Q critic, V by sampling)" \
+    -- env.name=HalfCheetah-v5 collector.total_frames=1000000 model.dueling=false
+  $L halfcheetah_no_trust_region --seeds 0 1 2 --jobs 2 --example acer_mujoco \
+    --protocol "ablation: loss.trust_region_delta=null" \
+    -- env.name=HalfCheetah-v5 collector.total_frames=1000000 loss.trust_region_delta=null
 }
 pendulum() {
   $L pendulum --seeds 0 1 2 3 4 --threshold -200 --example acer_mujoco \

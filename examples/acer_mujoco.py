@@ -51,6 +51,7 @@ def main(cfg: DictConfig) -> None:
             fixed_scale=cfg.model.fixed_scale,
             num_samples=cfg.model.num_samples,
             loc_bounds=loc_bounds,
+            dueling=cfg.model.dueling,
         )
 
     run(cfg, Experiment(make_train_env, make_train_env, make_models))

@@ -219,6 +219,7 @@ def acer_gaussian_reference(
     critic_coeff,
     delta=None,
     reduction="mean",
+    dueling=True,
 ):
     """Gradients of continuous ACER (paper section 5), step by step.
 
@@ -227,12 +228,17 @@ def acer_gaussian_reference(
     ``noise[1:]`` the dueling baseline's u_i. The scale is ``exp(log_scale)`` if
     ``log_scale`` is given, else ``fixed_scale``.
 
+    With ``dueling=False`` the critic is a plain Q: ``advantage_fn`` is Q itself,
+    ``value_table`` a function ``V(s)`` (no baseline draws: ``noise`` holds a'
+    alone) and the critic loss has no V term.
+
     Returns the policy objective's gradients ``(at loc_table, at log_scale or
     None)`` and the total critic loss (a scalar in the critic's graph), with
     reduce(-J - beta H) and critic_coeff * reduce(critic loss).
     """
     B, T, d = action.shape
     n_baseline = noise.shape[0] - 1
+    value_of = value_table.__getitem__ if dueling else value_table
     n = B * T if reduction == "mean" else 1
     L = loc_table.detach()
     learned = log_scale is not None
@@ -260,15 +266,18 @@ def acer_gaussian_reference(
         for t in range(T):
             s, s2 = state_ids[b, t], next_ids[b, t]
             loc = L[s]
-            u = [loc + sigma * noise[1 + i, b, t] for i in range(n_baseline)]
-            baseline = sum(advantage_fn(s, ui) for ui in u) / n_baseline
             a_prime = loc + sigma * noise[0, b, t]
             drawn.append(a_prime)
-            v = value_table[s]
-            q_taken.append(v + advantage_fn(s, action[b, t]) - baseline)
-            q_sampled.append((v + advantage_fn(s, a_prime) - baseline).detach())
+            v = value_of(s)
+            if dueling:  # Q~ = V + A - mean_i A(u_i)
+                u = [loc + sigma * noise[1 + i, b, t] for i in range(n_baseline)]
+                offset = v - sum(advantage_fn(s, ui) for ui in u) / n_baseline
+            else:  # a plain Q
+                offset = 0.0
+            q_taken.append(advantage_fn(s, action[b, t]) + offset)
+            q_sampled.append((advantage_fn(s, a_prime) + offset).detach())
             v_now.append(v)
-            v_next.append(value_table[s2].detach())
+            v_next.append(value_of(s2).detach())
             lp = gaussian_log_density(action[b, t], loc, sigma)
             log_pi.append(lp)
             rho.append(float(torch.exp(lp - behaviour_log_prob[b, t])))
@@ -287,7 +296,9 @@ def acer_gaussian_reference(
             s = state_ids[b, t]
             # critic: 1/2 (Q_ret - Q~)^2 - sg(min(1, rho) (Q_ret - Q~)) V
             err = q_ret[t] - q_taken[t]
-            critic = 0.5 * err**2 - min(1.0, rho[t]) * err.detach() * v_now[t]
+            critic = 0.5 * err**2
+            if dueling:
+                critic = critic - min(1.0, rho[t]) * err.detach() * v_now[t]
             critic_total = critic_total + critic_coeff * critic / n
             # policy: the step's statistics (mean, and scale if learned) as a leaf
             phi = torch.cat([L[s], sigma]) if learned else L[s].clone()

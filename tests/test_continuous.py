@@ -13,7 +13,7 @@ from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
 
 from torchrl_acer import ACERLoss, RetraceEstimator
 from torchrl_acer.models import gaussian_actor_sdn
-from torchrl_acer.sdn import StochasticDuelingNetwork
+from torchrl_acer.sdn import PlainQCritic, StochasticDuelingNetwork
 
 DONES = [(0, 2)]
 TERMINATIONS = [(1, 3)]
@@ -44,45 +44,47 @@ def setup(B=2, T=5, d=2, *, fixed_scale=None, delta=None, reduction="mean", seed
     return loss, batch, ids, policy, v, a, noise
 
 
-@pytest.mark.parametrize("reduction", ["mean", "sum"])
-@pytest.mark.parametrize("fixed_scale", [None, 0.4])
-@pytest.mark.parametrize("delta", [None, 0.02])
-def test_gaussian_gradients_match_plain_reference(delta, fixed_scale, reduction):
-    loss, batch, ids, policy, v, a, noise = setup(
-        fixed_scale=fixed_scale, delta=delta, reduction=reduction
-    )
-    out = loss(batch)
-    (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
-    avg = loss.target_actor_network_params.flatten_keys(".")
-    avg_loc = avg["module.0.module.loc.weight"].T
-    avg_scale = (
-        avg["module.0.module.log_scale"].exp()
-        if fixed_scale is None
-        else torch.full((2,), fixed_scale, dtype=torch.float64)
-    )
-    eye = torch.eye(policy.loc.weight.shape[1], dtype=torch.float64)
-    a_ref = [p.detach().clone().requires_grad_() for p in a.parameters()]
-    v_ref = v.weight.detach().clone().requires_grad_()
+def plain_mlp(mlp, weights, eye):
+    """``f(s, action)``: ``mlp`` (Linear + tanh) on ``[one_hot(s), action]``, written
+    out with ``weights`` (copies of its parameters, in order)."""
 
-    def advantage(s, action):
+    def f(s, action):
         x = torch.cat([eye[s], action])
         for layer, (w, bias) in zip(
-            [m for m in a if isinstance(m, nn.Linear)],
-            zip(a_ref[::2], a_ref[1::2], strict=True),
+            [m for m in mlp if isinstance(m, nn.Linear)],
+            zip(weights[::2], weights[1::2], strict=True),
             strict=True,
         ):
             x = nn.functional.linear(x, w, bias)
-            if layer is not a[-1]:
+            if layer is not mlp[-1]:
                 x = torch.tanh(x)
         return x[0]
 
-    grad_loc, grad_log_scale, critic = acer_gaussian_reference(
+    return f
+
+
+def check_policy_against_reference(
+    loss, batch, ids, policy, noise, value, q_or_a, *, fixed_scale, **kwargs
+):
+    """Runs the loss backward and the plain reference on the same batch; asserts
+    the policy's gradients agree and returns the reference's critic loss (in the
+    graph of the critic's reference weights)."""
+    out = loss(batch)
+    (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+    d = batch["action"].shape[-1]
+    avg = loss.target_actor_network_params.flatten_keys(".")
+    avg_scale = (
+        avg["module.0.module.log_scale"].exp()
+        if fixed_scale is None
+        else torch.full((d,), fixed_scale, dtype=torch.float64)
+    )
+    grad_loc, grad_log_scale, critic_loss = acer_gaussian_reference(
         policy.loc.weight.T,
         None if fixed_scale is not None else policy.log_scale,
         fixed_scale,
-        v_ref[0],
-        advantage,
-        avg_loc,
+        value,
+        q_or_a,
+        avg["module.0.module.loc.weight"].T,
         avg_scale,
         ids[0],
         ids[1],
@@ -98,10 +100,8 @@ def test_gaussian_gradients_match_plain_reference(delta, fixed_scale, reduction)
         ratio_clip=1.2,
         entropy_coeff=0.05,
         critic_coeff=0.5,
-        delta=delta,
-        reduction=reduction,
+        **kwargs,
     )
-    critic.backward()
     torch.testing.assert_close(
         policy.loc.weight.grad.T, grad_loc, rtol=1e-9, atol=1e-12
     )
@@ -109,11 +109,125 @@ def test_gaussian_gradients_match_plain_reference(delta, fixed_scale, reduction)
         torch.testing.assert_close(
             policy.log_scale.grad, grad_log_scale, rtol=1e-9, atol=1e-12
         )
-    torch.testing.assert_close(v.weight.grad, v_ref.grad, rtol=1e-9, atol=1e-12)
-    for ours, ref in zip(a.parameters(), a_ref, strict=True):
+    return critic_loss
+
+
+def assert_grads_match(module, reference_weights):
+    for ours, ref in zip(module.parameters(), reference_weights, strict=True):
         torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("fixed_scale", [None, 0.4])
+@pytest.mark.parametrize("delta", [None, 0.02])
+def test_gaussian_gradients_match_plain_reference(delta, fixed_scale, reduction):
+    loss, batch, ids, policy, v, a, noise = setup(
+        fixed_scale=fixed_scale, delta=delta, reduction=reduction
+    )
+    eye = torch.eye(policy.loc.weight.shape[1], dtype=torch.float64)
+    a_ref = [p.detach().clone().requires_grad_() for p in a.parameters()]
+    v_ref = v.weight.detach().clone().requires_grad_()
+    critic_loss = check_policy_against_reference(
+        loss,
+        batch,
+        ids,
+        policy,
+        noise,
+        v_ref[0],
+        plain_mlp(a, a_ref, eye),
+        fixed_scale=fixed_scale,
+        delta=delta,
+        reduction=reduction,
+    )
+    critic_loss.backward()
+    assert_grads_match(v, [v_ref])
+    assert_grads_match(a, a_ref)
     if delta is not None:
         assert 0 < loss.trust_region_stats["active_fraction"] < 1
+
+
+@pytest.mark.parametrize("fixed_scale", [None, 0.4])
+@pytest.mark.parametrize("delta", [None, 0.02])
+def test_plain_q_gradients_match_plain_reference(delta, fixed_scale):
+    """ACER without the dueling network: Q~ = Q, V(s) = mean_i Q(s, u_i), no V
+    term in the critic loss."""
+    B, T, d = 2, 5, 2
+    batch, ids, S = gaussian_table_batch(
+        B, T, d, dones=DONES, terminations=TERMINATIONS
+    )
+    actor, _, policy, _, q = table_gaussian_sdn(S, d, fixed_scale=fixed_scale)
+    critic = PlainQCritic(
+        TensorDictModule(q, ["observation", "action"], ["q"]), num_samples=3
+    )
+    # V's draws: u_i = loc + scale * c_i, the same c_i at every state
+    c = torch.randn(3, d, dtype=torch.float64)
+    critic.value_network.noise = lambda loc: c.view(3, *[1] * (loc.ndim - 1), d).expand(
+        3, *loc.shape
+    )
+    loss = ACERLoss(
+        actor, critic, ratio_clip=1.2, trust_region_delta=delta, entropy_coeff=0.05
+    )
+    loss.make_value_estimator(gamma=0.9)
+    with torch.no_grad():
+        loss.target_actor_network_params.apply(
+            lambda p: p.add_(torch.randn_like(p) * 0.7)
+        )
+    noise = torch.randn(1, B, T, d, dtype=torch.float64)  # a' alone
+    loss._action_noise = lambda loc, n: noise[:n]
+
+    q_ref = [p.detach().clone().requires_grad_() for p in q.parameters()]
+    q_fn = plain_mlp(q, q_ref, torch.eye(S, dtype=torch.float64))
+    loc_table = policy.loc.weight.detach().T
+    sigma = (
+        policy.log_scale.detach().exp()
+        if fixed_scale is None
+        else torch.full((d,), fixed_scale, dtype=torch.float64)
+    )
+
+    def value(s):
+        return sum(q_fn(s, loc_table[s] + sigma * c[i]) for i in range(3)) / 3
+
+    critic_loss = check_policy_against_reference(
+        loss,
+        batch,
+        ids,
+        policy,
+        noise,
+        value,
+        q_fn,
+        fixed_scale=fixed_scale,
+        delta=delta,
+        dueling=False,
+    )
+    critic_loss.backward()
+    assert_grads_match(q, q_ref)
+
+
+def test_plain_q_critic_outputs_q_and_its_sampled_mean():
+    q = TensorDictModule(
+        MLP(in_features=3 + 2, out_features=1, num_cells=[8]),
+        ["observation", "action"],
+        ["q"],
+    )
+    critic = PlainQCritic(q, num_samples=4)
+    td = TensorDict(
+        {
+            "observation": torch.randn(6, 3),
+            "action": torch.randn(6, 2),
+            "loc": torch.randn(6, 2),
+            "scale": torch.rand(6, 2) + 0.1,
+        },
+        [6],
+    )
+    torch.manual_seed(0)
+    out = critic(td.clone())
+    torch.testing.assert_close(out["action_value"], q(td.clone())["q"])
+    torch.manual_seed(0)
+    u = td["loc"] + td["scale"] * torch.randn(4, 6, 2)
+    draws = td.select("observation").expand(4, 6).clone().set("action", u)
+    torch.testing.assert_close(out["state_value"], q(draws)["q"].mean(0))
+    # Q's parameters are registered once, under the action-value network
+    assert len(list(critic.parameters())) == len(list(q.parameters()))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
@@ -280,9 +394,11 @@ def test_gaussian_truncation_reduces_variance():
     assert variances[math.inf] > variances[5.0] > variances[1.0], variances
 
 
-def test_estimator_q_opc_and_traces():
+@pytest.mark.parametrize("dueling", [True, False], ids=["sdn", "plain_q"])
+def test_estimator_q_opc_and_traces(dueling):
     """Q_ret uses traces min(1, rho^(1/d)); Q_opc the same recursion with traces 1."""
-    actor, critic = gaussian_actor_sdn(3, 2, num_cells=[8])
+    actor, critic = gaussian_actor_sdn(3, 2, num_cells=[8], dueling=dueling)
+    assert isinstance(critic, PlainQCritic) is not dueling
     B, T = 3, 6
     obs = torch.randn(B, T + 1, 3)
     td = TensorDict(
@@ -377,12 +493,14 @@ class TestBadInput:
             ACERLoss(actor, critic)
 
 
-def test_pendulum_example_trains_fully_off_policy(tmp_path):
+@pytest.mark.parametrize("dueling", ["true", "false"], ids=["sdn", "plain_q"])
+def test_pendulum_example_trains_fully_off_policy(tmp_path, dueling):
     from builders import run_example
 
     out = run_example(
         "acer_mujoco.py",
         "env.name=Pendulum-v1",
+        f"model.dueling={dueling}",
         "env.num_envs=2",
         "collector.T=10",
         "collector.total_frames=400",

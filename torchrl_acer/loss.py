@@ -92,7 +92,9 @@ class ACERLoss(LossModule):
     **Continuous actions** (paper section 5). With a Gaussian policy
     (``Normal`` / ``IndependentNormal`` over ``loc`` and ``scale``, learned or
     fixed) the critic is a :class:`~torchrl_acer.sdn.StochasticDuelingNetwork`
-    (:math:`V` and :math:`\tilde Q`), the traces are
+    (:math:`V` and :math:`\tilde Q`; a :class:`~torchrl_acer.sdn.PlainQCritic`
+    instead gives the paper's ablation without it, with no :math:`V` term in the
+    critic loss), the traces are
     :math:`\min(1, \rho_t^{1/d})`, and, with :math:`Q_{opc}` the same recursion
     with every trace 1 and one action :math:`a'_t \sim \pi(\cdot|s_t)`:
 
@@ -462,7 +464,7 @@ class ACERLoss(LossModule):
         mu_loc, mu_scale = self._behaviour_gaussian(data, steps.loc.shape)
         with torch.no_grad():
             # one action a' ~ pi for the bias correction, n for the dueling baseline
-            noise = self._action_noise(loc, 1 + sdn.num_samples)
+            noise = self._action_noise(loc, 1 + sdn.num_samples * sdn.dueling)
             drawn = loc + scale * noise
             sampled = drawn[0]
         actions = torch.cat([steps.action[None], drawn], 0)
@@ -471,14 +473,17 @@ class ACERLoss(LossModule):
                 steps.window.current, actions.flatten(1, -2)
             ).unflatten(1, steps.loc.shape[:-1])
         value = steps.value
-        baseline_mean = advantages[2:].mean(0)
-        q_taken = value + advantages[0] - baseline_mean
+        if sdn.dueling:  # Q~ = V + A - mean_i A(u_i)
+            offset = value - advantages[2:].mean(0)
+        else:  # a plain Q = A
+            offset = torch.zeros_like(value)
+        q_taken = advantages[0] + offset
         log_pi = gaussian_log_prob(loc, scale, steps.action)
         log_pi_sampled = gaussian_log_prob(loc, scale, sampled)
         with torch.no_grad():
             c = self.ratio_clip
             v = value.detach()
-            q_sampled = v + advantages[1] - baseline_mean
+            q_sampled = advantages[1] + offset
             common = {
                 "log_pi": log_pi.detach(),
                 "action_value": q_taken.detach(),
@@ -499,11 +504,11 @@ class ACERLoss(LossModule):
         entropy = scale.log().sum(-1, keepdim=True) + 0.5 * d * (
             1.0 + math.log(2 * math.pi)
         )
-        # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as a loss
-        critic = (
-            self._critic_error(q_ret, q_taken)
-            - (rho.clamp(max=1.0) * (q_ret - q_taken.detach())) * value
-        )
+        # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as a loss (a plain
+        # Q critic has no V of its own to train)
+        critic = self._critic_error(q_ret, q_taken)
+        if sdn.dueling:
+            critic = critic - (rho.clamp(max=1.0) * (q_ret - q_taken.detach())) * value
         return {
             "objective": objective,
             "entropy": entropy,

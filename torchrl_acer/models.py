@@ -216,6 +216,7 @@ def gaussian_actor_sdn(
     fixed_scale: float | None = 0.3,
     num_samples: int = 5,
     loc_bounds: tuple | None = None,
+    dueling: bool = True,
     action_spec=None,
     obs_key="observation",
 ):
@@ -231,11 +232,13 @@ def gaussian_actor_sdn(
     reached hundreds against bounds of 2, and returns collapsed). The Gaussian
     itself stays unsquashed. The critic is
     :class:`~torchrl_acer.sdn.StochasticDuelingNetwork` with ``V(s)`` and
-    ``A(s, a)`` MLPs and ``num_samples`` baseline draws.
+    ``A(s, a)`` MLPs and ``num_samples`` baseline draws; with ``dueling=False`` it
+    is a :class:`~torchrl_acer.sdn.PlainQCritic` (a ``Q(s, a)`` MLP, ``V`` from
+    ``num_samples`` draws), the paper's ablation without the dueling network.
     """
     from torchrl.modules import IndependentNormal
 
-    from torchrl_acer.sdn import StochasticDuelingNetwork
+    from torchrl_acer.sdn import PlainQCritic, StochasticDuelingNetwork
 
     def mlp(in_features, out_features):
         return MLP(
@@ -253,8 +256,11 @@ def gaussian_actor_sdn(
         distribution_class=IndependentNormal,
         return_log_prob=True,
     )
+    # torchrl's MLP concatenates its inputs: A(s, a) (or Q(s, a)) on [s, a]
+    if not dueling:
+        q = TensorDictModule(mlp(obs_dim + action_dim, 1), [obs_key, "action"], ["q"])
+        return actor, PlainQCritic(q, num_samples=num_samples)
     value = TensorDictModule(mlp(obs_dim, 1), [obs_key], ["state_value"])
-    # torchrl's MLP concatenates its inputs: A(s, a) on [s, a]
     advantage = TensorDictModule(
         mlp(obs_dim + action_dim, 1), [obs_key, "action"], ["advantage"]
     )

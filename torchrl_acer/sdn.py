@@ -20,7 +20,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from tensordict.utils import NestedKey
 
-__all__ = ["StochasticDuelingNetwork"]
+__all__ = ["PlainQCritic", "SampledStateValue", "StochasticDuelingNetwork"]
 
 
 class StochasticDuelingNetwork(TensorDictModuleBase):
@@ -105,6 +105,10 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
         self.in_keys = [*self.observation_keys, action_key, loc_key, scale_key]
         self.out_keys = [value_key, action_value_key]
 
+    #: whether ``Q~`` is the dueling composition (with the ``V`` term in ACER's
+    #: critic loss) or the advantage network's output itself (:class:`PlainQCritic`)
+    dueling = True
+
     def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """:math:`V(s)`, ``[*B, 1]``."""
         return self.value_network(tensordict.copy()).get(self.value_key)
@@ -168,3 +172,118 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
         tensordict.set(self.value_key, value)
         tensordict.set(self.action_value_key, q)
         return tensordict
+
+
+class SampledStateValue(TensorDictModuleBase):
+    r""":math:`V(s) = \frac1n \sum_i Q(s, u_i)`, :math:`u_i \sim \pi(\cdot|s)`:
+    the state value of a plain :math:`Q` critic, by Monte Carlo.
+
+    Reads the observation entries and the policy's ``loc`` and ``scale`` at
+    :math:`s` (written by the actor in the same tensordict: they are not in
+    :attr:`in_keys`, which name what must come from the data), writes
+    :math:`V(s)` under ``value_key``. The draws carry no gradient into the policy.
+    ``q_network`` is referenced, not registered: its parameters belong to the
+    :class:`PlainQCritic` that holds it as its action-value network.
+    """
+
+    def __init__(
+        self,
+        q_network: TensorDictModule,
+        *,
+        num_samples: int,
+        action_key: NestedKey = "action",
+        loc_key: NestedKey = "loc",
+        scale_key: NestedKey = "scale",
+        value_key: NestedKey = "state_value",
+    ):
+        super().__init__()
+        self._q_network = (q_network,)  # a tuple: not a submodule
+        self.num_samples = num_samples
+        self.action_key = action_key
+        self.loc_key = loc_key
+        self.scale_key = scale_key
+        self.q_key = q_network.out_keys[0]
+        self.in_keys = [key for key in q_network.in_keys if key != action_key]
+        self.out_keys = [value_key]
+
+    def noise(self, loc: torch.Tensor) -> torch.Tensor:
+        """Standard normal draws, ``[n, *loc.shape]`` (a seam for tests)."""
+        return torch.randn(
+            self.num_samples, *loc.shape, dtype=loc.dtype, device=loc.device
+        )
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        loc = tensordict.get(self.loc_key).detach()
+        scale = tensordict.get(self.scale_key).detach().expand_as(loc)
+        draws = loc + scale * self.noise(loc)
+        data = tensordict.select(*self.in_keys).expand(
+            self.num_samples, *tensordict.batch_size
+        )
+        data = data.clone(False)
+        data.set(self.action_key, draws)
+        q = self._q_network[0](data).get(self.q_key)
+        tensordict.set(self.out_keys[0], q.mean(0))
+        return tensordict
+
+
+class PlainQCritic(StochasticDuelingNetwork):
+    r"""ACER's continuous critic without the dueling architecture: a plain
+    :math:`Q(s, a)` network, with :math:`V(s) = \frac1n \sum_i Q(s, u_i)` by
+    Monte Carlo (:class:`SampledStateValue`). The paper's section 6.1 ablation.
+
+    It keeps :class:`StochasticDuelingNetwork`'s interface, with
+    :math:`\tilde Q(s, a) = Q(s, a)` (the "advantage" network is :math:`Q`), so
+    :class:`~torchrl_acer.ACERLoss` and :class:`~torchrl_acer.RetraceEstimator`
+    take it unchanged; the loss then trains :math:`Q` alone (no :math:`V` term:
+    :math:`V` has no parameters of its own).
+
+    Args:
+        q_network (TensorDictModule): reads the observation and an action, writes
+            :math:`Q(s, a)` (one value) under its single out key.
+
+    Keyword Args:
+        num_samples (int): ``n``, the draws of :math:`V`. Defaults to 5.
+        action_key, loc_key, scale_key, value_key, action_value_key: as for
+            :class:`StochasticDuelingNetwork`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MLP
+        >>> q = TensorDictModule(
+        ...     MLP(in_features=3 + 2, out_features=1, num_cells=[16]),
+        ...     ["observation", "action"], ["q"])
+        >>> critic = PlainQCritic(q)
+        >>> td = TensorDict({
+        ...     "observation": torch.randn(4, 3), "action": torch.randn(4, 2),
+        ...     "loc": torch.zeros(4, 2), "scale": torch.ones(4, 2)}, [4])
+        >>> out = critic(td)
+        >>> torch.equal(out["action_value"], q(td.clone())["q"])
+        True
+    """
+
+    dueling = False
+
+    def __init__(
+        self,
+        q_network: TensorDictModule,
+        *,
+        num_samples: int = 5,
+        action_value_key: NestedKey = "action_value",
+        **keys: NestedKey,
+    ):
+        # keys: action_key, loc_key, scale_key, value_key, shared with V's sampler
+        value = SampledStateValue(q_network, num_samples=num_samples, **keys)
+        super().__init__(
+            value,
+            q_network,
+            num_samples=num_samples,
+            action_value_key=action_value_key,
+            **keys,
+        )
+
+    def dueling_action_value(self, observations, value, action, loc, scale):
+        """:math:`Q(s, a)` itself, ``[*B, 1]`` (``value``, ``loc`` and ``scale`` are
+        unused: there is no dueling baseline)."""
+        return self.advantages(observations, action.unsqueeze(0))[0]
