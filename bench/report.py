@@ -170,6 +170,7 @@ def main():
         "cartpole_v1",
         "minatar_breakout",
         "minatar_space_invaders",
+        "pendulum",
         "atari_breakout",
     ):
         activity = trust_region_activity(name)
