@@ -446,7 +446,9 @@ def test_bounded_mean_stays_in_the_action_bounds_and_log_probs_stay_exact():
 
 
 @pytest.mark.parametrize(
-    "bounds", [(1.0, -1.0), (-float("inf"), 1.0)], ids=["reversed", "infinite"]
+    "bounds",
+    [(1.0, -1.0), (-float("inf"), 1.0), (-3.4e38, 3.4e38)],
+    ids=["reversed", "infinite", "float_max"],
 )
 def test_bad_mean_bounds_are_refused(bounds):
     with pytest.raises(ValueError, match="loc_bounds must be finite with high > low"):

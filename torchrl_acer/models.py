@@ -189,9 +189,9 @@ class _GaussianHead(nn.Module):
                 torch.as_tensor(b, dtype=torch.get_default_dtype()).expand(action_dim)
                 for b in loc_bounds
             )
-            if not bool((high > low).all()) or not bool(
-                torch.isfinite(low).all() and torch.isfinite(high).all()
-            ):
+            # high - low overflows for the +-float-max bounds of an unbounded spec
+            # (gymnasium's ClipAction leaves one): read the task's own bounds then
+            if not bool((high > low).all() and torch.isfinite(high - low).all()):
                 raise ValueError(
                     f"loc_bounds must be finite with high > low, got low={low.tolist()} "
                     f"and high={high.tolist()}"
