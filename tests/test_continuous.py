@@ -495,28 +495,36 @@ class TestBadInput:
             ACERLoss(actor, critic)
 
 
-@pytest.mark.parametrize("dueling", ["true", "false"], ids=["sdn", "plain_q"])
-def test_pendulum_example_trains_fully_off_policy(tmp_path, dueling):
+def run_small_mujoco_example(tmp_path, *overrides):
+    """``examples/acer_mujoco.py`` on 2 envs, 10-step segments and tiny networks."""
     from builders import run_example
 
-    out = run_example(
+    return run_example(
         "acer_mujoco.py",
-        "env.name=Pendulum-v1",
-        f"model.dueling={dueling}",
         "env.num_envs=2",
         "collector.T=10",
-        "collector.total_frames=400",
         "replay.start=100",
         "replay.batch_segments=2",
         "model.num_cells=[16]",
+        "logger.progress_bar=false",
+        f"logger.run_dir={tmp_path / 'run'}",
+        *overrides,
+        cwd=tmp_path,
+    )
+
+
+@pytest.mark.parametrize("dueling", ["true", "false"], ids=["sdn", "plain_q"])
+def test_pendulum_example_trains_fully_off_policy(tmp_path, dueling):
+    out = run_small_mujoco_example(
+        tmp_path,
+        "env.name=Pendulum-v1",
+        f"model.dueling={dueling}",
+        "collector.total_frames=400",
         "model.fixed_scale=null",
         "eval.interval=200",
         "eval.episodes=2",
         "eval.max_steps=50",
-        "logger.progress_bar=false",
         "logger.log_interval=100",
-        f"logger.run_dir={tmp_path / 'run'}",
-        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "final greedy evaluation (2 episodes) after 400 env steps" in out.stdout
@@ -556,21 +564,8 @@ def test_float64_observations_reach_the_networks_as_float32():
 
 def test_halfcheetah_example_runs(tmp_path):
     pytest.importorskip("mujoco")
-    from builders import run_example
-
-    out = run_example(
-        "acer_mujoco.py",
-        "env.num_envs=2",
-        "collector.T=10",
-        "collector.total_frames=200",
-        "replay.start=100",
-        "replay.batch_segments=2",
-        "model.num_cells=[16]",
-        "eval.episodes=1",
-        "eval.max_steps=20",
-        "logger.progress_bar=false",
-        f"logger.run_dir={tmp_path / 'run'}",
-        cwd=tmp_path,
+    out = run_small_mujoco_example(
+        tmp_path, "collector.total_frames=200", "eval.episodes=1", "eval.max_steps=20"
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "final greedy evaluation (1 episodes) after 200 env steps" in out.stdout

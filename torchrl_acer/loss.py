@@ -476,7 +476,7 @@ class ACERLoss(LossModule):
         if sdn.dueling:  # Q~ = V + A - mean_i A(u_i)
             offset = value - advantages[2:].mean(0)
         else:  # a plain Q = A
-            offset = torch.zeros_like(value)
+            offset = 0.0
         q_taken = advantages[0] + offset
         log_pi = gaussian_log_prob(loc, scale, steps.action)
         log_pi_sampled = gaussian_log_prob(loc, scale, sampled)

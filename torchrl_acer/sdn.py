@@ -23,6 +23,25 @@ from tensordict.utils import NestedKey
 __all__ = ["PlainQCritic", "SampledStateValue", "StochasticDuelingNetwork"]
 
 
+def _standard_normal(n: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.randn(n, *like.shape, dtype=like.dtype, device=like.device)
+
+
+def _draw(loc, scale, noise):
+    """Actions ``loc + scale * noise`` (``[n, *B, d]``), with no gradient into the
+    policy."""
+    return (loc.detach() + scale.detach() * noise).detach()
+
+
+def _at_actions(network, observations, action_key, actions):
+    """``network`` on each of ``m`` actions per state in one call: ``observations``
+    (``[*B]``, the entries it reads besides the action) expanded to ``[m, *B]``."""
+    data = observations.expand(actions.shape[0], *observations.batch_size)
+    data = data.clone(False)
+    data.set(action_key, actions)
+    return network(data)
+
+
 class StochasticDuelingNetwork(TensorDictModuleBase):
     """:math:`V(s)` and :math:`\\tilde Q(s, a)` from a value and an advantage head.
 
@@ -125,23 +144,19 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
         Returns:
             ``[m, *B, 1]``.
         """
-        m = actions.shape[0]
-        data = observations.select(*self.observation_keys).expand(
-            m, *observations.batch_size
-        )
-        data = data.clone(False)
-        data.set(self.action_key, actions)
-        return self.advantage_network(data).get(self.advantage_key)
+        return _at_actions(
+            self.advantage_network,
+            observations.select(*self.observation_keys),
+            self.action_key,
+            actions,
+        ).get(self.advantage_key)
 
     def sample_baseline_actions(
         self, loc: torch.Tensor, scale: torch.Tensor
     ) -> torch.Tensor:
         """``n`` actions :math:`u_i \\sim \\pi(\\cdot|s)`, ``[n, *B, d]`` (no gradient
         flows into the policy through them)."""
-        noise = torch.randn(
-            self.num_samples, *loc.shape, dtype=loc.dtype, device=loc.device
-        )
-        return (loc.detach() + scale.detach() * noise).detach()
+        return _draw(loc, scale, _standard_normal(self.num_samples, loc))
 
     def dueling_action_value(
         self,
@@ -208,20 +223,17 @@ class SampledStateValue(TensorDictModuleBase):
 
     def noise(self, loc: torch.Tensor) -> torch.Tensor:
         """Standard normal draws, ``[n, *loc.shape]`` (a seam for tests)."""
-        return torch.randn(
-            self.num_samples, *loc.shape, dtype=loc.dtype, device=loc.device
-        )
+        return _standard_normal(self.num_samples, loc)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        loc = tensordict.get(self.loc_key).detach()
-        scale = tensordict.get(self.scale_key).detach().expand_as(loc)
-        draws = loc + scale * self.noise(loc)
-        data = tensordict.select(*self.in_keys).expand(
-            self.num_samples, *tensordict.batch_size
-        )
-        data = data.clone(False)
-        data.set(self.action_key, draws)
-        q = self._q_network[0](data).get(self.q_key)
+        loc = tensordict.get(self.loc_key)
+        draws = _draw(loc, tensordict.get(self.scale_key), self.noise(loc))
+        q = _at_actions(
+            self._q_network[0],
+            tensordict.select(*self.in_keys),
+            self.action_key,
+            draws,
+        ).get(self.q_key)
         tensordict.set(self.out_keys[0], q.mean(0))
         return tensordict
 
