@@ -159,6 +159,13 @@ def main():
             "MinAtar SpaceInvaders, no trust region",
         ),
         ("pendulum", "Pendulum-v1 → -200"),
+        ("halfcheetah", "HalfCheetah-v5, 1M, replay ratio 4"),
+        ("halfcheetah_ratio16", "HalfCheetah-v5, 1M, replay ratio 16"),
+        ("halfcheetah_no_sdn", "HalfCheetah-v5, ratio 4, no dueling network"),
+        (
+            "halfcheetah_no_trust_region",
+            "HalfCheetah-v5, ratio 4, no trust region",
+        ),
         ("atari_breakout", "ALE/Breakout-v5, 1M agent steps"),
     ]:
         row = learning_row(name, label)
@@ -171,6 +178,8 @@ def main():
         "minatar_breakout",
         "minatar_space_invaders",
         "pendulum",
+        "halfcheetah",
+        "halfcheetah_ratio16",
         "atari_breakout",
     ):
         activity = trust_region_activity(name)

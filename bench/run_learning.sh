@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|halfcheetah|atari]...
+#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_ratio16|halfcheetah_plot|atari]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -64,16 +64,27 @@ ablation_plots() {  # the README's ablation figures, from the runs above
           echo --group $(ls -d bench/runs/$g/seed* | grep -vc '\.log$'); done)
   done
 }
-halfcheetah() {  # about 40 core-minutes per 1M-step run on this machine
-  $L halfcheetah --seeds 0 1 2 --jobs 2 --example acer_mujoco \
-    --protocol "HalfCheetah-v5, 1M env steps, greedy eval (policy mean) of 5 episodes every 10k env steps" \
-    -- env.name=HalfCheetah-v5 collector.total_frames=1000000
-  $L halfcheetah_no_sdn --seeds 0 1 2 --jobs 2 --example acer_mujoco \
-    --protocol "ablation: model.dueling=false (a plain Q critic, V by sampling)" \
-    -- env.name=HalfCheetah-v5 collector.total_frames=1000000 model.dueling=false
-  $L halfcheetah_no_trust_region --seeds 0 1 2 --jobs 2 --example acer_mujoco \
-    --protocol "ablation: loss.trust_region_delta=null" \
-    -- env.name=HalfCheetah-v5 collector.total_frames=1000000 loss.trust_region_delta=null
+halfcheetah_run() {  # name extra-overrides...; about 30 core-minutes per 1M-step run
+  local name=$1; shift
+  $L $name --seeds ${SEEDS:-0 1 2} --jobs 3 --example acer_mujoco \
+    --protocol "HalfCheetah-v5, 1M env steps, greedy eval (policy mean) of 5 episodes every 10k env steps; $*" \
+    -- env.name=HalfCheetah-v5 collector.total_frames=1000000 checkpoint.interval=100000 "$@"
+}
+halfcheetah() {  # the paper's settings (replay ratio 4) and its two ablations
+  halfcheetah_run halfcheetah
+  halfcheetah_run halfcheetah_no_sdn model.dueling=false
+  halfcheetah_run halfcheetah_no_trust_region loss.trust_region_delta=null
+}
+halfcheetah_ratio16() {  # about 40 core-minutes per run
+  halfcheetah_run halfcheetah_ratio16 replay.ratio=16
+}
+halfcheetah_plot() {  # the README's HalfCheetah figure, from the runs above
+  local groups=(halfcheetah halfcheetah_ratio16 halfcheetah_no_sdn halfcheetah_no_trust_region)
+  $PY -m torchrl_acer.plot $(for g in "${groups[@]}"; do ls -d bench/runs/$g/seed* | grep -v '\.log$'; done) \
+    --out bench/results/halfcheetah_ablations.png --title "HalfCheetah-v5: ACER and its ablations" \
+    --label "ACER, replay ratio 4" --label "ACER, replay ratio 16" \
+    --label "ratio 4, no dueling network" --label "ratio 4, no trust region" \
+    $(for g in "${groups[@]}"; do echo --group $(ls -d bench/runs/$g/seed* | grep -vc '\.log$'); done)
 }
 pendulum() {
   $L pendulum --seeds 0 1 2 3 4 --threshold -200 --example acer_mujoco \
