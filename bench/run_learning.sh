@@ -52,22 +52,26 @@ atari() {  # hours: one seed of 1M agent steps
     --protocol "ALE/Breakout-v5, 1M agent steps, training return and greedy eval of 8 games every 250k" \
     -- env.name=ALE/Breakout-v5 collector.total_frames=1000000 checkpoint.interval=100000
 }
+plot_runs() {  # out title group:label...; one curve (median and range over seeds) per group
+  local out=$1 title=$2 pair seeds runs=() args=(); shift 2
+  for pair in "$@"; do
+    seeds=(bench/runs/${pair%%:*}/seed*/)  # the trailing slash skips the seed logs
+    runs+=("${seeds[@]}")
+    args+=(--label "${pair#*:}" --group ${#seeds[@]})
+  done
+  $PY -m torchrl_acer.plot "${runs[@]}" --out "$out" --title "$title" "${args[@]}"
+}
 ablation_plots() {  # the README's ablation figures, from the runs above
-  local name runs
+  local name
   for name in cartpole_v0 cartpole_v1 minatar_breakout minatar_space_invaders; do
-    runs=$(ls -d bench/runs/$name/seed* bench/runs/${name}_no_replay/seed* \
-      bench/runs/${name}_no_trust_region/seed* | grep -v '\.log$')
-    $PY -m torchrl_acer.plot $runs --out bench/results/${name}_ablations.png \
-      --title "$name: ACER and its ablations" --label ACER --label "replay ratio 0" \
-      --label "no trust region" \
-      $(for g in $name ${name}_no_replay ${name}_no_trust_region; do
-          echo --group $(ls -d bench/runs/$g/seed* | grep -vc '\.log$'); done)
+    plot_runs bench/results/${name}_ablations.png "$name: ACER and its ablations" \
+      "$name:ACER" "${name}_no_replay:replay ratio 0" "${name}_no_trust_region:no trust region"
   done
 }
 halfcheetah_run() {  # name extra-overrides...; about 30 core-minutes per 1M-step run
   local name=$1; shift
   $L $name --seeds ${SEEDS:-0 1 2} --jobs 3 --example acer_mujoco \
-    --protocol "HalfCheetah-v5, 1M env steps, greedy eval (policy mean) of 5 episodes every 10k env steps; $*" \
+    --protocol "HalfCheetah-v5, 1M env steps, greedy eval (policy mean) of 5 episodes every 10k env steps${*:+; $*}" \
     -- env.name=HalfCheetah-v5 collector.total_frames=1000000 checkpoint.interval=100000 "$@"
 }
 halfcheetah() {  # the paper's settings (replay ratio 4) and its two ablations
@@ -79,12 +83,10 @@ halfcheetah_ratio16() {  # about 40 core-minutes per run
   halfcheetah_run halfcheetah_ratio16 replay.ratio=16
 }
 halfcheetah_plot() {  # the README's HalfCheetah figure, from the runs above
-  local groups=(halfcheetah halfcheetah_ratio16 halfcheetah_no_sdn halfcheetah_no_trust_region)
-  $PY -m torchrl_acer.plot $(for g in "${groups[@]}"; do ls -d bench/runs/$g/seed* | grep -v '\.log$'; done) \
-    --out bench/results/halfcheetah_ablations.png --title "HalfCheetah-v5: ACER and its ablations" \
-    --label "ACER, replay ratio 4" --label "ACER, replay ratio 16" \
-    --label "ratio 4, no dueling network" --label "ratio 4, no trust region" \
-    $(for g in "${groups[@]}"; do echo --group $(ls -d bench/runs/$g/seed* | grep -vc '\.log$'); done)
+  plot_runs bench/results/halfcheetah_ablations.png "HalfCheetah-v5: ACER and its ablations" \
+    "halfcheetah:ACER, replay ratio 4" "halfcheetah_ratio16:ACER, replay ratio 16" \
+    "halfcheetah_no_sdn:ratio 4, no dueling network" \
+    "halfcheetah_no_trust_region:ratio 4, no trust region"
 }
 pendulum() {
   $L pendulum --seeds 0 1 2 3 4 --threshold -200 --example acer_mujoco \
