@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_ratio16|halfcheetah_plot|atari]...
+#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_scale03|halfcheetah_plot|atari]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -74,16 +74,25 @@ halfcheetah_run() {  # name extra-overrides...; about 30 core-minutes per 1M-ste
     --protocol "HalfCheetah-v5, 1M env steps, greedy eval (policy mean) of 5 episodes every 10k env steps${*:+; $*}" \
     -- env.name=HalfCheetah-v5 collector.total_frames=1000000 checkpoint.interval=100000 "$@"
 }
-halfcheetah() {  # the paper's settings (replay ratio 4) and its two ablations
-  halfcheetah_run halfcheetah
-  halfcheetah_run halfcheetah_no_sdn model.dueling=false
-  halfcheetah_run halfcheetah_no_trust_region loss.trust_region_delta=null
+halfcheetah() {  # the example's defaults (fixed scale 0.1) and the two ablations
+  halfcheetah_run halfcheetah_scale01 model.fixed_scale=0.1
+  SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_scale01_no_trust_region model.fixed_scale=0.1 \
+    loss.trust_region_delta=null
+  SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_scale01_no_sdn model.fixed_scale=0.1 model.dueling=false
 }
-halfcheetah_ratio16() {  # about 40 core-minutes per run
-  halfcheetah_run halfcheetah_ratio16 replay.ratio=16
+halfcheetah_scale03() {  # the paper's fixed scale 0.3, replay ratio 4 and 16, and its ablations
+  halfcheetah_run halfcheetah model.fixed_scale=0.3
+  halfcheetah_run halfcheetah_ratio16 model.fixed_scale=0.3 replay.ratio=16
+  SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_no_sdn model.fixed_scale=0.3 model.dueling=false
+  SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_no_trust_region model.fixed_scale=0.3 \
+    loss.trust_region_delta=null
 }
-halfcheetah_plot() {  # the README's HalfCheetah figure, from the runs above
-  plot_runs bench/results/halfcheetah_ablations.png "HalfCheetah-v5: ACER and its ablations" \
+halfcheetah_plot() {  # the README's HalfCheetah figures, from the runs above
+  plot_runs bench/results/halfcheetah.png "HalfCheetah-v5: ACER (fixed scale 0.1) and its ablations" \
+    "halfcheetah_scale01:ACER, scale 0.1" "halfcheetah:ACER, scale 0.3 (the paper's)" \
+    "halfcheetah_scale01_no_sdn:scale 0.1, no dueling network" \
+    "halfcheetah_scale01_no_trust_region:scale 0.1, no trust region"
+  plot_runs bench/results/halfcheetah_ablations.png "HalfCheetah-v5: ACER (fixed scale 0.3) and its ablations" \
     "halfcheetah:ACER, replay ratio 4" "halfcheetah_ratio16:ACER, replay ratio 16" \
     "halfcheetah_no_sdn:ratio 4, no dueling network" \
     "halfcheetah_no_trust_region:ratio 4, no trust region"
