@@ -76,9 +76,9 @@ halfcheetah_run() {  # name extra-overrides...; about 30 core-minutes per 1M-ste
 }
 halfcheetah() {  # the example's defaults (fixed scale 0.1) and the two ablations
   halfcheetah_run halfcheetah_scale01 model.fixed_scale=0.1
-  SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_scale01_no_trust_region model.fixed_scale=0.1 \
+  SEEDS=${SEEDS:-0 1} halfcheetah_run halfcheetah_scale01_no_trust_region model.fixed_scale=0.1 \
     loss.trust_region_delta=null
-  SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_scale01_no_sdn model.fixed_scale=0.1 model.dueling=false
+  SEEDS=${SEEDS:-0 1} halfcheetah_run halfcheetah_scale01_no_sdn model.fixed_scale=0.1 model.dueling=false
 }
 halfcheetah_scale03() {  # the paper's fixed scale 0.3, replay ratio 4 and 16, and its ablations
   halfcheetah_run halfcheetah model.fixed_scale=0.3
