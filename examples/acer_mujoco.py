@@ -5,7 +5,7 @@
 
 Settings are in ``config_mujoco.yaml``: the paper's continuous ACER (fully
 off-policy, T = 50, averaged-policy decay 0.995, c = 5) with a fixed policy scale
-of 0.1 (the paper's 0.3 learned about half as fast on HalfCheetah-v5).
+of 0.1 (with the paper's 0.3, HalfCheetah-v5 learned more slowly and ended lower).
 The policy is a Gaussian MLP whose mean is squashed into the action bounds
 (``model.bound_mean``; the Gaussian itself is not squashed), the critic a stochastic dueling network
 (:class:`torchrl_acer.StochasticDuelingNetwork`); actions are clipped to the
