@@ -69,6 +69,19 @@ def trust_region_activity(name):
     return float(np.median(shares)), min(shares), max(shares), len(shares)
 
 
+def late_eval(name, window=100_000):
+    """Median over seeds (min, max, n) of each run's mean greedy evaluation over its
+    last ``window`` env steps: steadier than the single final evaluation."""
+    _, r = newest(f"learning-{name}")
+    if r is None:
+        return None
+    means = []
+    for run in r["runs"]:
+        steps, values = np.array(run["eval_steps"]), np.array(run["eval_reward"])
+        means.append(float(values[steps > steps[-1] - window].mean()))
+    return float(np.median(means)), min(means), max(means), len(means)
+
+
 def speed_and_memory():
     path, r = newest("retrace")
     if r:
@@ -159,11 +172,26 @@ def main():
             "MinAtar SpaceInvaders, no trust region",
         ),
         ("pendulum", "Pendulum-v1 → -200"),
-        ("halfcheetah_scale01", "HalfCheetah-v5, 1M, scale 0.1"),
-        ("halfcheetah_scale01_no_sdn", "HalfCheetah-v5, scale 0.1, no dueling network"),
+        (
+            "halfcheetah_scale01_delta2",
+            "HalfCheetah-v5, 1M, scale 0.1, δ = 2 (defaults)",
+        ),
+        (
+            "halfcheetah_scale01_delta2_no_sdn",
+            "HalfCheetah-v5, scale 0.1, δ = 2, no dueling network",
+        ),
         (
             "halfcheetah_scale01_no_trust_region",
             "HalfCheetah-v5, scale 0.1, no trust region",
+        ),
+        ("halfcheetah_scale01", "HalfCheetah-v5, 1M, scale 0.1, δ = 1"),
+        (
+            "halfcheetah_scale01_ratio8",
+            "HalfCheetah-v5, 1M, scale 0.1, δ = 1, replay ratio 8",
+        ),
+        (
+            "halfcheetah_scale01_no_sdn",
+            "HalfCheetah-v5, scale 0.1, δ = 1, no dueling network",
         ),
         ("halfcheetah", "HalfCheetah-v5, 1M, scale 0.3, replay ratio 4"),
         ("halfcheetah_ratio16", "HalfCheetah-v5, 1M, scale 0.3, replay ratio 16"),
@@ -184,7 +212,10 @@ def main():
         "minatar_breakout",
         "minatar_space_invaders",
         "pendulum",
+        "halfcheetah_scale01_delta2",
+        "halfcheetah_scale01_delta2_no_sdn",
         "halfcheetah_scale01",
+        "halfcheetah_scale01_ratio8",
         "halfcheetah",
         "halfcheetah_ratio16",
         "atari_breakout",
@@ -195,6 +226,21 @@ def main():
             print(
                 f"- {name}: trust region active on {pct(med)} of steps "
                 f"(median over {n} seeds, range {pct(lo)}-{pct(hi)})"
+            )
+    print()
+    for name in (
+        "halfcheetah_scale01_delta2",
+        "halfcheetah_scale01_delta2_no_sdn",
+        "halfcheetah_scale01_no_trust_region",
+        "halfcheetah_scale01",
+        "halfcheetah_scale01_ratio8",
+    ):
+        late = late_eval(name)
+        if late:
+            med, lo, hi, n = late
+            print(
+                f"- {name}: greedy evaluation averaged over the last 100k env steps "
+                f"{med:.0f} (median over {n} seeds, range {lo:.0f}-{hi:.0f})"
             )
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_scale03|halfcheetah_plot|atari]...
+#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -74,24 +74,35 @@ halfcheetah_run() {  # name extra-overrides...; about 30 core-minutes per 1M-ste
     --protocol "HalfCheetah-v5, 1M env steps, greedy eval (policy mean) of 5 episodes every 10k env steps${*:+; $*}" \
     -- env.name=HalfCheetah-v5 collector.total_frames=1000000 checkpoint.interval=100000 "$@"
 }
-halfcheetah() {  # the example's defaults (fixed scale 0.1) and the two ablations
-  halfcheetah_run halfcheetah_scale01 model.fixed_scale=0.1
-  SEEDS=${SEEDS:-0 1} halfcheetah_run halfcheetah_scale01_no_trust_region model.fixed_scale=0.1 \
-    loss.trust_region_delta=null
-  SEEDS=${SEEDS:-0 1} halfcheetah_run halfcheetah_scale01_no_sdn model.fixed_scale=0.1 model.dueling=false
+halfcheetah() {  # the example's defaults (fixed scale 0.1, δ = 2) and the two ablations
+  halfcheetah_run halfcheetah_scale01_delta2 model.fixed_scale=0.1 loss.trust_region_delta=2.0
+  halfcheetah_run halfcheetah_scale01_delta2_no_sdn model.fixed_scale=0.1 loss.trust_region_delta=2.0 \
+    model.dueling=false
+  halfcheetah_run halfcheetah_scale01_no_trust_region model.fixed_scale=0.1 loss.trust_region_delta=null
 }
-halfcheetah_scale03() {  # the paper's fixed scale 0.3, replay ratio 4 and 16, and its ablations
-  halfcheetah_run halfcheetah model.fixed_scale=0.3
-  halfcheetah_run halfcheetah_ratio16 model.fixed_scale=0.3 replay.ratio=16
-  SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_no_sdn model.fixed_scale=0.3 model.dueling=false
+halfcheetah_sweep() {  # scale 0.1 with δ = 1 (the default before): replay ratio 4 and 8, a plain Q critic
+  halfcheetah_run halfcheetah_scale01 model.fixed_scale=0.1 loss.trust_region_delta=1.0
+  halfcheetah_run halfcheetah_scale01_ratio8 model.fixed_scale=0.1 loss.trust_region_delta=1.0 \
+    replay.ratio=8
+  SEEDS=${SEEDS:-0 1} halfcheetah_run halfcheetah_scale01_no_sdn model.fixed_scale=0.1 \
+    loss.trust_region_delta=1.0 model.dueling=false
+}
+halfcheetah_scale03() {  # the paper's fixed scale 0.3 (δ = 1), replay ratio 4 and 16, and its ablations
+  halfcheetah_run halfcheetah model.fixed_scale=0.3 loss.trust_region_delta=1.0
+  halfcheetah_run halfcheetah_ratio16 model.fixed_scale=0.3 loss.trust_region_delta=1.0 replay.ratio=16
+  SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_no_sdn model.fixed_scale=0.3 loss.trust_region_delta=1.0 \
+    model.dueling=false
   SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_no_trust_region model.fixed_scale=0.3 \
     loss.trust_region_delta=null
 }
 halfcheetah_plot() {  # the README's HalfCheetah figures, from the runs above
-  plot_runs bench/results/halfcheetah.png "HalfCheetah-v5: ACER (fixed scale 0.1) and its ablations" \
-    "halfcheetah_scale01:ACER, scale 0.1" "halfcheetah:ACER, scale 0.3 (the paper's)" \
-    "halfcheetah_scale01_no_sdn:scale 0.1, no dueling network" \
-    "halfcheetah_scale01_no_trust_region:scale 0.1, no trust region"
+  plot_runs bench/results/halfcheetah.png "HalfCheetah-v5: ACER (fixed scale 0.1, δ = 2) and its ablations" \
+    "halfcheetah_scale01_delta2:ACER" "halfcheetah_scale01_delta2_no_sdn:no dueling network" \
+    "halfcheetah_scale01_no_trust_region:no trust region"
+  plot_runs bench/results/halfcheetah_sweep.png "HalfCheetah-v5: ACER's scale, δ and replay ratio" \
+    "halfcheetah_scale01_delta2:scale 0.1, δ = 2, ratio 4 (defaults)" \
+    "halfcheetah_scale01:scale 0.1, δ = 1, ratio 4" "halfcheetah_scale01_ratio8:scale 0.1, δ = 1, ratio 8" \
+    "halfcheetah:scale 0.3, δ = 1, ratio 4"
   plot_runs bench/results/halfcheetah_ablations.png "HalfCheetah-v5: ACER (fixed scale 0.3) and its ablations" \
     "halfcheetah:ACER, replay ratio 4" "halfcheetah_ratio16:ACER, replay ratio 16" \
     "halfcheetah_no_sdn:ratio 4, no dueling network" \
@@ -101,8 +112,8 @@ pendulum() {
   $L pendulum --seeds 0 1 2 3 4 --threshold -200 --example acer_mujoco \
     --protocol "Pendulum-v1, env steps, greedy eval (policy mean) of 5 episodes every 5k env steps" \
     -- env.name=Pendulum-v1 collector.total_frames=150000 model.num_cells=[64,64] \
-       model.fixed_scale=null replay.ratio=32 optim.lr=1e-3 eval.interval=5000 \
-       eval.max_steps=200 logger.log_interval=5000
+       model.fixed_scale=null loss.trust_region_delta=1.0 replay.ratio=32 optim.lr=1e-3 \
+       eval.interval=5000 eval.max_steps=200 logger.log_interval=5000
 }
 for part in "${@:-cartpole minatar minatar_ablations}"; do
   for p in $part; do $p; done
