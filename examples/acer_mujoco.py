@@ -5,8 +5,9 @@
 
 Settings are in ``config_mujoco.yaml``: the paper's continuous ACER (fully
 off-policy, T = 50, averaged-policy decay 0.995, c = 5) with a fixed policy scale
-of 0.1 and a trust-region bound of 2 (with the paper's scale 0.3, or with a bound of
-1, HalfCheetah-v5 learned more slowly and ended lower).
+of 0.1 and a trust-region bound of 2 (with the paper's scale 0.3, HalfCheetah-v5
+learned more slowly and ended lower; with a bound of 1 it ended a little lower, by
+less than the spread between seeds).
 The policy is a Gaussian MLP whose mean is squashed into the action bounds
 (``model.bound_mean``; the Gaussian itself is not squashed), the critic a stochastic dueling network
 (:class:`torchrl_acer.StochasticDuelingNetwork`); actions are clipped to the
