@@ -51,9 +51,9 @@ def pct(fraction):
     return f"{fraction * 100:.2g}%"
 
 
-def trust_region_activity(name):
-    """Median over seeds of each run's mean share of steps with an active trust
-    region (from the runs' CSV logs, which stay in bench/runs/)."""
+def trust_region_shares(name):
+    """Each run's mean share of steps with an active trust region (from the runs'
+    CSV logs, which stay in bench/runs/)."""
     from torchrl_acer.plot import read_scalar
 
     base = Path(__file__).parent / "runs" / name
@@ -64,22 +64,34 @@ def trust_region_activity(name):
         except FileNotFoundError:
             continue
         shares.append(float(values.mean()))
-    if not shares:
-        return None
-    return float(np.median(shares)), min(shares), max(shares), len(shares)
+    return shares
 
 
-def late_eval(name, window=100_000):
-    """Median over seeds (min, max, n) of each run's mean greedy evaluation over its
-    last ``window`` env steps: steadier than the single final evaluation."""
+def late_eval_means(name, window=100_000):
+    """Each run's mean greedy evaluation over its last ``window`` env steps:
+    steadier than the single final evaluation."""
     _, r = newest(f"learning-{name}")
     if r is None:
-        return None
+        return []
     means = []
     for run in r["runs"]:
         steps, values = np.array(run["eval_steps"]), np.array(run["eval_reward"])
         means.append(float(values[steps > steps[-1] - window].mean()))
-    return float(np.median(means)), min(means), max(means), len(means)
+    return means
+
+
+def print_over_seeds(names, per_seed, what, fmt):
+    """One line per run name: ``what`` with ``{}`` filled by the median over seeds of
+    the values ``per_seed(name)`` returns, then the range (names without values are
+    skipped)."""
+    for name in names:
+        values = per_seed(name)
+        if values:
+            med, lo, hi = float(np.median(values)), min(values), max(values)
+            print(
+                f"- {name}: {what.format(fmt(med))} "
+                f"(median over {len(values)} seeds, range {fmt(lo)}-{fmt(hi)})"
+            )
 
 
 def speed_and_memory():
@@ -206,42 +218,38 @@ def main():
         if row:
             print(row)
     print()
-    for name in (
-        "cartpole_v0",
-        "cartpole_v1",
-        "minatar_breakout",
-        "minatar_space_invaders",
-        "pendulum",
-        "halfcheetah_scale01_delta2",
-        "halfcheetah_scale01_delta2_no_sdn",
-        "halfcheetah_scale01",
-        "halfcheetah_scale01_ratio8",
-        "halfcheetah",
-        "halfcheetah_ratio16",
-        "atari_breakout",
-    ):
-        activity = trust_region_activity(name)
-        if activity:
-            med, lo, hi, n = activity
-            print(
-                f"- {name}: trust region active on {pct(med)} of steps "
-                f"(median over {n} seeds, range {pct(lo)}-{pct(hi)})"
-            )
+    print_over_seeds(
+        (
+            "cartpole_v0",
+            "cartpole_v1",
+            "minatar_breakout",
+            "minatar_space_invaders",
+            "pendulum",
+            "halfcheetah_scale01_delta2",
+            "halfcheetah_scale01_delta2_no_sdn",
+            "halfcheetah_scale01",
+            "halfcheetah_scale01_ratio8",
+            "halfcheetah",
+            "halfcheetah_ratio16",
+            "atari_breakout",
+        ),
+        trust_region_shares,
+        "trust region active on {} of steps",
+        pct,
+    )
     print()
-    for name in (
-        "halfcheetah_scale01_delta2",
-        "halfcheetah_scale01_delta2_no_sdn",
-        "halfcheetah_scale01_no_trust_region",
-        "halfcheetah_scale01",
-        "halfcheetah_scale01_ratio8",
-    ):
-        late = late_eval(name)
-        if late:
-            med, lo, hi, n = late
-            print(
-                f"- {name}: greedy evaluation averaged over the last 100k env steps "
-                f"{med:.0f} (median over {n} seeds, range {lo:.0f}-{hi:.0f})"
-            )
+    print_over_seeds(
+        (
+            "halfcheetah_scale01_delta2",
+            "halfcheetah_scale01_delta2_no_sdn",
+            "halfcheetah_scale01_no_trust_region",
+            "halfcheetah_scale01",
+            "halfcheetah_scale01_ratio8",
+        ),
+        late_eval_means,
+        "greedy evaluation averaged over the last 100k env steps {}",
+        lambda value: f"{value:.0f}",
+    )
 
 
 if __name__ == "__main__":
