@@ -28,7 +28,7 @@ ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import RESULTS, save  # noqa: E402
 
-from torchrl_acer.plot import plot_groups, read_scalar  # noqa: E402
+from torchrl_acer.training.plot import plot_groups, read_scalar  # noqa: E402
 
 
 def run_seed(example, overrides, seed, run_dir, log):

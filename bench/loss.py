@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import interleaved_medians, save  # noqa: E402
 
 from torchrl_acer import ACERLoss  # noqa: E402
-from torchrl_acer.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
+from torchrl_acer.modules.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
 
 
 def batch(B, T, obs_key, obs_shape, num_actions, dtype):

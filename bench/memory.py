@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import save  # noqa: E402
 
-from torchrl_acer.frame_replay import FrameStackReplayBuffer  # noqa: E402
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -36,8 +36,8 @@ def template_batch(num_envs, T):
     """One real [num_envs, T] collector batch of Breakout."""
     from torchrl.collectors import Collector
 
-    from torchrl_acer.atari import make_atari_env
-    from torchrl_acer.models import atari_actor_critic
+    from torchrl_acer.modules.models import atari_actor_critic
+    from torchrl_acer.training.atari import make_atari_env
 
     env = make_atari_env("ALE/Breakout-v5", num_envs=num_envs, seed=0)
     actor, _ = atari_actor_critic(

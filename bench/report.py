@@ -54,7 +54,7 @@ def pct(fraction):
 def trust_region_shares(name):
     """Each run's mean share of steps with an active trust region (from the runs'
     CSV logs, which stay in bench/runs/)."""
-    from torchrl_acer.plot import read_scalar
+    from torchrl_acer.training.plot import read_scalar
 
     base = Path(__file__).parent / "runs" / name
     shares = []

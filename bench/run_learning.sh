@@ -59,7 +59,7 @@ plot_runs() {  # out title group:label...; one curve (median and range over seed
     runs+=("${seeds[@]}")
     args+=(--label "${pair#*:}" --group ${#seeds[@]})
   done
-  $PY -m torchrl_acer.plot "${runs[@]}" --out "$out" --title "$title" "${args[@]}"
+  $PY -m torchrl_acer.training.plot "${runs[@]}" --out "$out" --title "$title" "${args[@]}"
 }
 ablation_plots() {  # the README's ablation figures, from the runs above
   local name

@@ -41,10 +41,10 @@ ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import save  # noqa: E402
 
-from torchrl_acer.atari import make_atari_env  # noqa: E402
-from torchrl_acer.experiment import Experiment, build  # noqa: E402
-from torchrl_acer.frame_replay import FrameStackReplayBuffer  # noqa: E402
-from torchrl_acer.models import atari_actor_critic  # noqa: E402
+from torchrl_acer.modules.models import atari_actor_critic  # noqa: E402
+from torchrl_acer.training.atari import make_atari_env  # noqa: E402
+from torchrl_acer.training.experiment import Experiment, build  # noqa: E402
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer  # noqa: E402
 
 
 def make_trainer(game, run_dir, num_envs, T):

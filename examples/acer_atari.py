@@ -5,20 +5,20 @@
 
 Settings are in ``config_atari.yaml``; steps count agent steps (4 frames each).
 The games run with the DeepMind preprocessing in the ALE's vector environment
-(:func:`torchrl_acer.atari.make_atari_env`); the loss trains on rewards clipped to
+(:func:`torchrl_acer.training.atari.make_atari_env`); the loss trains on rewards clipped to
 their sign, with a lost life ending the training episode, while scores and
 evaluation use real games. The DQN conv trunk feeds a policy head and a Q head.
 Replay stores each 84x84 frame once (:class:`torchrl_acer.FrameStackReplayBuffer`).
-The training loop is :class:`torchrl_acer.trainer.ACERTrainer`.
+The training loop is :class:`torchrl_acer.training.trainer.ACERTrainer`.
 """
 
 import hydra
 from omegaconf import DictConfig
 
-from torchrl_acer.atari import make_atari_env
-from torchrl_acer.experiment import Experiment, run
-from torchrl_acer.frame_replay import FrameStackReplayBuffer
-from torchrl_acer.models import atari_actor_critic
+from torchrl_acer.modules.models import atari_actor_critic
+from torchrl_acer.training.atari import make_atari_env
+from torchrl_acer.training.experiment import Experiment, run
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
 
 
 @hydra.main(config_path=".", config_name="config_atari", version_base="1.3")

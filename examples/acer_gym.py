@@ -7,16 +7,16 @@
 
 Settings are in ``config_gym.yaml``. Vector observations get MLPs; MinAtar's
 10x10xC grids get the MinAtar paper's small conv net with a policy head and a Q
-head. The training loop is :class:`torchrl_acer.trainer.ACERTrainer`, built from
-the config by :func:`torchrl_acer.experiment.run`.
+head. The training loop is :class:`torchrl_acer.training.trainer.ACERTrainer`, built from
+the config by :func:`torchrl_acer.training.experiment.run`.
 """
 
 import hydra
 from omegaconf import DictConfig
 
-from torchrl_acer.envs import is_minatar, make_env
-from torchrl_acer.experiment import Experiment, run
-from torchrl_acer.models import minatar_actor_critic, mlp_actor_critic
+from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
+from torchrl_acer.training.envs import is_minatar, make_env
+from torchrl_acer.training.experiment import Experiment, run
 
 
 @hydra.main(config_path=".", config_name="config_gym", version_base="1.3")

@@ -12,16 +12,16 @@ The policy is a Gaussian MLP whose mean is squashed into the action bounds
 (``model.bound_mean``; the Gaussian itself is not squashed), the critic a stochastic dueling network
 (:class:`torchrl_acer.StochasticDuelingNetwork`); actions are clipped to the
 action bounds by the environment, so the policy's log-probabilities stay exact.
-The training loop is :class:`torchrl_acer.trainer.ACERTrainer`.
+The training loop is :class:`torchrl_acer.training.trainer.ACERTrainer`.
 """
 
 import gymnasium as gym
 import hydra
 from omegaconf import DictConfig
 
-from torchrl_acer.envs import make_env
-from torchrl_acer.experiment import Experiment, run
-from torchrl_acer.models import gaussian_actor_sdn
+from torchrl_acer.modules.models import gaussian_actor_sdn
+from torchrl_acer.training.envs import make_env
+from torchrl_acer.training.experiment import Experiment, run
 
 
 @hydra.main(config_path=".", config_name="config_mujoco", version_base="1.3")

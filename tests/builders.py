@@ -223,7 +223,7 @@ def table_gaussian_sdn(num_states, action_dim, *, fixed_scale=None, seed=0, n=3)
     """A table Gaussian policy and a dueling critic with a table V and an MLP A."""
     from torchrl.modules import MLP, IndependentNormal
 
-    from torchrl_acer.sdn import StochasticDuelingNetwork
+    from torchrl_acer.modules.sdn import StochasticDuelingNetwork
 
     torch.manual_seed(seed)
     policy = TableGaussian(num_states, action_dim, fixed_scale)

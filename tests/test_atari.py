@@ -5,7 +5,7 @@ pytest.importorskip("ale_py")
 
 from builders import run_example
 
-from torchrl_acer.atari import ale_game_name, make_atari_env  # noqa: E402
+from torchrl_acer.training.atari import ale_game_name, make_atari_env  # noqa: E402
 
 
 def test_game_names():

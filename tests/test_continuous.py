@@ -12,8 +12,8 @@ from torch import nn
 from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
 
 from torchrl_acer import ACERLoss, RetraceEstimator
-from torchrl_acer.models import gaussian_actor_sdn
-from torchrl_acer.sdn import PlainQCritic, StochasticDuelingNetwork
+from torchrl_acer.modules.models import gaussian_actor_sdn
+from torchrl_acer.modules.sdn import PlainQCritic, StochasticDuelingNetwork
 
 DONES = [(0, 2)]
 TERMINATIONS = [(1, 3)]
@@ -550,7 +550,7 @@ class _Float64Observations(gym.Env):
 
 
 def test_float64_observations_reach_the_networks_as_float32():
-    from torchrl_acer.envs import make_env
+    from torchrl_acer.training.envs import make_env
 
     if "Float64Obs-v0" not in gym.registry:
         gym.register("Float64Obs-v0", entry_point=_Float64Observations)

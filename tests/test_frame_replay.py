@@ -5,7 +5,7 @@ import torch
 from gymnasium.wrappers import FrameStackObservation
 from torchrl.envs import GymWrapper
 
-from torchrl_acer.frame_replay import FrameStackReplayBuffer, rebuild_stacks
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer, rebuild_stacks
 
 
 class RandomFrames(gym.Env):
@@ -230,8 +230,8 @@ def test_collector_batches_from_atari():
     ale_py = pytest.importorskip("ale_py")
     from torchrl.collectors import Collector
 
-    from torchrl_acer.atari import make_atari_env
-    from torchrl_acer.models import atari_actor_critic
+    from torchrl_acer.modules.models import atari_actor_critic
+    from torchrl_acer.training.atari import make_atari_env
 
     gym.register_envs(ale_py)
     N, T = 2, 10

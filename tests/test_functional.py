@@ -4,7 +4,7 @@ from reference import retrace_backward_loop, retrace_sum_definition
 from torchrl.objectives.value.functional import td_lambda_return_estimate
 
 from torchrl_acer import retrace_lambda_return_estimate
-from torchrl_acer.functional import reverse_discounted_scan
+from torchrl_acer.objectives.value.functional import reverse_discounted_scan
 
 
 def make_inputs(*shape, dtype=torch.float64, p_done=0.2, p_term=0.5, seed=0):
@@ -200,7 +200,10 @@ def test_gradients_flow_like_the_loop(B, T):
 
 
 def test_blocked_and_plain_scans_agree():
-    from torchrl_acer.functional import _blocked_scan, _hillis_steele_scan
+    from torchrl_acer.objectives.value.functional import (
+        _blocked_scan,
+        _hillis_steele_scan,
+    )
 
     g = torch.Generator().manual_seed(0)
     for T in (64, 65, 99, 100, 257):

@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from torchrl.objectives import SoftUpdate
 
 from torchrl_acer import ACERLoss, RetraceEstimator
-from torchrl_acer.trust_region import project
+from torchrl_acer.objectives.trust_region import project
 
 DONES = [(0, 2)]
 TERMINATIONS = [(1, 4)]

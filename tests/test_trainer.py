@@ -7,10 +7,10 @@ from builders import run_example
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from torchrl_acer.envs import make_env
-from torchrl_acer.experiment import Experiment, build, check_config
-from torchrl_acer.models import minatar_actor_critic, mlp_actor_critic
-from torchrl_acer.trainer import (
+from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
+from torchrl_acer.training.envs import make_env
+from torchrl_acer.training.experiment import Experiment, build, check_config
+from torchrl_acer.training.trainer import (
     ACERTrainer,
     GreedyEvaluator,
     make_segment_replay_buffer,

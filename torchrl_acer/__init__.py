@@ -1,10 +1,22 @@
-"""ACER (Actor-Critic with Experience Replay) and Retrace for TorchRL."""
+"""ACER (Actor-Critic with Experience Replay) and Retrace for TorchRL.
 
-from torchrl_acer.frame_replay import FrameStackReplayBuffer
-from torchrl_acer.functional import retrace_lambda_return_estimate
-from torchrl_acer.loss import ACERLoss
-from torchrl_acer.retrace import ACERValueEstimators, RetraceEstimator
-from torchrl_acer.sdn import PlainQCritic, StochasticDuelingNetwork
+Layout, each floor importing only the floors below it:
+
+- :mod:`torchrl_acer.training`: the application (trainer, experiment runner,
+  environments, Atari, frame-lean replay, plots);
+- :mod:`torchrl_acer.objectives`: the loss and the value estimator, laid out as
+  TorchRL's ``torchrl/objectives``;
+- :mod:`torchrl_acer.modules`: networks (the stochastic dueling critic, model builders).
+"""
+
+from torchrl_acer.modules import PlainQCritic, StochasticDuelingNetwork
+from torchrl_acer.objectives import (
+    ACERLoss,
+    ACERValueEstimators,
+    RetraceEstimator,
+    retrace_lambda_return_estimate,
+)
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
 
 __all__ = [
     "ACERLoss",

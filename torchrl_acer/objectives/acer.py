@@ -22,21 +22,21 @@ from torchrl.objectives.utils import (
 )
 from torchrl.objectives.value import ValueEstimatorBase
 
-from torchrl_acer._checks import as_step_tensor, get_entry
-from torchrl_acer._window import _params_context, transition_in_keys
-from torchrl_acer.retrace import (
-    ACERValueEstimators,
-    RetraceEstimator,
-    gaussian_log_prob,
-    state_value,
-    taken,
-)
-from torchrl_acer.trust_region import (
+from torchrl_acer.objectives._checks import as_step_tensor, get_entry
+from torchrl_acer.objectives._window import _params_context, transition_in_keys
+from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
     TrustRegionHook,
     TrustRegionStats,
     gaussian_kl_gradient,
     kl_gradient,
+)
+from torchrl_acer.objectives.value.retrace import (
+    ACERValueEstimators,
+    RetraceEstimator,
+    gaussian_log_prob,
+    state_value,
+    taken,
 )
 
 __all__ = ["ACERLoss"]
@@ -72,7 +72,7 @@ class ACERLoss(LossModule):
     statistics of step ``t`` (``trust_region_space``: logits by default) is projected
     so that :math:`k_t \cdot z_t \leq \delta` for every step, with :math:`k_t` the
     gradient of :math:`\mathrm{KL}(\pi_{avg}(\cdot|s_t) \| \pi(\cdot|s_t))`, see
-    :mod:`torchrl_acer.trust_region`. It is a gradient hook, so backpropagate
+    :mod:`torchrl_acer.objectives.trust_region`. It is a gradient hook, so backpropagate
     ``loss_objective + loss_entropy`` (with the critic loss, as trainers do) in one
     ``backward``. The averaged policy :math:`\pi_{avg}` is the actor's target
     parameters; keep them with ``SoftUpdate(loss, eps=0.99)`` and call its
@@ -91,8 +91,8 @@ class ACERLoss(LossModule):
 
     **Continuous actions** (paper section 5). With a Gaussian policy
     (``Normal`` / ``IndependentNormal`` over ``loc`` and ``scale``, learned or
-    fixed) the critic is a :class:`~torchrl_acer.sdn.StochasticDuelingNetwork`
-    (:math:`V` and :math:`\tilde Q`; a :class:`~torchrl_acer.sdn.PlainQCritic`
+    fixed) the critic is a :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`
+    (:math:`V` and :math:`\tilde Q`; a :class:`~torchrl_acer.modules.sdn.PlainQCritic`
     instead gives the paper's ablation without it, with no :math:`V` term in the
     critic loss), the traces are
     :math:`\min(1, \rho_t^{1/d})`, and, with :math:`Q_{opc}` the same recursion
@@ -123,7 +123,7 @@ class ACERLoss(LossModule):
             Gaussian (``Normal``, ``IndependentNormal``).
         critic_network (TensorDictModule): for a categorical policy, the critic
             writing one value per action under ``"action_value"``; for a Gaussian
-            one, a :class:`~torchrl_acer.sdn.StochasticDuelingNetwork`. It gets no
+            one, a :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`. It gets no
             target parameters.
 
     Keyword Args:

@@ -29,7 +29,7 @@ from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 from torchrl.objectives import SoftUpdate
 
-from torchrl_acer.loss import ACERLoss
+from torchrl_acer.objectives.acer import ACERLoss
 
 __all__ = ["ACERTrainer", "GreedyEvaluator", "make_segment_replay_buffer"]
 

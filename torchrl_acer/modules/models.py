@@ -231,14 +231,14 @@ def gaussian_actor_sdn(
     apart, and an unbounded mean drifts there without limit (on Pendulum-v1 it
     reached hundreds against bounds of 2, and returns collapsed). The Gaussian
     itself stays unsquashed. The critic is
-    :class:`~torchrl_acer.sdn.StochasticDuelingNetwork` with ``V(s)`` and
+    :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork` with ``V(s)`` and
     ``A(s, a)`` MLPs and ``num_samples`` baseline draws; with ``dueling=False`` it
-    is a :class:`~torchrl_acer.sdn.PlainQCritic` (a ``Q(s, a)`` MLP, ``V`` from
+    is a :class:`~torchrl_acer.modules.sdn.PlainQCritic` (a ``Q(s, a)`` MLP, ``V`` from
     ``num_samples`` draws), the paper's ablation without the dueling network.
     """
     from torchrl.modules import IndependentNormal
 
-    from torchrl_acer.sdn import PlainQCritic, StochasticDuelingNetwork
+    from torchrl_acer.modules.sdn import PlainQCritic, StochasticDuelingNetwork
 
     def mlp(in_features, out_features):
         return MLP(

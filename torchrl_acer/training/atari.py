@@ -25,7 +25,7 @@ from tensordict import TensorDictBase
 from torchrl.data import Binary, Unbounded
 from torchrl.envs import EnvBase, GymWrapper, RenameTransform, RewardSum, Transform
 
-from torchrl_acer.envs import check_env_id
+from torchrl_acer.training.envs import check_env_id
 
 __all__ = ["AtariTrainingSignals", "ale_game_name", "make_atari_env"]
 

@@ -1,4 +1,4 @@
-"""From a Hydra config to a running :class:`~torchrl_acer.trainer.ACERTrainer`.
+"""From a Hydra config to a running :class:`~torchrl_acer.training.trainer.ACERTrainer`.
 
 The examples (``examples/acer_*.py``) choose an environment and networks; this
 module builds everything else from the config the same way for all of them: the
@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from torchrl.collectors import Collector
 from torchrl.record.loggers import get_logger
 
-from torchrl_acer.loss import ACERLoss
-from torchrl_acer.trainer import (
+from torchrl_acer.objectives.acer import ACERLoss
+from torchrl_acer.training.trainer import (
     ACERTrainer,
     GreedyEvaluator,
     make_segment_replay_buffer,
@@ -42,7 +42,7 @@ class Experiment:
             signals such as life loss).
         make_models: ``make_models(env) -> (actor, critic)``.
         make_replay: ``make_replay(capacity_steps, T, batch_segments)``; defaults
-            to :func:`~torchrl_acer.trainer.make_segment_replay_buffer`.
+            to :func:`~torchrl_acer.training.trainer.make_segment_replay_buffer`.
         loss_keys: keys for ``ACERLoss.set_keys`` (e.g. a clipped reward).
     """
 
@@ -220,7 +220,7 @@ def run(cfg: DictConfig, experiment: Experiment) -> ACERTrainer:
         f"max {trainer.last_eval['reward_max']:.1f})"
     )
     if cfg.logger.backend == "csv":
-        from torchrl_acer.plot import plot_runs
+        from torchrl_acer.training.plot import plot_runs
 
         plot = plot_runs([run_dir], run_dir / "eval_reward.png", title=cfg.env.name)
         print(f"logs: {run_dir / 'logs'}\nplot: {plot}")

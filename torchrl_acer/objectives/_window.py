@@ -26,7 +26,7 @@ from tensordict.nn import (
 )
 from tensordict.utils import NestedKey
 
-from torchrl_acer._checks import get_entry
+from torchrl_acer.objectives._checks import get_entry
 
 
 class ObservationWindow:

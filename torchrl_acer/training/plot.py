@@ -1,6 +1,6 @@
 """Learning curves from runs' CSV logs: the median and the range across seeds.
 
-    python -m torchrl_acer.plot RUN_DIR [RUN_DIR ...] --out curve.png \
+    python -m torchrl_acer.training.plot RUN_DIR [RUN_DIR ...] --out curve.png \
         [--metric eval/reward] [--label NAME] [--reference 1e6:9 ...]
 
 Each ``RUN_DIR`` is a run written by the examples (its scalars are under

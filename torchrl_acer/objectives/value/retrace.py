@@ -14,21 +14,21 @@ from torchrl.modules import IndependentNormal
 from torchrl.objectives.utils import register_value_estimator
 from torchrl.objectives.value import ValueEstimatorBase
 
-from torchrl_acer._checks import (
+from torchrl_acer.modules.sdn import StochasticDuelingNetwork
+from torchrl_acer.objectives._checks import (
     action_index,
     as_step_tensor,
     check_finite_log_prob,
     get_entry,
 )
-from torchrl_acer._window import (
+from torchrl_acer.objectives._window import (
     ObservationWindow,
     PolicyCriticEvaluator,
     _params_context,
     _probabilistic_module,
     transition_in_keys,
 )
-from torchrl_acer.functional import retrace_lambda_return_estimate
-from torchrl_acer.sdn import StochasticDuelingNetwork
+from torchrl_acer.objectives.value.functional import retrace_lambda_return_estimate
 
 __all__ = ["ACERValueEstimators", "RetraceEstimator"]
 
