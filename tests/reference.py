@@ -110,7 +110,8 @@ def acer_discrete_reference(
     Straight from the equations: for each row, the Retrace target by the backward
     loop; for each step, J_t = min(c, rho_t) sg(G_t - V_t) log pi(a_t)
     + sum_a sg([1 - c / rho(a)]_+ pi(a) (Q(a) - V_t)) log pi(a), H_t the entropy and
-    the critic loss 1/2 (sg(G_t) - Q(s_t, a_t))^2. The policy gradient of each step
+    the critic loss (sg(G_t) - Q(s_t, a_t))^2 (TorchRL's "l2" distance: the paper's
+    update is the gradient of half of it, a factor that critic_coeff absorbs). The policy gradient of each step
     is taken with respect to that step's statistics phi_t (logits, log-probs or
     probs), projected with the trust region when ``delta`` is given, and carried back
     to the logits. Each step must read its own table row.
@@ -142,8 +143,8 @@ def acer_discrete_reference(
             G[t] = reward[b, t] + gamma * (0.0 if terminated[b, t] else 1.0) * bootstrap
         for t in range(T):
             s, a = state_ids[b, t], action[b, t]
-            # critic: d/dQ[s, a] of critic_coeff * 1/2 (G - Q)^2 / n
-            grad_Q[s, a] += critic_coeff * (Q[s, a] - G[t]) / n
+            # critic: d/dQ[s, a] of critic_coeff * (G - Q)^2 / n
+            grad_Q[s, a] += critic_coeff * 2 * (Q[s, a] - G[t]) / n
             # policy: the step's statistics as a leaf
             logits = L[s].clone().requires_grad_()
             if space == "logits":
@@ -294,11 +295,14 @@ def acer_gaussian_reference(
             q_opc[t] = reward[b, t] + gamma * keep * boot_opc
         for t in range(T):
             s = state_ids[b, t]
-            # critic: 1/2 (Q_ret - Q~)^2 - sg(min(1, rho) (Q_ret - Q~)) V
+            # critic: (Q_ret - Q~)^2 + (V_target - V)^2 with the paper's
+            # V_target = sg(min(1, rho) (Q_ret - Q~) + V): gradients
+            # 2 (Q_ret - Q~) grad Q~ and 2 min(1, rho) (Q_ret - Q~) grad V
             err = q_ret[t] - q_taken[t]
-            critic = 0.5 * err**2
+            critic = err**2
             if dueling:
-                critic = critic - min(1.0, rho[t]) * err.detach() * v_now[t]
+                v_target = (min(1.0, rho[t]) * err + v_now[t]).detach()
+                critic = critic + (v_target - v_now[t]) ** 2
             critic_total = critic_total + critic_coeff * critic / n
             # policy: the step's statistics (mean, and scale if learned) as a leaf
             phi = torch.cat([L[s], sigma]) if learned else L[s].clone()

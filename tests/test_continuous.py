@@ -99,7 +99,7 @@ def check_policy_against_reference(
         gamma=0.9,
         ratio_clip=1.2,
         entropy_coeff=0.05,
-        critic_coeff=0.5,
+        critic_coeff=float(loss.critic_coeff),
         **kwargs,
     )
     torch.testing.assert_close(
@@ -409,7 +409,7 @@ def test_estimator_q_opc_and_traces(dueling):
     td["next", "reward"] = torch.randn(B, T, 1)
     td["next", "done"] = torch.zeros(B, T, 1, dtype=torch.bool)
     td["next", "terminated"] = torch.zeros(B, T, 1, dtype=torch.bool)
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
     torch.manual_seed(0)
     out = est(td.clone())
     # on-policy (the batch's own actions and log-probs): rho = 1, so Q_ret = Q_opc
@@ -486,7 +486,9 @@ class TestBadInput:
             distribution_class=TanhNormal,
         )
         with pytest.raises(TypeError, match="bound actions in the environment"):
-            RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=None)
+            RetraceEstimator(
+                gamma=0.9, actor_network=actor, value_network=nn.Linear(1, 1)
+            )
 
     def test_gaussian_policy_needs_dueling_critic(self):
         actor, _ = gaussian_actor_sdn(3, 2, num_cells=[8])

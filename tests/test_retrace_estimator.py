@@ -68,7 +68,7 @@ def test_estimator_matches_plain_reference_with_mid_row_resets(shared, one_hot):
     )
     G, v = plain_reference(actor, critic, data, gamma=0.9, lmbda=0.95, c_thresh=1.3)
     est = RetraceEstimator(
-        gamma=0.9, lmbda=0.95, c_thresh=1.3, actor_network=actor, critic_network=critic
+        gamma=0.9, lmbda=0.95, c_thresh=1.3, actor_network=actor, value_network=critic
     )
     out = est(data.clone())
     torch.testing.assert_close(out["value_target"], G, rtol=1e-10, atol=1e-10)
@@ -80,7 +80,7 @@ def test_estimator_matches_plain_reference_with_mid_row_resets(shared, one_hot):
 
 def test_truncation_bootstraps_from_the_real_next_observation():
     actor, critic = discrete_actor_critic()
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
     data = random_batch(1, 6, dones=[(0, 2)])
     G = est(data.clone())["value_target"]
     # moving the reset observation that follows the truncation changes G at t=2 only
@@ -107,7 +107,9 @@ def test_networks_see_T_plus_1_observations_per_row(dones, terminations, extra, 
         counters = [CallCounter(critic.module[0].module)]  # the trunk
     else:
         counters = [CallCounter(actor.module[0].module), CallCounter(critic.module)]
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    est = RetraceEstimator(
+        gamma=0.9, actor_network=actor, value_network=critic, shifted=True
+    )
     est(random_batch(B, T, dones=dones, terminations=terminations))
     for counter in counters:
         assert counter.sizes == [B * (T + 1) + extra]
@@ -116,7 +118,7 @@ def test_networks_see_T_plus_1_observations_per_row(dones, terminations, extra, 
 def test_shared_trunk_matches_separate_networks():
     actor, critic = discrete_actor_critic(shared=True)
     data = random_batch(2, 5, dones=[(1, 1)])
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
     G, v = plain_reference(actor, critic, data, gamma=0.9)
     out = est(data)
     torch.testing.assert_close(out["value_target"], G)
@@ -125,7 +127,7 @@ def test_shared_trunk_matches_separate_networks():
 
 def test_leading_batch_dims_and_time_dim():
     actor, critic = discrete_actor_critic()
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
     data = random_batch(6, 5, dones=[(1, 2)], terminations=[(4, 0)])
     expected = est(data.clone())["value_target"]
     # [2, 3, T]
@@ -139,23 +141,11 @@ def test_leading_batch_dims_and_time_dim():
     named.names = ["time", None]
     torch.testing.assert_close(est(named)["value_target"], expected.transpose(0, 1))
     est_t0 = RetraceEstimator(
-        gamma=0.9, actor_network=actor, critic_network=critic, time_dim=0
+        gamma=0.9, actor_network=actor, value_network=critic, time_dim=0
     )
     torch.testing.assert_close(
         est_t0(time_first)["value_target"], expected.transpose(0, 1)
     )
-
-
-def test_differentiable_flag():
-    actor, critic = discrete_actor_critic()
-    data = random_batch(2, 4)
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
-    assert not est(data.clone())["value_target"].requires_grad
-    est = RetraceEstimator(
-        gamma=0.9, actor_network=actor, critic_network=critic, differentiable=True
-    )
-    out = est(data.clone())
-    assert out["value_target"].requires_grad and out["state_value"].requires_grad
 
 
 def test_nested_keys():
@@ -163,7 +153,7 @@ def test_nested_keys():
     data = random_batch(2, 4)
     data["behaviour", "lp"] = data.pop("action_log_prob")
     data["next", "env", "r"] = data["next"].pop("reward")
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
     est.set_keys(
         sample_log_prob=("behaviour", "lp"),
         reward=("env", "r"),
@@ -180,7 +170,7 @@ def test_nested_keys():
 def test_functional_params_are_used():
     actor, critic = discrete_actor_critic()
     data = random_batch(2, 4)
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
     _, other_critic = discrete_actor_critic(seed=1)
     other_actor, _ = discrete_actor_critic(seed=2)
     out = est(
@@ -189,7 +179,7 @@ def test_functional_params_are_used():
         actor_params=TensorDict.from_module(other_actor),
     )
     other = RetraceEstimator(
-        gamma=0.9, actor_network=other_actor, critic_network=other_critic
+        gamma=0.9, actor_network=other_actor, value_network=other_critic
     )
     torch.testing.assert_close(out["value_target"], other(data)["value_target"])
     # the estimator's own modules keep their parameters
@@ -236,7 +226,7 @@ def test_on_collector_batch_with_truncations():
     assert batch.batch_size == (2, 30) and batch.names == [None, "time"]
     done, term = batch["next", "done"], batch["next", "terminated"]
     assert (done & ~term)[:, :-1].any()  # mid-row truncations are exercised
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
     out = est(batch.clone())
     G, v = plain_reference(actor.double(), critic.double(), batch, gamma=0.9)
     torch.testing.assert_close(out["value_target"].double(), G, rtol=1e-5, atol=1e-5)
@@ -259,7 +249,7 @@ def test_on_slice_sampler_batch():
     # slice ends are marked done and truncated (not terminated), so they bootstrap
     assert sample["next", "truncated"][:, -1].all()
     assert sample["next", "done"][:, -1].all()
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
+    est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
     out = est(sample.clone())
     G, v = plain_reference(actor.double(), critic.double(), sample, gamma=0.9)
     torch.testing.assert_close(out["value_target"].double(), G, rtol=1e-5, atol=1e-5)
@@ -272,7 +262,7 @@ class TestBadInput:
     def setup_method(self):
         self.actor, self.critic = discrete_actor_critic()
         self.est = RetraceEstimator(
-            gamma=0.9, actor_network=self.actor, critic_network=self.critic
+            gamma=0.9, actor_network=self.actor, value_network=self.critic
         )
 
     @pytest.mark.parametrize(
@@ -310,7 +300,7 @@ class TestBadInput:
             torch.nn.Linear(3, 1).double(), ["observation"], ["action_value"]
         )
         est = RetraceEstimator(
-            gamma=0.9, actor_network=self.actor, critic_network=critic
+            gamma=0.9, actor_network=self.actor, value_network=critic
         )
         with pytest.raises(ValueError, match="one value per action"):
             est(random_batch(2, 4))

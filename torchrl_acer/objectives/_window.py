@@ -8,7 +8,12 @@ before the last step): those are bootstrapped from ``V(s'_t)`` and ``s'_t`` is n
 the next row entry (a reset observation is). They are appended as extra inputs, so
 the networks see ``B (T + 1) + K`` observations in one call, ``K`` the number of
 mid-row truncations, instead of ``2 B T``. Mid-row terminations need no extra
-input: their next value is multiplied by zero.
+input: their next value is multiplied by zero. This is TorchRL's ``shifted=True``
+(one call over the shifted observations), exact for any number of resets in a row.
+
+With ``shifted=False`` (TorchRL's default meaning) the window makes no assumption
+about ``s'_t``: the networks see the ``B T`` observations and the ``B T`` next
+observations, still in one call.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from tensordict.nn import (
     ProbabilisticTensorDictModule,
     TensorDictModuleBase,
     TensorDictSequential,
+    set_skip_existing,
 )
 from tensordict.utils import NestedKey
+from torchrl.modules import GRUModule, LSTMModule
 
 from torchrl_acer.objectives._checks import get_entry
 
@@ -36,6 +43,9 @@ class ObservationWindow:
         inputs: a flat ``[B (T + 1) + K]`` TensorDict holding only ``in_keys``.
         current: a flat ``[B T]`` TensorDict of the observations ``s_t`` alone.
         num_extra: ``K``, the number of mid-row truncations.
+        shifted: whether ``inputs`` is the shifted window above (``True``) or the
+            ``B T`` observations followed by the ``B T`` next observations
+            (``False``).
     """
 
     def __init__(
@@ -46,10 +56,26 @@ class ObservationWindow:
         done: torch.Tensor,
         terminated: torch.Tensor,
         owner: str,
+        shifted: bool = True,
     ):
         self.batch_shape = tensordict.batch_size[:-1]
         self.T = tensordict.batch_size[-1]
+        self.shifted = shifted
         time = len(self.batch_shape)
+        rows = math.prod(self.batch_shape)
+        if not shifted:
+            current, both = {}, {}
+            for key in in_keys:
+                obs = get_entry(tensordict, key, owner, "an input of the networks")
+                next_obs = get_entry(
+                    tensordict, _next(key), owner, "the next observation of each step"
+                )
+                current[key] = obs.flatten(0, time)
+                both[key] = torch.cat([current[key], next_obs.flatten(0, time)], 0)
+            self.num_extra = 0
+            self.inputs = TensorDict(both, [2 * rows * self.T])
+            self.current = TensorDict(current, [rows * self.T])
+            return
         mid_truncation = done & ~terminated
         mid_truncation[..., -1] = False
         self.mid_truncation = mid_truncation
@@ -74,15 +100,17 @@ class ObservationWindow:
         self.num_extra = next(iter(extra.values())).shape[0] if any_extra else 0
         if any_extra:
             window = {k: torch.cat([v, extra[k]], 0) for k, v in window.items()}
-        rows = math.prod(self.batch_shape)
         self.inputs = TensorDict(window, [rows * (self.T + 1) + self.num_extra])
         self.current = TensorDict(current, [rows * self.T])
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Splits ``[B (T + 1) + K, *F]`` outputs into ``(at s_t, at s'_t)``, each
+        """Splits the outputs on ``inputs`` into ``(at s_t, at s'_t)``, each
         ``[*B, T, *F]``."""
-        n = math.prod(self.batch_shape) * (self.T + 1)
         feature_shape = values.shape[1:]
+        if not self.shifted:
+            current, nxt = values.reshape(2, *self.batch_shape, self.T, *feature_shape)
+            return current, nxt
+        n = math.prod(self.batch_shape) * (self.T + 1)
         window = values[:n].reshape(*self.batch_shape, self.T + 1, *feature_shape)
         time = len(self.batch_shape)
         current = window.narrow(time, 0, self.T)
@@ -153,6 +181,14 @@ class PolicyCriticEvaluator:
     ):
         self.actor_network = actor_network
         self.critic_network = critic_network
+        for name, network in (
+            ("actor_network", actor_network),
+            ("critic", critic_network),
+        ):
+            refuse_recurrent(network, name)
+        # (id(params), id(module)) -> (weak refs to both, whether params are the
+        # module's own); lives and dies with this evaluator
+        self._own_params = {}
         prob_module = _probabilistic_module(actor_network)
         dist_keys = list(prob_module.dist_keys)
         missing = [p for p in dist_params if p not in dist_keys]
@@ -195,16 +231,28 @@ class PolicyCriticEvaluator:
         actor_params: TensorDictBase | None = None,
         critic_params: TensorDictBase | None = None,
         detach_shared: bool = False,
+        skip_existing: bool = False,
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Returns ``(distribution parameters, the critic's output_key)``."""
+        """Returns ``(distribution parameters, the critic's output_key)``.
+
+        With ``skip_existing`` the critic's modules whose outputs ``inputs``
+        already holds are skipped (the policy always runs: the behaviour logits
+        stored with the data must never stand in for the current policy's).
+        """
         data = inputs.copy()
-        with _params_context(actor_params, self.actor_network):
+        with (
+            self.params_context(actor_params, self.actor_network),
+            set_skip_existing(False),
+        ):
             self.actor_network.get_dist_params(data)
         params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
         if detach_shared:
             for key in self.shared_out_keys:
                 data.set(key, data.get(key).detach())
-        with _params_context(critic_params, self.critic_network):
+        with (
+            self.params_context(critic_params, self.critic_network),
+            set_skip_existing(skip_existing),
+        ):
             out = self.critic_tail(data).get(output_key)
         return params, out
 
@@ -213,33 +261,58 @@ class PolicyCriticEvaluator:
     ) -> dict[str, torch.Tensor]:
         """The policy's distribution parameters alone (the averaged policy's pass)."""
         data = inputs.copy()
-        with _params_context(params, self.actor_network):
+        with (
+            self.params_context(params, self.actor_network),
+            set_skip_existing(False),
+        ):
             self.actor_network.get_dist_params(data)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
+    def params_context(self, params, module):
+        """Puts ``params`` in ``module`` for the call, unless they are its own.
 
-# (id(params), id(module)) -> (weak refs to both, whether params are the module's own)
-_OWN_PARAMS: dict = {}
+        A loss's functional parameters are the module's own ``Parameter`` objects
+        (``convert_to_functional`` keeps them), and swapping them in and out costs
+        more than a small network's forward, so the swap is skipped for them; the
+        averaged policy's parameters are swapped in. The identity check runs once
+        per parameter container and module; entries whose container or module has
+        died are dropped when a new one is added, so the cache holds only live
+        pairs.
+        """
+        if params is None:
+            return contextlib.nullcontext()
+        cache = self._own_params
+        key = (id(params), id(module))
+        cached = cache.get(key)
+        if cached is None or cached[0]() is not params or cached[1]() is not module:
+            for stale in [
+                k for k, v in cache.items() if v[0]() is None or v[1]() is None
+            ]:
+                del cache[stale]
+            mine = {id(t) for t in (*module.parameters(), *module.buffers())}
+            given = [id(t) for t in params.values(True, True)]
+            own = len(given) == len(mine) and mine.issuperset(given)
+            cached = cache[key] = (weakref.ref(params), weakref.ref(module), own)
+        if cached[2]:
+            return contextlib.nullcontext()
+        return params.to_module(module, preserve_module_state=False)
 
 
-def _params_context(params, module):
-    """Puts ``params`` in ``module`` for the call, unless they are already its own.
+def refuse_recurrent(network, name: str) -> None:
+    """Raises for recurrent modules, which the window would run as independent steps.
 
-    A loss's functional parameters are the module's own ``Parameter`` objects
-    (``convert_to_functional`` keeps them), and swapping them in and out costs more
-    than a small network's forward, so the swap is skipped for them; the averaged
-    policy's parameters are swapped in. The identity check runs once per parameter
-    container and module.
+    The window flattens ``[*B, T]`` into independent observations (and appends the
+    next observations of mid-row truncations after the last row), so an LSTM or a
+    GRU would see neither its sequence nor its stored hidden state: the result
+    would be silently wrong.
     """
-    if params is None:
-        return contextlib.nullcontext()
-    key = (id(params), id(module))
-    cached = _OWN_PARAMS.get(key)
-    if cached is None or cached[0]() is not params or cached[1]() is not module:
-        mine = {id(t) for t in (*module.parameters(), *module.buffers())}
-        given = [id(t) for t in params.values(True, True)]
-        own = len(given) == len(mine) and mine.issuperset(given)
-        cached = _OWN_PARAMS[key] = (weakref.ref(params), weakref.ref(module), own)
-    if cached[2]:
-        return contextlib.nullcontext()
-    return params.to_module(module, preserve_module_state=False)
+    for sub_name, module in network.named_modules():
+        if isinstance(module, (LSTMModule, GRUModule, torch.nn.RNNBase)):
+            where = f" at {sub_name!r}" if sub_name else ""
+            raise TypeError(
+                f"{name} contains a recurrent module{where} "
+                f"({type(module).__name__}); ACER's loss and Retrace estimator do not "
+                f"support recurrent policies or critics yet: they would evaluate "
+                f"each step without its hidden state. Use a feed-forward network "
+                f"(or stack frames in the environment)."
+            )

@@ -22,8 +22,8 @@ from torchrl.objectives.utils import (
 )
 from torchrl.objectives.value import ValueEstimatorBase
 
-from torchrl_acer.objectives._checks import as_step_tensor, get_entry
-from torchrl_acer.objectives._window import _params_context, transition_in_keys
+from torchrl_acer.objectives._checks import get_entry
+from torchrl_acer.objectives._window import transition_in_keys
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
     TrustRegionHook,
@@ -61,12 +61,16 @@ class ACERLoss(LossModule):
             + \sum_a \mathrm{sg}\big([1 - c / \rho_t(a)]_+ \pi(a|s_t)
               (Q(s_t, a) - V_t)\big) \log \pi(a|s_t) \\
         H_t &= -\sum_a \pi(a|s_t) \log \pi(a|s_t) \\
-        L^{critic}_t &= \tfrac12 \big(\mathrm{sg}(G_t) - Q(s_t, a_t)\big)^2
+        L^{critic}_t &= \ell\big(\mathrm{sg}(G_t), Q(s_t, a_t)\big)
 
     and the outputs are ``loss_objective`` :math:`= -J_t`, ``loss_entropy``
     :math:`= -\beta H_t` and ``loss_critic`` :math:`= c_{critic} L^{critic}_t`, each
-    reduced over the batch. The bias-correction sum runs over all actions, which is
-    exact for a categorical policy.
+    reduced over the batch, with :math:`\ell` TorchRL's ``distance_loss`` (``"l2"``:
+    the squared error :math:`(x - y)^2`, without a factor ``1/2``). The paper's
+    critic update is the gradient of :math:`\tfrac12 (G_t - Q)^2`, so
+    :math:`c_{critic} = 0.25` with ``"l2"`` is OpenAI baselines' ``q_coef = 0.5``.
+    The bias-correction sum runs over all actions, which is exact for a
+    categorical policy.
 
     **Trust region.** The gradient of :math:`J_t + \beta H_t` arriving at the policy
     statistics of step ``t`` (``trust_region_space``: logits by default) is projected
@@ -103,10 +107,14 @@ class ACERLoss(LossModule):
         J_t &= \min(c, \rho_t)\, \mathrm{sg}(Q_{opc,t} - V_t) \log \pi(a_t|s_t)
             + \mathrm{sg}\big([1 - c / \rho_t(a'_t)]_+ (\tilde Q(s_t, a'_t) - V_t)\big)
               \log \pi(a'_t|s_t) \\
-        L^{critic}_t &= \tfrac12 \big(\mathrm{sg}(G_t) - \tilde Q(s_t, a_t)\big)^2
-            - \mathrm{sg}\big(\min(1, \rho_t) (G_t - \tilde Q(s_t, a_t))\big) V(s_t)
+        L^{critic}_t &= \ell\big(\mathrm{sg}(G_t), \tilde Q(s_t, a_t)\big)
+            + \ell\big(\mathrm{sg}(V^{target}_t), V(s_t)\big), \qquad
+        V^{target}_t = \min(1, \rho_t) \big(G_t - \tilde Q(s_t, a_t)\big) + V(s_t)
 
-    (the second critic term is the paper's :math:`V` update). The trust region acts
+    (the second critic term is the paper's :math:`V` update: its target is the
+    paper's :math:`V^{target}`, so with ``"l2"`` its gradient is
+    :math:`-2 \min(1, \rho_t) (G_t - \tilde Q) \nabla V`, in the paper's ratio to
+    the first term's). The trust region acts
     on the mean, joined by the scale when it is learned, with the closed-form
     Gaussian KL gradient, per step as above. Bound actions in the environment
     (clipping), not with a squashed distribution, so log-probabilities stay exact.
@@ -136,16 +144,26 @@ class ACERLoss(LossModule):
             :math:`\phi` the projection acts on. The three give different
             projections.
         entropy_coeff (float): :math:`\beta`. Defaults to ``0.01``.
-        critic_coeff (float): :math:`c_{critic}`. Defaults to ``0.5``.
-        loss_critic_type (str): ``"l2"`` (default; the half squared error above),
-            ``"l1"`` or ``"smooth_l1"``.
+        critic_coeff (float or None): :math:`c_{critic}`. Defaults to ``0.25``
+            (OpenAI baselines' ``q_coef = 0.5`` on half the squared error). ``None``
+            drops the critic term: no ``loss_critic`` output, the critic is still
+            used (and must be trained elsewhere).
+        loss_critic_type (str): the distance :math:`\ell` of TorchRL's
+            ``distance_loss``: ``"l2"`` (default, the squared error), ``"l1"`` or
+            ``"smooth_l1"``.
         separate_losses (bool): if ``True``, parameters shared by the actor and the
             critic are trained by the policy terms only. Defaults to ``False``.
-        reduction (str): ``"none"``, ``"mean"`` (default) or ``"sum"``.
+        reduction (str, optional): ``"none"``, ``"mean"`` or ``"sum"``. ``None``
+            (default) means ``"mean"``.
+
+    ``ratio_clip``, ``entropy_coeff`` and ``critic_coeff`` are buffers that can be
+    scheduled by assignment (``loss.entropy_coeff = 0.001``).
 
     The default value estimator is Retrace with :math:`\lambda = 1`,
-    :math:`\bar c = 1` and :math:`\gamma = 0.99`; change it with
-    ``make_value_estimator(gamma=..., lmbda=..., c_thresh=...)``.
+    :math:`\bar c = 1`, :math:`\gamma = 0.99` and ``shifted=True`` (collectors and
+    segment replay give ``("next", obs)[t] == obs[t + 1]`` inside episodes); change
+    it with ``make_value_estimator(gamma=..., lmbda=..., c_thresh=...,
+    shifted=...)``.
 
     Examples:
         >>> import torch
@@ -191,18 +209,39 @@ class ACERLoss(LossModule):
     class _AcceptedKeys(RetraceEstimator._AcceptedKeys):
         """Configurable tensordict keys (``set_keys(name=key)``, nested keys allowed).
 
-        Those of :class:`~torchrl_acer.RetraceEstimator` (forwarded to it), and:
+        The first ten are forwarded to the value estimator
+        (:class:`~torchrl_acer.RetraceEstimator`).
 
         Attributes:
+            advantage (NestedKey): written by the estimator, :math:`G_t - V(s_t)`.
+                Defaults to ``"advantage"``.
+            value_target (NestedKey): written by the estimator, the Retrace target
+                :math:`G_t`. Defaults to ``"value_target"``.
+            value (NestedKey): written by the estimator, :math:`V(s_t)`. Defaults
+                to ``"state_value"``.
+            action_value (NestedKey): the critic's output, one value per action
+                (categorical policies). Defaults to ``"action_value"``.
+            action (NestedKey): the stored action. Defaults to the actor's sample
+                key (``"action"``).
+            reward (NestedKey): the reward, read under ``"next"``. Defaults to
+                ``"reward"``.
+            done (NestedKey): the end-of-trajectory flag, read under ``"next"``.
+                Defaults to ``"done"``.
+            terminated (NestedKey): the termination flag (no bootstrap), read
+                under ``"next"``. Defaults to ``"terminated"``.
+            sample_log_prob (NestedKey): the behaviour policy's log-probability of
+                the stored action. Defaults to the actor's log-probability key
+                (``"action_log_prob"``).
+            value_target_opc (NestedKey): written by the estimator for Gaussian
+                policies, :math:`Q_{opc}`. Defaults to ``"value_target_opc"``.
             behavior_logits (NestedKey): the behaviour policy's logits stored with
                 each step (categorical policies). Defaults to the actor's logits key
                 (``"logits"``), where collectors store them.
-            behavior_loc, behavior_scale (NestedKey): the behaviour policy's
-                Gaussian parameters stored with each step (Gaussian policies).
-                Default to the actor's keys (``"loc"``, ``"scale"``).
-
-        ``action`` and ``sample_log_prob`` default to the actor's sample and
-        log-probability keys.
+            behavior_loc (NestedKey): the behaviour policy's mean stored with each
+                step (Gaussian policies). Defaults to the actor's key (``"loc"``).
+            behavior_scale (NestedKey): the behaviour policy's scale stored with
+                each step (Gaussian policies). Defaults to the actor's key
+                (``"scale"``).
         """
 
         behavior_logits: NestedKey = "logits"
@@ -211,6 +250,7 @@ class ACERLoss(LossModule):
 
     default_keys = _AcceptedKeys
     tensor_keys: _AcceptedKeys
+    _schedulable_buffers = frozenset({"ratio_clip", "entropy_coeff", "critic_coeff"})
     default_value_estimator = ACERValueEstimators.Retrace
     # every key of the estimator is forwarded to it
     _value_estimator_default_keys = tuple(
@@ -233,10 +273,10 @@ class ACERLoss(LossModule):
         trust_region_delta: float | None = 1.0,
         trust_region_space: str = "logits",
         entropy_coeff: float = 0.01,
-        critic_coeff: float = 0.5,
+        critic_coeff: float | None = 0.25,
         loss_critic_type: str = "l2",
         separate_losses: bool = False,
-        reduction: str = "mean",
+        reduction: str | None = None,
         gamma: float | None = None,
     ):
         if gamma is not None:
@@ -252,6 +292,8 @@ class ACERLoss(LossModule):
             )
         if not ratio_clip > 0:
             raise ValueError(f"ratio_clip must be positive, got {ratio_clip}")
+        if reduction is None:
+            reduction = "mean"
         if reduction not in ("none", "mean", "sum"):
             raise ValueError(
                 f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}"
@@ -291,7 +333,7 @@ class ACERLoss(LossModule):
         # the estimator validates the policy and finds its keys; the loss uses its
         # network evaluation so both see the same window
         probe = RetraceEstimator(
-            gamma=0.99, actor_network=actor_network, critic_network=critic_network
+            gamma=0.99, actor_network=actor_network, value_network=critic_network
         )
         self._evaluator = probe.evaluator
         self._family = probe.family
@@ -323,9 +365,10 @@ class ACERLoss(LossModule):
     @property
     def out_keys(self):
         if self._out_keys is None:
+            critic = [] if self.critic_coeff is None else ["loss_critic"]
             self._out_keys = [
                 "loss_objective",
-                "loss_critic",
+                *critic,
                 "loss_entropy",
                 "entropy",
                 "kl_avg",
@@ -353,6 +396,7 @@ class ACERLoss(LossModule):
             self.value_type = type(value_type)
         elif isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
             hyperparams.setdefault("device", self._default_device)
+            hyperparams.setdefault("shifted", True)
             self._value_estimator = value_type.for_loss(self, **hyperparams)
             self.value_type = value_type
         elif isinstance(value_type, ValueEstimatorBase) or isinstance(value_type, type):
@@ -379,7 +423,6 @@ class ACERLoss(LossModule):
         time_dim = estimator._get_time_dim(None, tensordict)
         last = tensordict.ndim - 1
         data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
-        keys = self.tensor_keys
         steps = estimator.evaluate(
             data,
             actor_params=self.actor_network_params,
@@ -391,11 +434,7 @@ class ACERLoss(LossModule):
                 steps.window.current.select(*self.actor_network.in_keys),
                 self.target_actor_network_params,
             )
-        log_mu = self._step_entry(
-            data,
-            keys.sample_log_prob,
-            "the behaviour policy's log-probability of the stored action",
-        )
+        log_mu = estimator.behaviour_log_prob(data)
         # the per-step losses are reduced below: the reduction tells the trust-region
         # hook how each step's gradient is scaled when it reaches the policy
         valid = self._reduce_loss(
@@ -468,7 +507,7 @@ class ACERLoss(LossModule):
             drawn = loc + scale * noise
             sampled = drawn[0]
         actions = torch.cat([steps.action[None], drawn], 0)
-        with _params_context(self.critic_network_params, sdn):
+        with self._evaluator.params_context(self.critic_network_params, sdn):
             advantages = sdn.advantages(
                 steps.window.current, actions.flatten(1, -2)
             ).unflatten(1, steps.loc.shape[:-1])
@@ -504,11 +543,14 @@ class ACERLoss(LossModule):
         entropy = scale.log().sum(-1, keepdim=True) + 0.5 * d * (
             1.0 + math.log(2 * math.pi)
         )
-        # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as a loss (a plain
-        # Q critic has no V of its own to train)
+        # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as two distances:
+        # the paper's V_target = min(1, rho) (Q_ret - Q~) + V makes the second one a
+        # real regression (a plain Q critic has no V of its own to train)
         critic = self._critic_error(q_ret, q_taken)
         if sdn.dueling:
-            critic = critic - (rho.clamp(max=1.0) * (q_ret - q_taken.detach())) * value
+            with torch.no_grad():
+                value_target = rho.clamp(max=1.0) * (q_ret - q_taken) + value
+            critic = critic + self._critic_error(value_target, value)
         return {
             "objective": objective,
             "entropy": entropy,
@@ -525,19 +567,14 @@ class ACERLoss(LossModule):
         return torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
 
     def _critic_error(self, target, prediction):
-        if self.loss_critic_type == "l2":
-            return 0.5 * (target - prediction).pow(2)
         return distance_loss(target, prediction, loss_function=self.loss_critic_type)
 
     def _outputs(self, terms, data, time_dim, last) -> TensorDictBase:
-        td_out = TensorDict(
-            {
-                "loss_objective": -terms["objective"],
-                "loss_critic": self.critic_coeff * terms["critic"],
-                "loss_entropy": -self.entropy_coeff * terms["entropy"],
-            },
-            [],
-        )
+        losses = {"loss_objective": -terms["objective"]}
+        if self.critic_coeff is not None:
+            losses["loss_critic"] = self.critic_coeff * terms["critic"]
+        losses["loss_entropy"] = -self.entropy_coeff * terms["entropy"]
+        td_out = TensorDict(losses, [])
         for name, value in list(td_out.items()):
             reduced = self._reduce_loss(value, data).squeeze(-1)
             if reduced.ndim and time_dim != last:
@@ -560,11 +597,6 @@ class ACERLoss(LossModule):
             }
         )
         return td_out
-
-    def _step_entry(self, data, key, what):
-        owner = type(self).__name__
-        value = get_entry(data, key, owner, what)
-        return as_step_tensor(value, data.batch_size, repr(key), owner)
 
     def _behaviour_log_probs(self, data, shape):
         key = self.tensor_keys.behavior_logits

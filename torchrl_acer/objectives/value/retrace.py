@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from enum import Enum
 
 import torch
-from tensordict import TensorDictBase
-from tensordict.nn import composite_lp_aggregate, dispatch
-from tensordict.utils import NestedKey
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import composite_lp_aggregate, dispatch, skip_existing
+from tensordict.utils import NestedKey, unravel_key
 from torch import distributions as D
 from torchrl.modules import IndependentNormal
 from torchrl.objectives.utils import register_value_estimator
@@ -24,7 +25,6 @@ from torchrl_acer.objectives._checks import (
 from torchrl_acer.objectives._window import (
     ObservationWindow,
     PolicyCriticEvaluator,
-    _params_context,
     _probabilistic_module,
     transition_in_keys,
 )
@@ -46,7 +46,9 @@ class ACERValueEstimators(Enum):
 
 @register_value_estimator(
     ACERValueEstimators.Retrace,
-    default_kwargs={"gamma": 0.99, "lmbda": 1.0, "c_thresh": 1.0},
+    # ACER's data (collector batches, replayed segments) has s'_t == s_{t+1} inside
+    # episodes, so the loss's estimator runs the networks on the shifted window
+    default_kwargs={"gamma": 0.99, "lmbda": 1.0, "c_thresh": 1.0, "shifted": True},
 )
 class RetraceEstimator(ValueEstimatorBase):
     r"""Retrace(:math:`\lambda`) target for a discrete policy and a Q critic.
@@ -69,11 +71,13 @@ class RetraceEstimator(ValueEstimatorBase):
     end of a slice from :class:`~torchrl.data.replay_buffers.SliceSampler`) is
     bootstrapped from :math:`V` at its real next observation, never through a reset.
 
-    Each network is called once per forward, on the ``T + 1`` observations of every
-    row (the ``T`` observations and the last next observation) plus the next
-    observation of each mid-row truncation, rather than on ``2 T`` observations
-    (this relies on ``("next", obs)[t] == obs[t + 1]`` inside an episode, as
-    collectors and replay buffers produce it; multi-step returns break it).
+    Each network is called once per forward. With ``shifted=True`` it runs on the
+    ``T + 1`` observations of every row (the ``T`` observations and the last next
+    observation) plus the next observation of each mid-row truncation, rather than
+    on ``2 T`` observations; this relies on ``("next", obs)[t] == obs[t + 1]``
+    inside an episode, as collectors and replay buffers produce it (multi-step
+    returns break it). With ``shifted=False`` (the default, as in TorchRL) it runs
+    on the ``T`` observations and the ``T`` next observations.
 
     **Gaussian policies** (ACER's continuous actions, paper section 5): with a
     ``Normal`` / ``IndependentNormal`` actor over ``loc`` and ``scale``, the critic
@@ -91,15 +95,28 @@ class RetraceEstimator(ValueEstimatorBase):
         actor_network (ProbabilisticTensorDictSequential): the policy :math:`\pi`, a
             categorical distribution over ``"logits"`` (``Categorical`` with action
             indices, or ``OneHotCategorical`` with one-hot actions), or a Gaussian.
-        critic_network (TensorDictModule): for a categorical policy, the critic
-            writing one value per action under the ``action_value`` key (a critic
-            that shares its leading modules with the actor, as TorchRL's
+        value_network (TensorDictModule): the critic. For a categorical policy, a
+            module writing one value per action under the ``action_value`` key (a
+            critic that shares its leading modules with the actor, as TorchRL's
             ``ActorValueOperator`` makes, has them run once); for a Gaussian one, a
             :class:`~torchrl_acer.StochasticDuelingNetwork`.
+        critic_network (TensorDictModule): deprecated spelling of
+            ``value_network``.
         lmbda (scalar): trace decay :math:`\lambda`. Defaults to ``1.0`` (ACER).
         c_thresh (scalar): trace truncation :math:`\bar c`. Defaults to ``1.0``.
-        differentiable (bool): if ``True``, gradients flow through the networks into
-            the outputs. Defaults to ``False``.
+        differentiable (bool): if ``True``, the outputs carry gradients to the
+            data (rewards, observations), never to the parameters of the networks
+            (TorchRL's meaning). Defaults to ``False``.
+        shifted (bool): if ``True``, the networks run on the shifted ``T + 1``
+            observations of each row (plus the real next observation of each
+            mid-row truncation) instead of on the ``T`` observations and the ``T``
+            next observations; see above. Defaults to ``False``; ``ACERLoss``'s
+            default estimator uses ``True``.
+        skip_existing (bool, optional): if ``True``, the critic is not run where
+            the input already holds its output (``action_value``, or the dueling
+            network's state value, at ``s_t`` and under ``"next"``); the policy
+            always runs. ``None`` (default) follows
+            :func:`tensordict.nn.skip_existing`.
         check_values (bool): if ``True`` (default), check that the behaviour
             log-probabilities are finite and the actions in range, and raise
             ``ValueError`` otherwise. These checks reduce over the batch and read
@@ -122,7 +139,7 @@ class RetraceEstimator(ValueEstimatorBase):
         >>> critic = TensorDictModule(
         ...     torch.nn.Linear(3, 4), ["observation"], ["action_value"])
         >>> estimator = RetraceEstimator(
-        ...     gamma=0.99, actor_network=actor, critic_network=critic)
+        ...     gamma=0.99, actor_network=actor, value_network=critic)
         >>> B, T = 2, 5
         >>> data = TensorDict({
         ...     "observation": torch.randn(B, T, 3),
@@ -136,6 +153,18 @@ class RetraceEstimator(ValueEstimatorBase):
         >>> data = estimator(data)
         >>> data["value_target"].shape, data["advantage"].shape, data["state_value"].shape
         (torch.Size([2, 5, 1]), torch.Size([2, 5, 1]), torch.Size([2, 5, 1]))
+
+    Like TorchRL's estimators it also takes the entries as keyword arguments
+    (``next_`` prefixes the ``"next"`` entries) and returns ``(advantage,
+    value_target)``:
+
+        >>> advantage, value_target = estimator(
+        ...     observation=data["observation"], action=data["action"],
+        ...     action_log_prob=data["action_log_prob"],
+        ...     next_observation=data["next", "observation"],
+        ...     next_reward=data["next", "reward"], next_done=data["next", "done"],
+        ...     next_terminated=data["next", "terminated"])
+        >>> torch.testing.assert_close(value_target, data["value_target"])
     """
 
     @dataclass
@@ -188,8 +217,8 @@ class RetraceEstimator(ValueEstimatorBase):
     def for_loss(cls, loss_module, **hyperparams):
         """Builds the estimator on a loss's ``actor_network`` and ``critic_network``."""
         hyperparams.setdefault("actor_network", loss_module.actor_network)
-        critic = hyperparams.pop("value_network", None)
-        hyperparams.setdefault("critic_network", critic or loss_module.critic_network)
+        if "critic_network" not in hyperparams:
+            hyperparams.setdefault("value_network", loss_module.critic_network)
         return cls(**hyperparams)
 
     def __init__(
@@ -197,36 +226,61 @@ class RetraceEstimator(ValueEstimatorBase):
         *,
         gamma: float | torch.Tensor,
         actor_network,
-        critic_network,
+        value_network=None,
         lmbda: float | torch.Tensor = 1.0,
         c_thresh: float | torch.Tensor = 1.0,
         differentiable: bool = False,
+        shifted: bool = False,
+        skip_existing: bool | None = None,
         check_values: bool = True,
         time_dim: int | None = None,
         device: torch.device | None = None,
+        critic_network=None,
     ):
+        if critic_network is not None:
+            if value_network is not None:
+                raise TypeError(
+                    "RetraceEstimator got both value_network and critic_network; "
+                    "pass the critic as value_network"
+                )
+            warnings.warn(
+                "RetraceEstimator(critic_network=...) is deprecated; pass the critic "
+                "as value_network=..., as for TorchRL's estimators",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            value_network = critic_network
+        if value_network is None:
+            raise TypeError(
+                "RetraceEstimator needs value_network=: the critic (a Q network, "
+                "or a StochasticDuelingNetwork for a Gaussian policy)"
+            )
         super().__init__(
-            value_network=None, differentiable=differentiable, device=device
+            value_network=value_network,
+            differentiable=differentiable,
+            shifted=shifted,
+            skip_existing=skip_existing,
+            device=device,
         )
         self.family = policy_family(actor_network)
         if self.family == "gaussian":
-            if not isinstance(critic_network, StochasticDuelingNetwork):
+            if not isinstance(value_network, StochasticDuelingNetwork):
                 raise TypeError(
                     "a Gaussian policy needs a StochasticDuelingNetwork critic "
-                    f"(V and A heads), got {type(critic_network).__name__}"
+                    f"(V and A heads) as value_network, got "
+                    f"{type(value_network).__name__}"
                 )
             self.evaluator = PolicyCriticEvaluator(
                 actor_network,
-                critic_network,
+                value_network,
                 ("loc", "scale"),
-                critic_head=critic_network.value_network,
+                critic_head=value_network.value_network,
             )
         else:
             self.evaluator = PolicyCriticEvaluator(
-                actor_network, critic_network, ("logits",)
+                actor_network, value_network, ("logits",)
             )
         self.__dict__["actor_network"] = actor_network
-        self.__dict__["critic_network"] = critic_network
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
             # float64 buffers: the target is computed in the data's dtype, and a
             # float32 0.99 would cap float64 data at float32 precision
@@ -237,20 +291,35 @@ class RetraceEstimator(ValueEstimatorBase):
         self.time_dim = time_dim
         self.one_hot = self.family == "one_hot"
 
+    @property
+    def critic_network(self):
+        """The critic (``value_network``), under the name ``ACERLoss`` uses."""
+        return self.value_network
+
     def set_keys(self, **kwargs) -> None:
         value = kwargs.get("action_value")
-        out_keys = getattr(self.critic_network, "out_keys", None)
+        out_keys = getattr(self.value_network, "out_keys", None)
         if getattr(self, "family", None) == "gaussian":
             value = None  # the dueling network's keys are its own
         if value is not None and out_keys is not None:
-            from tensordict.utils import unravel_key
-
             if unravel_key(value) not in out_keys:
                 raise KeyError(
                     f"action_value key {value!r} is not an output of the critic, "
                     f"whose out_keys are {out_keys}"
                 )
+        # V(s) is computed from the policy and Q, not read from the critic, so the
+        # base class's check of "value" against the critic's out_keys does not apply
+        state_value = kwargs.pop("value", None)
         super().set_keys(**kwargs)
+        if state_value is not None:
+            if not isinstance(state_value, (str, tuple)):
+                raise ValueError(
+                    f"key name must be a NestedKey (str or tuple of str), got "
+                    f"{type(state_value).__name__} for 'value'"
+                )
+            self._tensor_keys = replace(
+                self.tensor_keys, value=unravel_key(state_value)
+            )
 
     @property
     def in_keys(self):
@@ -258,11 +327,9 @@ class RetraceEstimator(ValueEstimatorBase):
 
     @property
     def out_keys(self):
-        keys = self.tensor_keys
-        out = [keys.advantage, keys.value_target, keys.value]
-        if self.family == "gaussian":
-            out.append(keys.value_target_opc)
-        return out
+        # as TorchRL's estimators: what a keyword call returns. The state value
+        # (and Q_opc for Gaussian policies) are written to the tensordict too.
+        return [self.tensor_keys.advantage, self.tensor_keys.value_target]
 
     @dispatch
     def forward(
@@ -299,6 +366,10 @@ class RetraceEstimator(ValueEstimatorBase):
         time_dim = self._get_time_dim(time_dim, tensordict)
         last = tensordict.ndim - 1
         data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
+        if self.differentiable:
+            # gradients reach the data, never the networks' parameters
+            actor_params = _detached(actor_params, self.actor_network)
+            params = _detached(params, self.value_network)
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
             steps = self.evaluate(data, actor_params=actor_params, critic_params=params)
             if self.family == "gaussian":
@@ -338,12 +409,28 @@ class RetraceEstimator(ValueEstimatorBase):
         """
         owner = type(self).__name__
         done, terminated = self.done_flags(data)
-        window = ObservationWindow(
-            data, self.evaluator.in_keys, done=done, terminated=terminated, owner=owner
-        )
         gaussian = self.family == "gaussian"
         output_key = (
-            self.critic_network.value_key if gaussian else self.tensor_keys.action_value
+            self.value_network.value_key if gaussian else self.tensor_keys.action_value
+        )
+        in_keys = self.evaluator.in_keys
+        skip = skip_existing() if self.skip_existing is None else self.skip_existing
+        # the critic's outputs travel through the window like observations, so the
+        # critic can skip them at s_t and s'_t alike
+        reuse = (
+            skip
+            and data.get(output_key, None) is not None
+            and data.get(("next", *_as_tuple(output_key)), None) is not None
+        )
+        if reuse:
+            in_keys = [*in_keys, output_key]
+        window = ObservationWindow(
+            data,
+            in_keys,
+            done=done,
+            terminated=terminated,
+            owner=owner,
+            shifted=self.shifted,
         )
         params, out = self.evaluator(
             window.inputs,
@@ -351,6 +438,7 @@ class RetraceEstimator(ValueEstimatorBase):
             actor_params=actor_params,
             critic_params=critic_params,
             detach_shared=detach_shared,
+            skip_existing=reuse,
         )
         action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
         if gaussian:
@@ -378,10 +466,10 @@ class RetraceEstimator(ValueEstimatorBase):
 
     def _gaussian_outputs(self, data, steps, actor_params, critic_params):
         """Q_ret, Q_opc, V and the advantage for a Gaussian policy and an SDN."""
-        sdn = self.critic_network
+        sdn = self.value_network
         d = steps.loc.shape[-1]
         # the window's observations are flat: [*B, T] entries go in flattened
-        with _params_context(critic_params, sdn):
+        with self.evaluator.params_context(critic_params, sdn):
             q_taken = sdn.dueling_action_value(
                 steps.window.current,
                 steps.value.flatten(0, -2),
@@ -426,6 +514,36 @@ class RetraceEstimator(ValueEstimatorBase):
             )
         return flags[0], flags[1]
 
+    def behaviour_log_prob(self, data: TensorDictBase) -> torch.Tensor:
+        """The behaviour policy's log-probability of each stored action,
+        ``[*B, T, 1]``.
+
+        A ``torch.distributions.Normal`` policy stores one log-probability per
+        action dimension (``[*B, T, d]``): they are summed, as a diagonal
+        Gaussian's log-density is.
+        """
+        owner = type(self).__name__
+        key = self.tensor_keys.sample_log_prob
+        value = get_entry(
+            data, key, owner, "the behaviour policy's log-probability of the action"
+        )
+        batch = tuple(data.batch_size)
+        if (
+            self.family == "gaussian"
+            and value.ndim == len(batch) + 1
+            and tuple(value.shape[:-1]) == batch
+            and value.shape[-1] > 1
+        ):
+            action = get_entry(data, self.tensor_keys.action, owner, "the action")
+            if value.shape[-1] != action.shape[-1]:
+                raise ValueError(
+                    f"{owner}: {key!r} has shape {tuple(value.shape)}: per-dimension "
+                    f"log-probabilities must have the action's {action.shape[-1]} "
+                    f"dimensions"
+                )
+            value = value.sum(-1, keepdim=True)
+        return as_step_tensor(value, data.batch_size, repr(key), owner)
+
     def value_estimate(
         self,
         tensordict: TensorDictBase,
@@ -468,10 +586,7 @@ class RetraceEstimator(ValueEstimatorBase):
             log_pi = log_mu = torch.zeros_like(action_value)
             lmbda, c_thresh = 1.0, 1.0
         else:
-            log_mu = step_entry(
-                keys.sample_log_prob,
-                "the behaviour policy's log-probability of the stored action",
-            )
+            log_mu = self.behaviour_log_prob(tensordict)
             if self.check_values:
                 check_finite_log_prob(log_mu, repr(keys.sample_log_prob), owner)
             if trace_power != 1.0:
@@ -542,6 +657,17 @@ class GaussianSteps:
         self.scale = window.split(scale.expand_as(loc))[0]
         self.value, self.next_state_value = window.split(value)
         self.action = action
+
+
+def _as_tuple(key: NestedKey) -> tuple[str, ...]:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _detached(params: TensorDictBase | None, module) -> TensorDictBase:
+    """``params`` (or the module's own) without gradient."""
+    if params is None:
+        params = TensorDict.from_module(module)
+    return params.detach()
 
 
 def policy_family(actor_network) -> str:
