@@ -29,6 +29,7 @@ from tensordict.nn import (
     TensorDictModuleBase,
     TensorDictSequential,
     set_skip_existing,
+    skip_existing,
 )
 from tensordict.utils import NestedKey
 from torchrl.modules import GRUModule, LSTMModule
@@ -242,7 +243,7 @@ class PolicyCriticEvaluator:
         data = inputs.copy()
         with (
             self.params_context(actor_params, self.actor_network),
-            set_skip_existing(False),
+            _skip_existing_set_to(False),
         ):
             self.actor_network.get_dist_params(data)
         params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
@@ -251,7 +252,7 @@ class PolicyCriticEvaluator:
                 data.set(key, data.get(key).detach())
         with (
             self.params_context(critic_params, self.critic_network),
-            set_skip_existing(skip_existing),
+            _skip_existing_set_to(skip_existing),
         ):
             out = self.critic_tail(data).get(output_key)
         return params, out
@@ -263,7 +264,7 @@ class PolicyCriticEvaluator:
         data = inputs.copy()
         with (
             self.params_context(params, self.actor_network),
-            set_skip_existing(False),
+            _skip_existing_set_to(False),
         ):
             self.actor_network.get_dist_params(data)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
@@ -296,6 +297,14 @@ class PolicyCriticEvaluator:
         if cached[2]:
             return contextlib.nullcontext()
         return params.to_module(module, preserve_module_state=False)
+
+
+def _skip_existing_set_to(mode: bool):
+    """``set_skip_existing(mode)``, or nothing when that is already the mode (the
+    context manager costs more than a small network's forward)."""
+    if skip_existing() == mode:
+        return contextlib.nullcontext()
+    return set_skip_existing(mode)
 
 
 def refuse_recurrent(network, name: str) -> None:
