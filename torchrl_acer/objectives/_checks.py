@@ -54,6 +54,50 @@ def as_step_tensor(
     )
 
 
+def check_finite(value: torch.Tensor, name: str, owner: str, what: str) -> None:
+    """Raises ``ValueError`` naming ``name`` if ``value`` holds NaN or infinities."""
+    bad = ~torch.isfinite(value)
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{owner}: {name} holds {bad.sum().item()} non-finite values (first at "
+            f"index {index}: {value[index].item()}); {what}"
+        )
+
+
+def check_not_empty(tensordict: TensorDictBase, owner: str) -> None:
+    if 0 in tensordict.batch_size:  # TensorDict.numel() is at least 1
+        raise ValueError(
+            f"{owner}: got an empty batch (batch_size "
+            f"{tuple(tensordict.batch_size)}); a [*B, T] batch needs at least one row "
+            f"and one step"
+        )
+
+
+def explain_dtype_error(
+    error: RuntimeError, inputs: TensorDictBase, networks, owner: str
+) -> None:
+    """Re-raises torch's dtype clash between the data and a network, naming both.
+
+    Called only after a network call failed, so the check costs nothing on the
+    normal path.
+    """
+    param_dtypes = {
+        p.dtype for net in networks for p in net.parameters() if p.is_floating_point()
+    }
+    clashes = {
+        key: value.dtype
+        for key, value in inputs.items(True, True)
+        if value.is_floating_point() and value.dtype not in param_dtypes
+    }
+    if param_dtypes and clashes:
+        raise ValueError(
+            f"{owner}: the inputs {clashes} do not have the networks' parameter dtype "
+            f"{sorted(map(str, param_dtypes))}; cast the data (e.g. TorchRL's "
+            f"DoubleToFloat transform) or the networks (.to(dtype))"
+        ) from error
+
+
 def check_finite_log_prob(log_prob: torch.Tensor, name: str, owner: str) -> None:
     bad = ~torch.isfinite(log_prob)
     if bad.any():

@@ -22,7 +22,7 @@ from torchrl.objectives.utils import (
 )
 from torchrl.objectives.value import ValueEstimatorBase
 
-from torchrl_acer.objectives._checks import get_entry
+from torchrl_acer.objectives._checks import check_finite, get_entry
 from torchrl_acer.objectives._window import transition_in_keys
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
@@ -613,6 +613,12 @@ class ACERLoss(LossModule):
                 f"{owner}: behaviour logits {key!r} have shape {tuple(logits.shape)}, "
                 f"expected {tuple(shape)} (the policy's logits for the [*B, T] batch)"
             )
+        if self.value_estimator.check_values:
+            # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
+            # correction would silently switch off
+            check_finite(
+                logits, repr(key), owner, "the behaviour policy's logits are corrupted"
+            )
         return logits.log_softmax(-1)
 
     def _behaviour_gaussian(self, data, shape):
@@ -635,7 +641,19 @@ class ACERLoss(LossModule):
                         f"expected {tuple(shape)} (the policy's parameters for the "
                         f"[*B, T] batch)"
                     ) from None
+            if self.value_estimator.check_values:
+                check_finite(
+                    value,
+                    repr(key),
+                    owner,
+                    "the behaviour policy's statistics are corrupted",
+                )
             out.append(value)
+        if self.value_estimator.check_values and not bool((out[1] > 0).all()):
+            raise ValueError(
+                f"{owner}: behaviour scale {self.tensor_keys.behavior_scale!r} holds "
+                f"values that are not positive; min {out[1].min().item()}"
+            )
         return out
 
     def _hook(self, stats, k, valid, scale):

@@ -19,7 +19,10 @@ from torchrl_acer.modules.sdn import StochasticDuelingNetwork
 from torchrl_acer.objectives._checks import (
     action_index,
     as_step_tensor,
+    check_finite,
     check_finite_log_prob,
+    check_not_empty,
+    explain_dtype_error,
     get_entry,
 )
 from torchrl_acer.objectives._window import (
@@ -117,12 +120,15 @@ class RetraceEstimator(ValueEstimatorBase):
             network's state value, at ``s_t`` and under ``"next"``); the policy
             always runs. ``None`` (default) follows
             :func:`tensordict.nn.skip_existing`.
-        check_values (bool): if ``True`` (default), check that the behaviour
-            log-probabilities are finite and the actions in range, and raise
-            ``ValueError`` otherwise. These checks reduce over the batch and read
-            the result back (a device synchronisation on GPU, a few microseconds on
-            CPU); pass ``False`` in hot loops once the data pipeline is trusted. Key
-            and shape checks read only metadata and always run.
+        check_values (bool): if ``True`` (default), check that the rewards and
+            the behaviour log-probabilities are finite and the actions in range
+            (and, in ``ACERLoss``, that the behaviour logits, or ``loc`` and a
+            positive ``scale``, are finite), and raise ``ValueError`` naming the
+            entry otherwise. These checks reduce over the batch and read the result
+            back (a device synchronisation on GPU, a few microseconds on CPU); pass
+            ``False`` in hot loops once the data pipeline is trusted. Key, shape and
+            empty-batch checks read only metadata and always run; a data dtype that
+            is not the networks' is named when the networks refuse it.
         time_dim (int, optional): the time dimension of inputs; defaults to the
             dimension named ``"time"``, else the last one.
         device (torch.device, optional): device of the hyper-parameter buffers.
@@ -408,6 +414,7 @@ class RetraceEstimator(ValueEstimatorBase):
         :class:`DiscreteSteps` and :class:`GaussianSteps`.
         """
         owner = type(self).__name__
+        check_not_empty(data, owner)
         done, terminated = self.done_flags(data)
         gaussian = self.family == "gaussian"
         output_key = (
@@ -432,14 +439,20 @@ class RetraceEstimator(ValueEstimatorBase):
             owner=owner,
             shifted=self.shifted,
         )
-        params, out = self.evaluator(
-            window.inputs,
-            output_key=output_key,
-            actor_params=actor_params,
-            critic_params=critic_params,
-            detach_shared=detach_shared,
-            skip_existing=reuse,
-        )
+        try:
+            params, out = self.evaluator(
+                window.inputs,
+                output_key=output_key,
+                actor_params=actor_params,
+                critic_params=critic_params,
+                detach_shared=detach_shared,
+                skip_existing=reuse,
+            )
+        except RuntimeError as error:
+            explain_dtype_error(
+                error, window.inputs, (self.actor_network, self.value_network), owner
+            )
+            raise
         action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
         if gaussian:
             loc, scale = params["loc"], params["scale"]
@@ -578,6 +591,14 @@ class RetraceEstimator(ValueEstimatorBase):
             return as_step_tensor(value, batch, str(key), owner)
 
         reward = step_entry(("next", keys.reward), "the reward of each step")
+        if self.check_values:
+            check_finite(
+                reward,
+                repr(("next", keys.reward)),
+                owner,
+                "a non-finite reward would make every target, and after one update "
+                "every parameter, non-finite",
+            )
         done, terminated = self.done_flags(tensordict)
         lmbda, c_thresh = self.lmbda, self.c_thresh
         if unit_traces:
