@@ -1,0 +1,383 @@
+"""Retrace(lambda): the functional form and the value estimator.
+
+The functional form is compared with plain loops over time written from the
+equations (the sum definition and the backward recursion of Munos et al. 2016),
+with TorchRL's TD(lambda) and TD(0) returns where Retrace reduces to them, and
+through autograd; the estimator is compared with a reference that evaluates the
+networks at every step on its own.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+# Self-contained but for the helpers below, which tools/upstream_patch.py inlines
+# into the upstream copy of this module (and drops this comment with the imports).
+from builders import (
+    discrete_actor_critic,
+    gaussian_table_batch,
+    random_batch,
+    table_gaussian_sdn,
+)
+from reference import retrace_backward_loop, retrace_sum_definition
+from tensordict import TensorDict
+from torchrl.objectives.utils import build_value_estimator
+from torchrl.objectives.value.functional import (
+    td0_return_estimate,
+    td_lambda_return_estimate,
+)
+
+from torchrl_acer import (
+    ACERLoss,
+    ACERValueEstimators,
+    RetraceEstimator,
+    retrace_lambda_return_estimate,
+)
+
+_ORDER = ("log_pi", "log_mu", "q", "next_v", "reward", "done", "terminated")
+
+
+def retrace_inputs(*shape, p_done=0.2, p_term=0.5, dtype=torch.float64, seed=0):
+    """Random ``[*B, T, F]`` inputs with dones and terminations inside the rows."""
+    g = torch.Generator().manual_seed(seed)
+
+    def randn():
+        return torch.randn(*shape, generator=g, dtype=dtype)
+
+    done = torch.rand(*shape, generator=g) < p_done
+    terminated = done & (torch.rand(*shape, generator=g) < p_term)
+    # log-ratios spread around 0: some traces are clipped and some are not
+    return {
+        "log_pi": randn() * 0.7,
+        "log_mu": randn() * 0.7,
+        "q": randn(),
+        "next_v": randn(),
+        "reward": randn(),
+        "done": done,
+        "terminated": terminated,
+    }
+
+
+def retrace(gamma, lmbda, x, **kwargs):
+    return retrace_lambda_return_estimate(
+        gamma, lmbda, *(x[k] for k in _ORDER), **kwargs
+    )
+
+
+def loop(gamma, lmbda, x, **kwargs):
+    return retrace_backward_loop(gamma, lmbda, *(x[k] for k in _ORDER), **kwargs)
+
+
+class TestRetraceFunctional:
+    @pytest.mark.parametrize("lmbda, c_thresh", [(1.0, 1.0), (0.8, 0.5), (1.0, 2.0)])
+    def test_matches_the_sum_definition(self, lmbda, c_thresh):
+        x = retrace_inputs(3, 9, 2, seed=1)
+        expected = retrace_sum_definition(
+            0.9, lmbda, *(x[k] for k in _ORDER), c_thresh=c_thresh
+        )
+        got = retrace(0.9, lmbda, x, c_thresh=c_thresh)
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+    # (300, 500) has 2**17 elements or more: the long-sequence form of the scan
+    @pytest.mark.parametrize("B, T", [(5, 1), (5, 2), (5, 7), (5, 100), (300, 500)])
+    def test_matches_the_backward_loop(self, B, T):
+        x = retrace_inputs(B, T, 1, seed=T)
+        torch.testing.assert_close(
+            retrace(0.97, 1.0, x), loop(0.97, 1.0, x), rtol=1e-12, atol=1e-12
+        )
+
+    @pytest.mark.parametrize("with_dones", [False, True])
+    @pytest.mark.parametrize("lmbda", [1.0, 0.9])
+    def test_on_policy_equals_td_lambda(self, with_dones, lmbda):
+        """With pi == mu and Q(s_{t+1}, a_{t+1}) == V(s'_t), Retrace is TD(lambda)."""
+        x = retrace_inputs(4, 30, 1, p_done=0.15 if with_dones else 0.0, seed=3)
+        x["log_mu"] = x["log_pi"].clone()
+        # inside an episode Q(s_{t+1}, a_{t+1}) = V(s'_t); after a done it is unused
+        not_done = ~x["done"][..., :-1, :]
+        x["q"][..., 1:, :] = torch.where(
+            not_done, x["next_v"][..., :-1, :], x["q"][..., 1:, :]
+        )
+        expected = td_lambda_return_estimate(
+            0.95, lmbda, x["next_v"], x["reward"], x["done"], x["terminated"]
+        )
+        torch.testing.assert_close(
+            retrace(0.95, lmbda, x), expected, rtol=0, atol=1e-12
+        )
+        if with_dones:
+            assert (x["done"] & ~x["terminated"]).any() and x["terminated"].any()
+
+    def test_lambda_zero_equals_td0(self):
+        x = retrace_inputs(3, 12, 2, seed=4)
+        # a discount exact in float32 as well, whatever TorchRL computes it in
+        expected = td0_return_estimate(
+            0.5, x["next_v"], x["reward"], x["terminated"], done=x["done"]
+        )
+        torch.testing.assert_close(retrace(0.5, 0.0, x), expected, rtol=0, atol=1e-12)
+
+    def test_truncation_bootstraps_and_termination_does_not(self):
+        x = retrace_inputs(1, 6, 1, p_done=0.0, seed=6)
+        x["log_mu"] = x["log_pi"].clone()
+        t = 2
+        x["done"][0, t, 0] = True
+        truncated = retrace(0.9, 1.0, x)
+        x["terminated"][0, t, 0] = True
+        terminated = retrace(0.9, 1.0, x)
+        r, v = x["reward"][0, t, 0], x["next_v"][0, t, 0]
+        torch.testing.assert_close(truncated[0, t, 0], r + 0.9 * v)
+        torch.testing.assert_close(terminated[0, t, 0], r)
+        # nothing after the done reaches the steps before it
+        later = {k: v.clone() for k, v in x.items()}
+        later["reward"][0, t + 1 :] += 100.0
+        later["q"][0, t + 1 :] -= 50.0
+        torch.testing.assert_close(
+            retrace(0.9, 1.0, later)[0, : t + 1], terminated[0, : t + 1]
+        )
+
+    def test_ratios_above_c_thresh_saturate(self):
+        x = retrace_inputs(2, 10, 1, p_done=0.0, seed=5)
+        x["log_mu"] = x["log_pi"]
+        at_one = retrace(0.9, 1.0, x)
+        x["log_mu"] = x["log_pi"] - 30.0  # every ratio is e^30
+        torch.testing.assert_close(retrace(0.9, 1.0, x), at_one, rtol=0, atol=1e-12)
+        unclipped = retrace(0.9, 1.0, x, c_thresh=math.inf)
+        assert (unclipped - at_one).abs().max() > 1e6
+
+    def test_per_step_gamma_and_lambda(self):
+        x = retrace_inputs(2, 7, 1, seed=11)
+        g = torch.Generator().manual_seed(0)
+        gamma = 0.5 + 0.5 * torch.rand(2, 7, 1, generator=g, dtype=torch.float64)
+        lmbda = torch.rand(2, 7, 1, generator=g, dtype=torch.float64)
+        c = lmbda * torch.clamp((x["log_pi"] - x["log_mu"]).exp(), max=1.0)
+        keep, cont = (~x["terminated"]).double(), (~x["done"]).double()
+        expected = torch.empty_like(x["q"])
+        G = x["reward"][:, -1] + gamma[:, -1] * keep[:, -1] * x["next_v"][:, -1]
+        expected[:, -1] = G
+        for t in range(5, -1, -1):
+            G = x["reward"][:, t] + gamma[:, t] * keep[:, t] * (
+                x["next_v"][:, t] + cont[:, t] * c[:, t + 1] * (G - x["q"][:, t + 1])
+            )
+            expected[:, t] = G
+        torch.testing.assert_close(
+            retrace(gamma, lmbda, x), expected, rtol=1e-12, atol=1e-12
+        )
+
+    # (2048, 64) takes the long-sequence form of the scan
+    @pytest.mark.parametrize("B, T", [(2, 13), (2048, 64)])
+    def test_gradients_flow_like_the_loop(self, B, T):
+        x = retrace_inputs(B, T, 1, seed=12)
+        weights = torch.randn(B, T, 1, dtype=torch.float64)
+        grads = []
+        for fn in (retrace, loop):
+            leaves = {k: x[k].clone().requires_grad_() for k in ("q", "next_v")}
+            (fn(0.9, 1.0, {**x, **leaves}) * weights).sum().backward()
+            grads.append([leaves[k].grad for k in ("q", "next_v")])
+        torch.testing.assert_close(grads[0], grads[1])
+
+    @pytest.mark.parametrize("time_dim", [0, 1, -3])
+    def test_time_dim(self, time_dim):
+        x = retrace_inputs(3, 11, 2, seed=8)
+        expected = retrace(0.9, 1.0, x)
+        moved = {k: v.movedim(-2, time_dim) for k, v in x.items()}
+        got = retrace(0.9, 1.0, moved, time_dim=time_dim)
+        torch.testing.assert_close(got, expected.movedim(-2, time_dim), rtol=0, atol=0)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+    def test_dtype_is_kept(self, dtype):
+        x = retrace_inputs(2, 5, 1, dtype=dtype, seed=9)
+        gamma = torch.tensor(0.9, dtype=torch.float64)
+        assert retrace(gamma, 1.0, x).dtype == dtype
+
+    def test_shape_mismatch_is_refused(self):
+        x = retrace_inputs(2, 5, 1, seed=13)
+        x["reward"] = x["reward"][..., 0]
+        with pytest.raises(ValueError, match=r"reward.*\(2, 5\)"):
+            retrace(0.9, 1.0, x)
+
+
+def per_step_reference(actor, critic, data, gamma, lmbda=1.0, c_thresh=1.0):
+    """Evaluates the networks at each s_t and each real s'_t on its own, then takes
+    the sum definition of Retrace. Returns ``(G, V)`` for a ``[B, T]`` batch."""
+
+    def policy_and_q(obs):
+        td = TensorDict({"observation": obs}, [])
+        logits = actor.get_dist_params(td.clone())["logits"]
+        return logits.log_softmax(-1), critic(td.clone())["action_value"]
+
+    B, T = data.batch_size
+    log_pi, q_taken, v, next_v = (torch.zeros(B, T, 1).double() for _ in range(4))
+    action = data["action"]
+    if action.ndim == 3:  # one-hot
+        action = action.argmax(-1)
+    with torch.no_grad():
+        for b in range(B):
+            for t in range(T):
+                a = action[b, t]
+                lp, q = policy_and_q(data["observation"][b, t])
+                log_pi[b, t, 0], q_taken[b, t, 0] = lp[a], q[a]
+                v[b, t, 0] = (lp.exp() * q).sum()
+                lp, q = policy_and_q(data["next", "observation"][b, t])
+                next_v[b, t, 0] = (lp.exp() * q).sum()
+    G = retrace_sum_definition(
+        gamma,
+        lmbda,
+        log_pi,
+        data["action_log_prob"].unsqueeze(-1),
+        q_taken,
+        next_v,
+        data["next", "reward"],
+        data["next", "done"],
+        data["next", "terminated"],
+        c_thresh=c_thresh,
+    )
+    return G, v
+
+
+class TestRetraceEstimator:
+    @pytest.mark.parametrize(
+        "one_hot, shared, shifted",
+        [
+            (False, False, False),
+            (False, False, True),
+            (True, True, False),
+            (True, True, True),
+        ],
+    )
+    def test_matches_per_step_reference(self, one_hot, shared, shifted):
+        actor, critic = discrete_actor_critic(shared=shared, one_hot=one_hot)
+        data = random_batch(
+            3, 7, one_hot=one_hot, dones=[(0, 2), (2, 6)], terminations=[(1, 3)]
+        )
+        G, v = per_step_reference(
+            actor, critic, data, gamma=0.9, lmbda=0.95, c_thresh=1.3
+        )
+        estimator = RetraceEstimator(
+            gamma=0.9,
+            lmbda=0.95,
+            c_thresh=1.3,
+            actor_network=actor,
+            value_network=critic,
+            shifted=shifted,
+        )
+        out = estimator(data.clone())
+        torch.testing.assert_close(out["value_target"], G, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(out["state_value"], v, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(out["advantage"], G - v, rtol=1e-10, atol=1e-10)
+
+    def test_truncation_bootstraps_from_the_real_next_observation(self):
+        actor, critic = discrete_actor_critic()
+        estimator = RetraceEstimator(
+            gamma=0.9, actor_network=actor, value_network=critic, shifted=True
+        )
+        data = random_batch(1, 6, dones=[(0, 2)])
+        G = estimator(data.clone())["value_target"]
+        # the reset observation after the truncation reaches G_2 only through
+        # Q(s_3, a_3)'s own target, never as V(s'_2)
+        moved = data.clone()
+        moved["observation"][0, 3] += 5.0
+        torch.testing.assert_close(estimator(moved)["value_target"][0, :3], G[0, :3])
+        moved["next", "observation"][0, 2] += 5.0
+        assert not torch.allclose(estimator(moved)["value_target"][0, 2], G[0, 2])
+
+    def test_leading_dims_and_time_dim(self):
+        actor, critic = discrete_actor_critic()
+        estimator = RetraceEstimator(
+            gamma=0.9, actor_network=actor, value_network=critic
+        )
+        data = random_batch(6, 5, dones=[(1, 2)], terminations=[(4, 0)])
+        expected = estimator(data.clone())["value_target"]
+        nested = estimator(data.clone().reshape(2, 3, 5))["value_target"]
+        torch.testing.assert_close(nested, expected.reshape(2, 3, 5, 1))
+        time_first = data.clone().transpose(0, 1)
+        got = estimator(time_first, time_dim=0)["value_target"]
+        torch.testing.assert_close(got, expected.transpose(0, 1))
+
+    def test_gaussian_q_opc_ignores_the_behaviour_policy(self):
+        """Q_ret's traces are min(1, rho^(1/d)); Q_opc is the same recursion with
+        every trace 1, so it does not depend on the behaviour policy."""
+        batch, _, S = gaussian_table_batch(2, 6, 2, dones=[(0, 2)])
+        actor, critic, *_ = table_gaussian_sdn(S, 2)
+        estimator = RetraceEstimator(
+            gamma=0.9, actor_network=actor, value_network=critic
+        )
+        outs = []
+        for shift in (0.0, math.log(10.0)):
+            data = batch.clone()
+            data["action_log_prob"] = data["action_log_prob"] + shift
+            torch.manual_seed(0)  # the dueling network's draws
+            outs.append(estimator(data))
+        torch.testing.assert_close(
+            outs[0]["value_target_opc"], outs[1]["value_target_opc"]
+        )
+        assert not torch.allclose(outs[0]["value_target"], outs[1]["value_target"])
+
+    def test_differentiable(self):
+        actor, critic = discrete_actor_critic()
+        data = random_batch(2, 4)
+        estimator = RetraceEstimator(
+            gamma=0.9, actor_network=actor, value_network=critic
+        )
+        assert not estimator(data.clone())["value_target"].requires_grad
+        estimator = RetraceEstimator(
+            gamma=0.9, actor_network=actor, value_network=critic, differentiable=True
+        )
+        data["next", "reward"].requires_grad_()
+        out = estimator(data)
+        assert out["value_target"].requires_grad
+
+    def test_set_keys(self):
+        actor, critic = discrete_actor_critic()
+        data = random_batch(2, 4)
+        data["behaviour", "lp"] = data.pop("action_log_prob")
+        data["next", "env", "r"] = data["next"].pop("reward")
+        estimator = RetraceEstimator(
+            gamma=0.9, actor_network=actor, value_network=critic
+        )
+        estimator.set_keys(
+            sample_log_prob=("behaviour", "lp"),
+            reward=("env", "r"),
+            value_target=("acer", "G"),
+            advantage=("acer", "adv"),
+            value=("acer", "V"),
+        )
+        out = estimator(data)
+        assert set(out["acer"].keys()) == {"G", "adv", "V"}
+        with pytest.raises(KeyError, match="not_a_key"):
+            estimator.set_keys(not_a_key="x")
+
+    def test_functional_params(self):
+        actor, critic = discrete_actor_critic()
+        other_actor, _ = discrete_actor_critic(seed=2)
+        _, other_critic = discrete_actor_critic(seed=1)
+        data = random_batch(2, 4)
+        estimator = RetraceEstimator(
+            gamma=0.9, actor_network=actor, value_network=critic
+        )
+        out = estimator(
+            data.clone(),
+            params=TensorDict.from_module(other_critic),
+            actor_params=TensorDict.from_module(other_actor),
+        )
+        other = RetraceEstimator(
+            gamma=0.9, actor_network=other_actor, value_network=other_critic
+        )
+        torch.testing.assert_close(out["value_target"], other(data)["value_target"])
+
+    def test_registered_value_estimator(self):
+        actor, critic = discrete_actor_critic()
+        loss = ACERLoss(actor, critic)
+        for name in ("retrace", ACERValueEstimators.Retrace):
+            estimator = build_value_estimator(loss, name, gamma=0.5)
+            assert isinstance(estimator, RetraceEstimator)
+            assert estimator.gamma.item() == 0.5
+            assert estimator.lmbda.item() == 1.0 and estimator.c_thresh.item() == 1.0
+
+    def test_target_params_are_refused(self):
+        actor, critic = discrete_actor_critic()
+        estimator = RetraceEstimator(
+            gamma=0.9, actor_network=actor, value_network=critic
+        )
+        with pytest.raises(ValueError, match="target_params"):
+            estimator(random_batch(2, 4), target_params=TensorDict())
