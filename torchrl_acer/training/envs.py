@@ -8,7 +8,7 @@ import gymnasium as gym
 import torch
 from torchrl.envs import DoubleToFloat, EnvBase, GymWrapper, RewardSum
 
-__all__ = ["check_env_id", "is_minatar", "make_env"]
+__all__ = ["check_env_id", "check_spaces", "is_minatar", "make_env"]
 
 
 def is_minatar(env_id: str) -> bool:
@@ -42,6 +42,49 @@ def check_env_id(env_id: str) -> None:
         raise ValueError(f"env.name={env_id!r} is not a registered gymnasium id{hint}")
 
 
+# the example that trains each kind of action space, for the refusal messages
+_EXAMPLE_FOR = {
+    "discrete": "examples/acer_gym.py",
+    "continuous": "examples/acer_mujoco.py",
+}
+
+
+def check_spaces(env: gym.Env, env_id: str, action_space: str | None = None) -> None:
+    """Refuses, naming the space, what the networks and the loss cannot take.
+
+    Observations must be a ``Box`` (vectors, or MinAtar's and Atari's grids);
+    ``action_space`` (``"discrete"`` or ``"continuous"``), when given, is the kind
+    of actions the caller's networks produce.
+    """
+    obs = env.observation_space
+    if not isinstance(obs, gym.spaces.Box):
+        raise ValueError(
+            f"env.name={env_id!r} has the observation space {obs}; ACER's networks "
+            f"here take Box observations (vectors or image grids). Flatten or "
+            f"one-hot it with a gymnasium wrapper (e.g. FlattenObservation) first"
+        )
+    if action_space is None:
+        return
+    if action_space not in _EXAMPLE_FOR:
+        raise ValueError(
+            f"action_space must be 'discrete' or 'continuous', got {action_space!r}"
+        )
+    act = env.action_space
+    kind = (
+        "discrete"
+        if isinstance(act, gym.spaces.Discrete)
+        else "continuous"
+        if isinstance(act, gym.spaces.Box)
+        else None
+    )
+    if kind != action_space:
+        hint = f"; train it with {_EXAMPLE_FOR[kind]}" if kind else ""
+        raise ValueError(
+            f"env.name={env_id!r} has the action space {act}, but this example "
+            f"trains a {action_space} policy{hint}"
+        )
+
+
 def make_env(
     env_id: str,
     *,
@@ -50,6 +93,7 @@ def make_env(
     seed: int | None = None,
     max_episode_steps: int | None = None,
     wrappers=(),
+    action_space: str | None = None,
 ) -> EnvBase:
     """``num_envs`` copies of a gymnasium task as one batched TorchRL env, with the
     return of each episode under ``("next", "episode_reward")``.
@@ -63,6 +107,10 @@ def make_env(
 
     Args:
         wrappers: gymnasium wrappers (callables ``env -> env``) applied to each copy.
+        action_space: ``"discrete"`` or ``"continuous"``: the kind of actions the
+            caller's policy produces; another kind is refused with a message naming
+            the example that trains it. Observation spaces other than ``Box`` are
+            always refused, naming the space.
     """
     check_env_id(env_id)
     if num_envs < 1:
@@ -77,6 +125,14 @@ def make_env(
         for wrapper in wrappers:
             env = wrapper(env)
         return env
+
+    # one copy, built and closed here, so that an unsupported space fails with its
+    # name before the vector env and TorchRL's specs are built around it
+    probe = make_one()
+    try:
+        check_spaces(probe, env_id, action_space)
+    finally:
+        probe.close()
 
     vector = gym.vector.AsyncVectorEnv if parallel else gym.vector.SyncVectorEnv
     env = GymWrapper(
