@@ -1,4 +1,8 @@
-"""Small networks and batches the tests build on."""
+"""Small networks, batches and losses the tests build on.
+
+``tools/upstream_patch.py`` inlines what ``tests/upstream/`` imports from here (and
+what that uses) into the upstream copies of those tests.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,17 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import distributions as D
 from torch import nn
-from torchrl.modules import ActorValueOperator, OneHotCategorical, ProbabilisticActor
+from torchrl.modules import (
+    MLP,
+    ActorValueOperator,
+    IndependentNormal,
+    OneHotCategorical,
+    ProbabilisticActor,
+)
+from torchrl.objectives import SoftUpdate
+
+from torchrl_acer import ACERLoss, retrace_lambda_return_estimate
+from torchrl_acer.modules import PlainQCritic, StochasticDuelingNetwork
 
 
 def discrete_actor_critic(
@@ -219,12 +233,14 @@ class TableGaussian(nn.Module):
         return loc, self.log_scale.exp().expand_as(loc)
 
 
-def table_gaussian_sdn(num_states, action_dim, *, fixed_scale=None, seed=0, n=3):
-    """A table Gaussian policy and a dueling critic with a table V and an MLP A."""
-    from torchrl.modules import MLP, IndependentNormal
+def table_gaussian_sdn(
+    num_states, action_dim, *, fixed_scale=None, seed=0, n=3, dueling=True
+):
+    """A table Gaussian policy and a dueling critic with a table V and an MLP A.
 
-    from torchrl_acer.modules.sdn import StochasticDuelingNetwork
-
+    With ``dueling=False`` the critic is a ``PlainQCritic`` whose Q is the MLP
+    (returned in A's place; V is then unused).
+    """
     torch.manual_seed(seed)
     policy = TableGaussian(num_states, action_dim, fixed_scale)
     actor = ProbabilisticActor(
@@ -240,6 +256,9 @@ def table_gaussian_sdn(num_states, action_dim, *, fixed_scale=None, seed=0, n=3)
         num_cells=[8],
         activation_class=nn.Tanh,
     ).double()
+    if not dueling:
+        q = TensorDictModule(a, ["observation", "action"], ["q"])
+        return actor, PlainQCritic(q, num_samples=n), policy, v, a
     critic = StochasticDuelingNetwork(
         TensorDictModule(v, ["observation"], ["state_value"]),
         TensorDictModule(a, ["observation", "action"], ["advantage"]),
@@ -266,3 +285,180 @@ def gaussian_table_batch(B, T, action_dim, *, dones=(), terminations=(), seed=0)
     batch.set("scale", scale)
     batch.set("action_log_prob", log_prob)
     return batch, ids, num_states
+
+
+def make_loss(actor, critic, *, gamma=0.9, **kwargs):
+    """An ACER loss with its averaged policy kept by ``SoftUpdate``."""
+    loss = ACERLoss(actor, critic, **kwargs)
+    loss.make_value_estimator(gamma=gamma)
+    SoftUpdate(loss, eps=0.99)
+    return loss
+
+
+def move_average(loss, scale, seed=0):
+    """Moves the averaged policy away from the policy (so that the KL gradient of
+    the trust region is not zero)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        loss.target_actor_network_params.apply(
+            lambda p: p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
+        )
+
+
+def average_table(loss):
+    """The averaged policy's table (one row per state) of a table actor."""
+    return next(iter(loss.target_actor_network_params.values(True, True))).T
+
+
+def backward(loss, batch, terms=("loss_objective", "loss_entropy", "loss_critic")):
+    """Runs the loss and back-propagates the sum of ``terms`` (summed over steps
+    with ``reduction="none"``); returns the loss's output."""
+    out = loss(batch)
+    total = sum(out[t] for t in terms)
+    (total.sum() if total.ndim else total).backward()
+    return out
+
+
+def discrete_setup(
+    *, delta, space="logits", reduction="mean", ratio_clip=1.5, B=2, T=6, A=3
+):
+    """Discrete ACER on a table batch (a truncation at (0, 2), a termination at
+    (1, 4)) with table networks and the averaged policy moved away.
+
+    Returns ``(loss, batch, (state_ids, next_ids), policy table, Q table)``.
+    """
+    batch, ids, S = table_batch(B, T, A, dones=[(0, 2)], terminations=[(1, 4)])
+    actor, critic, policy, q = table_actor_critic(S, A)
+    loss = make_loss(
+        actor,
+        critic,
+        trust_region_delta=delta,
+        trust_region_space=space,
+        reduction=reduction,
+        ratio_clip=ratio_clip,
+    )
+    move_average(loss, 1.5)
+    return loss, batch, ids, policy, q
+
+
+def gaussian_setup(
+    *, fixed_scale=None, delta=None, reduction="mean", B=2, T=5, d=2, seed=0
+):
+    """Continuous ACER (gamma 0.9, ratio_clip 1.2, entropy_coeff 0.05) on a table
+    batch (a truncation at (0, 2), a termination at (1, 3)) with a table Gaussian
+    policy, the dueling critic of ``table_gaussian_sdn`` and the averaged policy
+    moved away; the loss's draws are replayed from ``noise``.
+
+    Returns ``(loss, batch, ids, policy, V table, A MLP, noise)``.
+    """
+    batch, ids, S = gaussian_table_batch(
+        B, T, d, dones=[(0, 2)], terminations=[(1, 3)], seed=seed
+    )
+    actor, critic, policy, v, a = table_gaussian_sdn(
+        S, d, fixed_scale=fixed_scale, seed=seed
+    )
+    loss = make_loss(
+        actor,
+        critic,
+        ratio_clip=1.2,
+        trust_region_delta=delta,
+        reduction=reduction,
+        entropy_coeff=0.05,
+    )
+    move_average(loss, 0.7, seed=seed)
+    # the draws a'_t (bias correction) and u_i (dueling baseline), replayed
+    noise = torch.randn(1 + critic.num_samples, B, T, d, dtype=torch.float64)
+    loss._action_noise = lambda loc, n: noise
+    return loss, batch, ids, policy, v, a, noise
+
+
+def bandit_loss(actor, critic, ratio_clip):
+    """ACER on one-step bandits: the policy gradient alone (no trust region, no
+    entropy bonus), summed over the samples."""
+    return make_loss(
+        actor,
+        critic,
+        ratio_clip=ratio_clip,
+        trust_region_delta=None,
+        entropy_coeff=0.0,
+        reduction="sum",
+    )
+
+
+# A one-step bandit: the Q values, the policy's and the behaviour policy's logits.
+BANDIT_Q = torch.tensor([1.0, -0.5, 2.0, 0.3], dtype=torch.float64)
+BANDIT_PI_LOGITS = torch.tensor([0.2, -1.0, 0.5, 1.5], dtype=torch.float64)
+BANDIT_MU_LOGITS = torch.tensor([1.5, 0.0, -2.0, 0.3], dtype=torch.float64)
+
+
+def bandit_per_action_gradients(ratio_clip):
+    """Ascent direction at the logits of the one-step bandit, for each sampled
+    action.
+
+    Row ``a`` is the gradient of J when the behaviour policy sampled ``a``. The
+    critic knows Q exactly and the episode ends after one step, so G = Q(a). Each
+    action is its own sample (in its own state: its own table column) in one batch.
+    """
+    A = len(BANDIT_Q)
+    actor, critic, policy, q = table_actor_critic(A, A)
+    with torch.no_grad():
+        policy.weight.copy_(BANDIT_PI_LOGITS[:, None].expand(A, A))
+        q.weight.copy_(BANDIT_Q[:, None].expand(A, A))
+    loss = bandit_loss(actor, critic, ratio_clip)
+    action = torch.arange(A)[:, None]
+    eye = torch.eye(A, dtype=torch.float64)[:, None]
+    ones = torch.ones(A, 1, 1, dtype=torch.bool)
+    batch = TensorDict(
+        {
+            "observation": eye,
+            "action": action,
+            "logits": BANDIT_MU_LOGITS.expand(A, 1, A),
+            "action_log_prob": BANDIT_MU_LOGITS.log_softmax(-1)[action],
+            ("next", "observation"): eye,
+            ("next", "reward"): BANDIT_Q[action][..., None],
+            ("next", "done"): ones,
+            ("next", "terminated"): ones,
+        },
+        [A, 1],
+    )
+    loss(batch)["loss_objective"].backward()
+    return -policy.weight.grad.T  # [sampled action, logit]
+
+
+def retrace_inputs(*shape, p_done=0.2, p_term=0.5, dtype=torch.float64, seed=0):
+    """Random ``[*B, T, F]`` inputs of the Retrace functional form, keyed by the
+    argument names of the references (``reference.retrace_backward_loop(gamma,
+    lmbda, **x)``), with dones and terminations inside the rows."""
+    g = torch.Generator().manual_seed(seed)
+
+    def randn():
+        return torch.randn(*shape, generator=g, dtype=dtype)
+
+    done = torch.rand(*shape, generator=g) < p_done
+    terminated = done & (torch.rand(*shape, generator=g) < p_term)
+    # log-ratios spread around 0: some traces are clipped and some are not
+    return {
+        "log_pi": randn() * 0.7,
+        "log_mu": randn() * 0.7,
+        "q": randn(),
+        "next_v": randn(),
+        "reward": randn(),
+        "done": done,
+        "terminated": terminated,
+    }
+
+
+def retrace(gamma, lmbda, x, **kwargs):
+    """``retrace_lambda_return_estimate`` on the inputs of ``retrace_inputs``."""
+    return retrace_lambda_return_estimate(
+        gamma,
+        lmbda,
+        x["log_pi"],
+        x["log_mu"],
+        x["q"],
+        x["next_v"],
+        x["reward"],
+        x["done"],
+        x["terminated"],
+        **kwargs,
+    )

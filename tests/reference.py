@@ -1,7 +1,8 @@
 """Plain references for Retrace and ACER, written from the equations.
 
 Nothing here imports torchrl_acer: these are the independent references the tests
-compare the package against, and the "plain loop" the benchmark times.
+compare the package against (with the checks that run a loss or an estimator
+against them), and the "plain loop" the benchmark times.
 Inputs are ``[*B, T, F]`` tensors with time at dim -2.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 import math
 
 import torch
+from tensordict import TensorDict
+from torch import nn
 
 
 def retrace_sum_definition(
@@ -73,6 +76,50 @@ def retrace_backward_loop(
         )
         out[..., t, :] = g
     return out
+
+
+def retrace_per_step_reference(actor, critic, data, gamma, lmbda=1.0, c_thresh=1.0):
+    """Retrace for a discrete actor and Q critic on a ``[B, T]`` batch: evaluates
+    the networks on each s_t and each real s'_t on its own (2T calls per row, in
+    float64), then takes the sum definition. Returns ``(G, V)``, each ``[B, T, 1]``.
+    """
+    actor, critic = actor.double(), critic.double()
+    data = data.apply(lambda x: x.double() if x.is_floating_point() else x)
+
+    def policy_and_q(obs):
+        td = TensorDict({"observation": obs}, [])
+        logits = actor.get_dist_params(td.clone())["logits"]
+        return logits.log_softmax(-1), critic(td.clone())["action_value"]
+
+    B, T = data.batch_size
+    log_pi, q_taken, v, next_v = (
+        torch.zeros(B, T, 1, dtype=torch.float64) for _ in range(4)
+    )
+    action = data["action"]
+    if action.ndim == 3:  # one-hot
+        action = action.argmax(-1)
+    with torch.no_grad():
+        for b in range(B):
+            for t in range(T):
+                a = action[b, t]
+                lp, q = policy_and_q(data["observation"][b, t])
+                log_pi[b, t, 0], q_taken[b, t, 0] = lp[a], q[a]
+                v[b, t, 0] = (lp.exp() * q).sum()
+                lp, q = policy_and_q(data["next", "observation"][b, t])
+                next_v[b, t, 0] = (lp.exp() * q).sum()
+    G = retrace_sum_definition(
+        gamma,
+        lmbda,
+        log_pi,
+        data["action_log_prob"].unsqueeze(-1),
+        q_taken,
+        next_v,
+        data["next", "reward"],
+        data["next", "done"],
+        data["next", "terminated"],
+        c_thresh=c_thresh,
+    )
+    return G, v
 
 
 def project_step(g, k, delta):
@@ -332,3 +379,90 @@ def acer_gaussian_reference(
             if learned:
                 grad_log_scale += -g[d:] * sigma / n  # d sigma / d log sigma = sigma
     return grad_L, grad_log_scale, critic_total
+
+
+def plain_mlp(mlp, weights, eye):
+    """``f(s, action)``: the MLP ``mlp`` (Linear and tanh layers) on
+    ``[one_hot(s), action]``, written out with ``weights`` (copies of its
+    parameters, in order)."""
+    linears = [m for m in mlp if isinstance(m, nn.Linear)]
+
+    def f(s, action):
+        x = torch.cat([eye[s], action])
+        for i, (w, b) in enumerate(zip(weights[::2], weights[1::2], strict=True)):
+            x = nn.functional.linear(x, w, b)
+            if i < len(linears) - 1:
+                x = torch.tanh(x)
+        return x[0]
+
+    return f
+
+
+def check_gaussian_policy_against_reference(
+    loss,
+    batch,
+    ids,
+    policy,
+    noise,
+    value,
+    q_or_a,
+    *,
+    fixed_scale,
+    gamma=0.9,
+    ratio_clip=1.2,
+    entropy_coeff=0.05,
+    **kwargs,
+):
+    """Runs a continuous ACER loss on a table batch backward, and
+    ``acer_gaussian_reference`` on the same batch and draws (``value`` and
+    ``q_or_a`` as it takes them, ``kwargs`` passed on); asserts that the table
+    policy's gradients agree and returns the reference's critic loss, in the graph
+    of the critic's reference weights. The hyper-parameters are
+    ``builders.gaussian_setup``'s."""
+    out = loss(batch)
+    (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+    d = batch["action"].shape[-1]
+    avg = loss.target_actor_network_params.flatten_keys(".")
+    avg_scale = (
+        avg["module.0.module.log_scale"].exp()
+        if fixed_scale is None
+        else torch.full((d,), fixed_scale, dtype=torch.float64)
+    )
+    grad_loc, grad_log_scale, critic_loss = acer_gaussian_reference(
+        policy.loc.weight.T,
+        None if fixed_scale is not None else policy.log_scale,
+        fixed_scale,
+        value,
+        q_or_a,
+        avg["module.0.module.loc.weight"].T,
+        avg_scale,
+        ids[0],
+        ids[1],
+        batch["action"],
+        batch["loc"],
+        batch["scale"],
+        batch["action_log_prob"],
+        batch["next", "reward"][..., 0],
+        batch["next", "done"][..., 0],
+        batch["next", "terminated"][..., 0],
+        noise,
+        gamma=gamma,
+        ratio_clip=ratio_clip,
+        entropy_coeff=entropy_coeff,
+        critic_coeff=float(loss.critic_coeff),
+        **kwargs,
+    )
+    torch.testing.assert_close(
+        policy.loc.weight.grad.T, grad_loc, rtol=1e-9, atol=1e-12
+    )
+    if fixed_scale is None:
+        torch.testing.assert_close(
+            policy.log_scale.grad, grad_log_scale, rtol=1e-9, atol=1e-12
+        )
+    return critic_loss
+
+
+def assert_same_grads(params, reference_params):
+    """Each parameter's gradient is its reference copy's."""
+    for ours, ref in zip(params, reference_params, strict=True):
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-9, atol=1e-12)

@@ -1,11 +1,28 @@
+"""Continuous ACER beyond tests/upstream/ (which checks the Gaussian gradients with
+the dueling critic against the plain reference, and Q_opc): the plain-Q critic's
+gradients, the Gaussian trust region, bandits, the model builders, refused inputs
+and the MuJoCo example.
+"""
+
 import math
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from builders import gaussian_table_batch, table_gaussian_sdn
-from reference import acer_gaussian_reference
+from builders import (
+    bandit_loss,
+    gaussian_setup,
+    gaussian_table_batch,
+    make_loss,
+    move_average,
+    table_gaussian_sdn,
+)
+from reference import (
+    assert_same_grads,
+    check_gaussian_policy_against_reference,
+    plain_mlp,
+)
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -19,133 +36,6 @@ DONES = [(0, 2)]
 TERMINATIONS = [(1, 3)]
 
 
-def setup(B=2, T=5, d=2, *, fixed_scale=None, delta=None, reduction="mean", seed=0):
-    batch, ids, S = gaussian_table_batch(
-        B, T, d, dones=DONES, terminations=TERMINATIONS, seed=seed
-    )
-    actor, critic, policy, v, a = table_gaussian_sdn(
-        S, d, fixed_scale=fixed_scale, seed=seed
-    )
-    loss = ACERLoss(
-        actor,
-        critic,
-        ratio_clip=1.2,
-        trust_region_delta=delta,
-        reduction=reduction,
-        entropy_coeff=0.05,
-    )
-    loss.make_value_estimator(gamma=0.9)
-    with torch.no_grad():
-        loss.target_actor_network_params.apply(
-            lambda p: p.add_(torch.randn_like(p) * 0.7)
-        )
-    noise = torch.randn(1 + critic.num_samples, B, T, d, dtype=torch.float64)
-    loss._action_noise = lambda loc, n: noise
-    return loss, batch, ids, policy, v, a, noise
-
-
-def plain_mlp(mlp, weights, eye):
-    """``f(s, action)``: ``mlp`` (Linear + tanh) on ``[one_hot(s), action]``, written
-    out with ``weights`` (copies of its parameters, in order)."""
-
-    def f(s, action):
-        x = torch.cat([eye[s], action])
-        for layer, (w, bias) in zip(
-            [m for m in mlp if isinstance(m, nn.Linear)],
-            zip(weights[::2], weights[1::2], strict=True),
-            strict=True,
-        ):
-            x = nn.functional.linear(x, w, bias)
-            if layer is not mlp[-1]:
-                x = torch.tanh(x)
-        return x[0]
-
-    return f
-
-
-def check_policy_against_reference(
-    loss, batch, ids, policy, noise, value, q_or_a, *, fixed_scale, **kwargs
-):
-    """Runs the loss backward and the plain reference on the same batch; asserts
-    the policy's gradients agree and returns the reference's critic loss (in the
-    graph of the critic's reference weights)."""
-    out = loss(batch)
-    (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
-    d = batch["action"].shape[-1]
-    avg = loss.target_actor_network_params.flatten_keys(".")
-    avg_scale = (
-        avg["module.0.module.log_scale"].exp()
-        if fixed_scale is None
-        else torch.full((d,), fixed_scale, dtype=torch.float64)
-    )
-    grad_loc, grad_log_scale, critic_loss = acer_gaussian_reference(
-        policy.loc.weight.T,
-        None if fixed_scale is not None else policy.log_scale,
-        fixed_scale,
-        value,
-        q_or_a,
-        avg["module.0.module.loc.weight"].T,
-        avg_scale,
-        ids[0],
-        ids[1],
-        batch["action"],
-        batch["loc"],
-        batch["scale"],
-        batch["action_log_prob"],
-        batch["next", "reward"][..., 0],
-        batch["next", "done"][..., 0],
-        batch["next", "terminated"][..., 0],
-        noise,
-        gamma=0.9,
-        ratio_clip=1.2,
-        entropy_coeff=0.05,
-        critic_coeff=float(loss.critic_coeff),
-        **kwargs,
-    )
-    torch.testing.assert_close(
-        policy.loc.weight.grad.T, grad_loc, rtol=1e-9, atol=1e-12
-    )
-    if fixed_scale is None:
-        torch.testing.assert_close(
-            policy.log_scale.grad, grad_log_scale, rtol=1e-9, atol=1e-12
-        )
-    return critic_loss
-
-
-def assert_grads_match(module, reference_weights):
-    for ours, ref in zip(module.parameters(), reference_weights, strict=True):
-        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-9, atol=1e-12)
-
-
-@pytest.mark.parametrize("reduction", ["mean", "sum"])
-@pytest.mark.parametrize("fixed_scale", [None, 0.4])
-@pytest.mark.parametrize("delta", [None, 0.02])
-def test_gaussian_gradients_match_plain_reference(delta, fixed_scale, reduction):
-    loss, batch, ids, policy, v, a, noise = setup(
-        fixed_scale=fixed_scale, delta=delta, reduction=reduction
-    )
-    eye = torch.eye(policy.loc.weight.shape[1], dtype=torch.float64)
-    a_ref = [p.detach().clone().requires_grad_() for p in a.parameters()]
-    v_ref = v.weight.detach().clone().requires_grad_()
-    critic_loss = check_policy_against_reference(
-        loss,
-        batch,
-        ids,
-        policy,
-        noise,
-        v_ref[0],
-        plain_mlp(a, a_ref, eye),
-        fixed_scale=fixed_scale,
-        delta=delta,
-        reduction=reduction,
-    )
-    critic_loss.backward()
-    assert_grads_match(v, [v_ref])
-    assert_grads_match(a, a_ref)
-    if delta is not None:
-        assert 0 < loss.trust_region_stats["active_fraction"] < 1
-
-
 @pytest.mark.parametrize("fixed_scale", [None, 0.4])
 @pytest.mark.parametrize("delta", [None, 0.02])
 def test_plain_q_gradients_match_plain_reference(delta, fixed_scale):
@@ -155,23 +45,18 @@ def test_plain_q_gradients_match_plain_reference(delta, fixed_scale):
     batch, ids, S = gaussian_table_batch(
         B, T, d, dones=DONES, terminations=TERMINATIONS
     )
-    actor, _, policy, _, q = table_gaussian_sdn(S, d, fixed_scale=fixed_scale)
-    critic = PlainQCritic(
-        TensorDictModule(q, ["observation", "action"], ["q"]), num_samples=3
+    actor, critic, policy, _, q = table_gaussian_sdn(
+        S, d, fixed_scale=fixed_scale, dueling=False
     )
     # V's draws: u_i = loc + scale * c_i, the same c_i at every state
     c = torch.randn(3, d, dtype=torch.float64)
     critic.value_network.noise = lambda loc: c.view(3, *[1] * (loc.ndim - 1), d).expand(
         3, *loc.shape
     )
-    loss = ACERLoss(
+    loss = make_loss(
         actor, critic, ratio_clip=1.2, trust_region_delta=delta, entropy_coeff=0.05
     )
-    loss.make_value_estimator(gamma=0.9)
-    with torch.no_grad():
-        loss.target_actor_network_params.apply(
-            lambda p: p.add_(torch.randn_like(p) * 0.7)
-        )
+    move_average(loss, 0.7)
     noise = torch.randn(1, B, T, d, dtype=torch.float64)  # a' alone
     loss._action_noise = lambda loc, n: noise[:n]
 
@@ -187,7 +72,7 @@ def test_plain_q_gradients_match_plain_reference(delta, fixed_scale):
     def value(s):
         return sum(q_fn(s, loc_table[s] + sigma * c[i]) for i in range(3)) / 3
 
-    critic_loss = check_policy_against_reference(
+    critic_loss = check_gaussian_policy_against_reference(
         loss,
         batch,
         ids,
@@ -200,7 +85,7 @@ def test_plain_q_gradients_match_plain_reference(delta, fixed_scale):
         dueling=False,
     )
     critic_loss.backward()
-    assert_grads_match(q, q_ref)
+    assert_same_grads(q.parameters(), q_ref)
 
 
 def test_plain_q_critic_outputs_q_and_its_sampled_mean():
@@ -233,7 +118,7 @@ def test_plain_q_critic_outputs_q_and_its_sampled_mean():
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_gaussian_trust_region_bounds_every_step(reduction):
     B, T, delta, sigma = 2, 5, 0.02, 0.4
-    loss, batch, ids, policy, *_ = setup(
+    loss, batch, ids, policy, *_ = gaussian_setup(
         fixed_scale=sigma, delta=delta, reduction=reduction, B=B, T=T
     )
     out = loss(batch)
@@ -252,7 +137,7 @@ def test_gaussian_trust_region_bounds_every_step(reduction):
 
 def test_small_delta_keeps_gaussian_policy_closer_to_average():
     def kl_after_sgd(delta):
-        loss, batch, *_ = setup(delta=delta, seed=3)
+        loss, batch, *_ = gaussian_setup(delta=delta, seed=3)
         loss.entropy_coeff.zero_()
         params = list(loss.actor_network_params.values(True, True))
         opt = torch.optim.SGD(params, lr=0.3)
@@ -263,7 +148,7 @@ def test_small_delta_keeps_gaussian_policy_closer_to_average():
             opt.step()
         return loss(batch)["kl_avg"].item()
 
-    initial = setup(delta=None, seed=3)
+    initial = gaussian_setup(delta=None, seed=3)
     baseline = initial[0](initial[1])["kl_avg"].item()
     unconstrained, constrained = kl_after_sgd(None), kl_after_sgd(0.005)
     assert abs(unconstrained - baseline) > 0.1
@@ -349,15 +234,7 @@ def bandit_gradients(ratio_clip, n=40_000, seed=0):
         TensorDictModule(A(), ["observation", "action"], ["advantage"]),
         num_samples=5,
     )
-    loss = ACERLoss(
-        actor,
-        critic,
-        ratio_clip=ratio_clip,
-        trust_region_delta=None,
-        entropy_coeff=0.0,
-        reduction="sum",
-    )
-    loss.make_value_estimator(gamma=0.9)
+    loss = bandit_loss(actor, critic, ratio_clip)
     mu_loc, mu_scale = 0.5, 0.4  # the behaviour policy is off by 1.25 sigma
     action = mu_loc + mu_scale * torch.randn(n, 1, 1, dtype=torch.float64)
     index = torch.arange(n, dtype=torch.float64)[:, None, None]
@@ -395,32 +272,10 @@ def test_gaussian_truncation_reduces_variance():
 
 
 @pytest.mark.parametrize("dueling", [True, False], ids=["sdn", "plain_q"])
-def test_estimator_q_opc_and_traces(dueling):
-    """Q_ret uses traces min(1, rho^(1/d)); Q_opc the same recursion with traces 1."""
-    actor, critic = gaussian_actor_sdn(3, 2, num_cells=[8], dueling=dueling)
+def test_gaussian_actor_sdn_builds_the_critic_asked_for(dueling):
+    _, critic = gaussian_actor_sdn(3, 2, num_cells=[8], dueling=dueling)
+    assert isinstance(critic, StochasticDuelingNetwork)
     assert isinstance(critic, PlainQCritic) is not dueling
-    B, T = 3, 6
-    obs = torch.randn(B, T + 1, 3)
-    td = TensorDict(
-        {"observation": obs[:, :-1], ("next", "observation"): obs[:, 1:]}, [B, T]
-    )
-    with torch.no_grad():
-        actor(td)
-    td["next", "reward"] = torch.randn(B, T, 1)
-    td["next", "done"] = torch.zeros(B, T, 1, dtype=torch.bool)
-    td["next", "terminated"] = torch.zeros(B, T, 1, dtype=torch.bool)
-    est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
-    torch.manual_seed(0)
-    out = est(td.clone())
-    # on-policy (the batch's own actions and log-probs): rho = 1, so Q_ret = Q_opc
-    torch.testing.assert_close(out["value_target"], out["value_target_opc"])
-    # a behaviour policy that made the taken actions 10x less likely than pi
-    off = td.clone()
-    off["action_log_prob"] = off["action_log_prob"] + math.log(10.0)
-    torch.manual_seed(0)
-    out_off = est(off)
-    torch.testing.assert_close(out_off["value_target_opc"], out["value_target_opc"])
-    assert not torch.allclose(out_off["value_target"], out["value_target"])
 
 
 def test_bounded_mean_stays_in_the_action_bounds_and_log_probs_stay_exact():
@@ -457,7 +312,7 @@ def test_bad_mean_bounds_are_refused(bounds):
 
 class TestBadInput:
     def test_wrong_action_dimension(self):
-        loss, batch, *_ = setup()
+        loss, batch, *_ = gaussian_setup()
         batch.set("action", torch.zeros(2, 5, 3, dtype=torch.float64))
         with pytest.raises(
             ValueError, match=r"action has shape \(2, 5, 3\), expected \(2, 5, 2\)"

@@ -84,6 +84,19 @@ def passed(output: str) -> int:
     return counts.get("passed", 0)
 
 
+def run_generated_tests(*args, cwd, env):
+    """pytest on the generated tests (``args``): all pass, and more than 50 ran."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert passed(result.stdout) > 50
+
+
 def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
     out = tmp_path / "out"
     run(sys.executable, str(TOOL), "--out", str(out))
@@ -102,28 +115,16 @@ def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
     (harness / "acer_upstream_harness.py").write_text(HARNESS)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     env = {**os.environ, "PYTHONPATH": str(harness), "ACER_UPSTREAM_OUT": str(out)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "acer_upstream_harness",
-            "-p",
-            "no:cacheprovider",
-            "-c",
-            str(tmp_path / "pytest.ini"),
-            "--import-mode=importlib",
-            *(str(out / t) for t in GENERATED_TESTS),
-        ],
-        capture_output=True,
-        text=True,
+    run_generated_tests(
+        "-p",
+        "acer_upstream_harness",
+        "-c",
+        str(tmp_path / "pytest.ini"),
+        "--import-mode=importlib",
+        *(str(out / t) for t in GENERATED_TESTS),
         cwd=tmp_path,
         env=env,
     )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert passed(result.stdout) > 50
 
 
 def checkout_or_skip() -> Path:
@@ -176,20 +177,4 @@ def test_patch_applies_to_a_clean_pinned_checkout(tmp_path):
     assert tree_hash(clean) == tree_hash(work)
     # the generated tests, on the patched checkout's own torchrl
     env = {**os.environ, "PYTHONPATH": str(work)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *GENERATED_TESTS,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env=env,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert passed(result.stdout) > 50
+    run_generated_tests(*GENERATED_TESTS, cwd=work, env=env)

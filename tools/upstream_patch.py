@@ -918,7 +918,14 @@ def inline_helpers(text: str, where: str) -> str:
         nodes = sorted(
             {id(defs[n]): defs[n] for n in chosen}.values(), key=lambda n: n.lineno
         )
-        sections += [_segment(hlines, node) for node in nodes]
+        previous = None
+        for node in nodes:
+            segment = _segment(hlines, node)
+            if previous and _first_line(hlines, node) == previous.end_lineno + 1:
+                sections[-1] += "\n" + segment  # a block of definitions stays one
+            else:
+                sections.append(segment)
+            previous = node
     for start, end in sorted(removed, reverse=True):
         del lines[start - 1 : end]
     text = "\n".join(lines) + "\n"

@@ -13,96 +13,37 @@ import torch
 # Self-contained but for the helpers below, which tools/upstream_patch.py inlines
 # into the upstream copy of this module (and drops this comment with the imports).
 from builders import (
+    BANDIT_MU_LOGITS,
+    BANDIT_PI_LOGITS,
+    BANDIT_Q,
+    average_table,
+    backward,
+    bandit_per_action_gradients,
     discrete_actor_critic,
-    gaussian_table_batch,
+    discrete_setup,
+    gaussian_setup,
+    make_loss,
+    move_average,
     random_batch,
-    table_actor_critic,
-    table_batch,
-    table_gaussian_sdn,
 )
-from reference import acer_discrete_reference, acer_gaussian_reference
-from tensordict import TensorDict
-from torch import nn
+from reference import (
+    acer_discrete_reference,
+    assert_same_grads,
+    check_gaussian_policy_against_reference,
+    plain_mlp,
+)
 from torchrl.objectives import SoftUpdate
 from torchrl.testing import get_default_devices
 
 from torchrl_acer import ACERLoss, RetraceEstimator
 
-DONES = [(0, 2)]
-TERMINATIONS = [(1, 4)]
 SPACES = ("logits", "log_probs", "probs")  # what the trust region projects
 
 
-def make_loss(actor, critic, *, gamma=0.9, **kwargs):
-    """An ACER loss with its averaged policy kept by ``SoftUpdate``."""
-    loss = ACERLoss(actor, critic, **kwargs)
-    loss.make_value_estimator(gamma=gamma)
-    SoftUpdate(loss, eps=0.99)
-    return loss
-
-
-def move_average(loss, scale, seed=0):
-    """Moves the averaged policy away from the policy (so that the KL gradient of
-    the trust region is not zero)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        loss.target_actor_network_params.apply(
-            lambda p: p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
-        )
-
-
-def average_table(loss):
-    """The averaged policy's table (one row per state) of a table actor."""
-    return next(iter(loss.target_actor_network_params.values(True, True))).T
-
-
-def discrete_setup(*, delta, space="logits", reduction="mean", B=2, T=6, A=3):
-    batch, ids, S = table_batch(B, T, A, dones=DONES, terminations=TERMINATIONS)
-    actor, critic, policy, q = table_actor_critic(S, A)
-    loss = make_loss(
-        actor,
-        critic,
-        trust_region_delta=delta,
-        trust_region_space=space,
-        reduction=reduction,
-        ratio_clip=1.5,
-    )
-    move_average(loss, 1.5)
-    return loss, batch, ids, policy, q
-
-
-def backward(loss, batch, terms=("loss_objective", "loss_entropy", "loss_critic")):
-    out = loss(batch)
-    total = sum(out[t] for t in terms)
-    (total.sum() if total.ndim else total).backward()
-    return out
-
-
-def plain_mlp(mlp, weights, eye):
-    """``f(s, action)``: the MLP ``mlp`` (Linear and tanh layers) on
-    ``[one_hot(s), action]``, written out with ``weights`` (copies of its
-    parameters, in order)."""
-    linears = [m for m in mlp if isinstance(m, nn.Linear)]
-
-    def f(s, action):
-        x = torch.cat([eye[s], action])
-        for i, (w, b) in enumerate(zip(weights[::2], weights[1::2], strict=True)):
-            x = nn.functional.linear(x, w, b)
-            if i < len(linears) - 1:
-                x = torch.tanh(x)
-        return x[0]
-
-    return f
-
-
 class TestACER:
-    @pytest.mark.parametrize(
-        "delta, space, reduction",
-        [
-            *((delta, space, "mean") for delta in (None, 0.05) for space in SPACES),
-            (0.05, "logits", "sum"),
-        ],
-    )
+    @pytest.mark.parametrize("reduction", ["mean", "sum"])
+    @pytest.mark.parametrize("space", SPACES)
+    @pytest.mark.parametrize("delta", [None, 0.05])
     def test_discrete_gradients_match_reference(self, delta, space, reduction):
         loss, batch, ids, policy, q = discrete_setup(
             delta=delta, space=space, reduction=reduction
@@ -136,72 +77,42 @@ class TestACER:
             # meaningful only if the projection was active at some steps only
             assert 0 < loss.trust_region_stats["active_fraction"] < 1
 
+    @pytest.mark.parametrize("reduction", ["mean", "sum"])
     @pytest.mark.parametrize("fixed_scale", [None, 0.4])
     @pytest.mark.parametrize("delta", [None, 0.02])
-    def test_gaussian_gradients_match_reference(self, delta, fixed_scale):
-        B, T, d = 2, 5, 2
-        batch, ids, S = gaussian_table_batch(
-            B, T, d, dones=DONES, terminations=[(1, 3)]
-        )
-        actor, critic, policy, v, a = table_gaussian_sdn(S, d, fixed_scale=fixed_scale)
-        loss = make_loss(
-            actor, critic, ratio_clip=1.2, trust_region_delta=delta, entropy_coeff=0.05
-        )
-        move_average(loss, 0.7)
-        # the draws a'_t (bias correction) and u_i (dueling baseline), replayed
-        noise = torch.randn(1 + critic.num_samples, B, T, d, dtype=torch.float64)
-        loss._action_noise = lambda loc, n: noise
-        backward(loss, batch)
-
-        avg = loss.target_actor_network_params.flatten_keys(".")
-        avg_scale = (
-            avg["module.0.module.log_scale"].exp()
-            if fixed_scale is None
-            else torch.full((d,), fixed_scale, dtype=torch.float64)
+    def test_gaussian_gradients_match_reference(self, delta, fixed_scale, reduction):
+        loss, batch, ids, policy, v, a, noise = gaussian_setup(
+            fixed_scale=fixed_scale, delta=delta, reduction=reduction
         )
         v_ref = v.weight.detach().clone().requires_grad_()
         a_ref = [p.detach().clone().requires_grad_() for p in a.parameters()]
-        grad_loc, grad_log_scale, critic_loss = acer_gaussian_reference(
-            policy.loc.weight.T,
-            None if fixed_scale is not None else policy.log_scale,
-            fixed_scale,
-            v_ref[0],
-            plain_mlp(a, a_ref, torch.eye(S, dtype=torch.float64)),
-            avg["module.0.module.loc.weight"].T,
-            avg_scale,
-            ids[0],
-            ids[1],
-            batch["action"],
-            batch["loc"],
-            batch["scale"],
-            batch["action_log_prob"],
-            batch["next", "reward"][..., 0],
-            batch["next", "done"][..., 0],
-            batch["next", "terminated"][..., 0],
+        eye = torch.eye(v.weight.shape[1], dtype=torch.float64)
+        critic_loss = check_gaussian_policy_against_reference(
+            loss,
+            batch,
+            ids,
+            policy,
             noise,
-            gamma=0.9,
-            ratio_clip=1.2,
-            entropy_coeff=0.05,
-            critic_coeff=float(loss.critic_coeff),
+            v_ref[0],
+            plain_mlp(a, a_ref, eye),
+            fixed_scale=fixed_scale,
             delta=delta,
+            reduction=reduction,
         )
-        torch.testing.assert_close(
-            policy.loc.weight.grad.T, grad_loc, rtol=1e-9, atol=1e-12
-        )
-        if fixed_scale is None:
-            torch.testing.assert_close(
-                policy.log_scale.grad, grad_log_scale, rtol=1e-9, atol=1e-12
-            )
         critic_loss.backward()
-        for ours, ref in zip([v.weight, *a.parameters()], [v_ref, *a_ref], strict=True):
-            torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-9, atol=1e-12)
+        assert_same_grads([v.weight, *a.parameters()], [v_ref, *a_ref])
+        if delta is not None:
+            # meaningful only if the projection was active at some steps only
+            assert 0 < loss.trust_region_stats["active_fraction"] < 1
 
     @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
     def test_trust_region_bounds_every_step(self, reduction):
         B, T, delta = 2, 6, 0.05
         loss, batch, ids, policy, _ = discrete_setup(delta=delta, reduction=reduction)
         # "none": the hook assumes the per-step losses are summed
-        backward(loss, batch, ("loss_objective", "loss_entropy"))
+        out = backward(loss, batch, ("loss_objective", "loss_entropy"))
+        if reduction == "none":
+            assert (out["loss_objective"] + out["loss_entropy"]).shape == (B, T)
         n = B * T if reduction == "mean" else 1
         # the gradient at the logits of s_t is the weight's column state_ids[b, t]
         step = -n * policy.weight.grad.T[ids[0]]  # the projected ascent step
@@ -222,54 +133,44 @@ class TestACER:
         loss, batch, _, policy, q = discrete_setup(delta=0.05)
         backward(loss, batch)
         once = policy.weight.grad.clone()
+        active_once = loss.trust_region_stats["active_fraction"]
         policy.weight.grad = q.weight.grad = None
         backward(loss, torch.cat([batch, batch], 0))
         torch.testing.assert_close(policy.weight.grad, once, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(
+            loss.trust_region_stats["active_fraction"], active_once
+        )
 
-    @pytest.mark.parametrize("ratio_clip", [math.inf, 10.0, 1.0, 0.5])
+    @pytest.mark.parametrize("ratio_clip", [math.inf, 10.0, 2.0, 1.0, 0.5])
     def test_truncation_with_bias_correction_is_unbiased(self, ratio_clip):
         """On a one-step bandit with an exact critic, the expectation of the policy
         gradient under the behaviour policy is the true gradient, whatever c."""
-        q_values = torch.tensor([1.0, -0.5, 2.0, 0.3], dtype=torch.float64)
-        pi_logits = torch.tensor([0.2, -1.0, 0.5, 1.5], dtype=torch.float64)
-        mu_logits = torch.tensor([1.5, 0.0, -2.0, 0.3], dtype=torch.float64)
-        A = 4
-        actor, critic, policy, q = table_actor_critic(A, A)
-        with torch.no_grad():
-            policy.weight.copy_(pi_logits[:, None].expand(A, A))
-            q.weight.copy_(q_values[:, None].expand(A, A))
-        loss = make_loss(
-            actor,
-            critic,
-            ratio_clip=ratio_clip,
-            trust_region_delta=None,
-            entropy_coeff=0.0,
-            reduction="sum",
-        )
-        # one sample per action, each in its own state (its own table column)
-        action = torch.arange(A)[:, None]
-        eye = torch.eye(A, dtype=torch.float64)[:, None]
-        ones = torch.ones(A, 1, 1, dtype=torch.bool)
-        batch = TensorDict(
-            {
-                "observation": eye,
-                "action": action,
-                "logits": mu_logits.expand(A, 1, A),
-                "action_log_prob": mu_logits.log_softmax(-1)[action],
-                ("next", "observation"): eye,
-                ("next", "reward"): q_values[action][..., None],
-                ("next", "done"): ones,
-                ("next", "terminated"): ones,
-            },
-            [A, 1],
-        )
-        loss(batch)["loss_objective"].backward()
-        per_action = -policy.weight.grad.T  # row a: the ascent direction if mu drew a
-        pi = pi_logits.softmax(-1)
-        true_gradient = pi * (q_values - (pi * q_values).sum())
+        per_action = bandit_per_action_gradients(ratio_clip)  # row a: mu drew a
+        pi, mu = BANDIT_PI_LOGITS.softmax(-1), BANDIT_MU_LOGITS.softmax(-1)
+        true_gradient = pi * (BANDIT_Q - (pi * BANDIT_Q).sum())
+        # the expectation over the behaviour policy is exact...
         torch.testing.assert_close(
-            mu_logits.softmax(-1) @ per_action, true_gradient, rtol=1e-12, atol=1e-12
+            mu @ per_action, true_gradient, rtol=1e-12, atol=1e-12
         )
+        # ...and a Monte-Carlo average over sampled actions agrees within 5
+        # standard errors
+        n = 200_000
+        counts = torch.bincount(
+            torch.distributions.Categorical(probs=mu).sample((n,)), minlength=4
+        ).double()
+        mc_mean = counts / n @ per_action
+        stderr = ((mu @ per_action**2 - (mu @ per_action) ** 2) / n).sqrt()
+        assert ((mc_mean - true_gradient).abs() <= 5 * stderr + 1e-12).all()
+        if math.isinf(ratio_clip):
+            # c = inf is plain importance sampling: no correction term
+            v = (pi * BANDIT_Q).sum()
+            plain_is = torch.stack(
+                [
+                    pi[a] / mu[a] * (BANDIT_Q[a] - v) * (torch.eye(4)[a].double() - pi)
+                    for a in range(4)
+                ]
+            )
+            torch.testing.assert_close(per_action, plain_is, rtol=1e-12, atol=1e-12)
 
     def test_each_term_reaches_its_own_network(self):
         actor, critic = discrete_actor_critic()
@@ -301,6 +202,8 @@ class TestACER:
         updater.step()
         for key, value in loss.target_actor_network_params.items(True, True):
             torch.testing.assert_close(value, before[key] + 0.01)
+        # the critic has no averaged copy
+        assert "target_critic_network_params" not in dict(loss.named_children())
 
     def test_state_dict_round_trip(self):
         actor, critic = discrete_actor_critic(seed=0)
@@ -309,6 +212,13 @@ class TestACER:
         other_actor, other_critic = discrete_actor_critic(seed=1)
         other = make_loss(other_actor, other_critic, gamma=0.99)
         other.load_state_dict(loss.state_dict())
+        for name in (
+            "actor_network_params",
+            "critic_network_params",
+            "target_actor_network_params",
+        ):
+            for key, value in getattr(loss, name).items(True, True):
+                torch.testing.assert_close(getattr(other, name)[key], value)
         assert other.value_estimator.gamma.item() == 0.95
         data = random_batch(2, 4)
         out, other_out = loss(data), other(data)
@@ -329,6 +239,8 @@ class TestACER:
             torch.testing.assert_close(outs["sum"][key], outs["none"][key].sum())
         for key in ("entropy", "kl_avg", "rho_mean", "rho_clip_fraction"):
             assert outs["mean"][key].shape == () and not outs["mean"][key].requires_grad
+        # a fresh loss: averaged policy == policy
+        assert outs["mean"]["kl_avg"].abs() < 1e-12
         # the collector's mask drops padded steps from the reduction
         mask = torch.ones(3, 5, dtype=torch.bool)
         mask[1, 3:] = False
@@ -337,7 +249,7 @@ class TestACER:
         for key in ("loss_objective", "loss_critic"):
             torch.testing.assert_close(masked[key], outs["none"][key][mask].mean())
 
-    def test_time_dim(self):
+    def test_time_dim_and_keyword_call(self):
         actor, critic = discrete_actor_critic()
         data = random_batch(3, 5, dones=[(2, 1)])
         loss = make_loss(actor, critic, reduction="none")
@@ -345,6 +257,15 @@ class TestACER:
         loss.make_value_estimator(gamma=0.9, time_dim=0)
         got = loss(data.transpose(0, 1))["loss_objective"]
         torch.testing.assert_close(got, expected.T)
+        # a keyword call, as TorchRL's losses take one
+        loss = make_loss(actor, critic)
+        loss.select_out_keys("loss_objective", "loss_critic")
+        kwargs = {
+            "_".join(k) if isinstance(k, tuple) else k: data.get(k)
+            for k in loss.in_keys
+        }
+        objective, _ = loss(**kwargs)
+        torch.testing.assert_close(objective, loss(data)["loss_objective"])
 
     def test_keys(self):
         actor, critic = discrete_actor_critic()
@@ -386,7 +307,9 @@ class TestACER:
         loss.make_value_estimator("retrace", gamma=0.5, c_thresh=2.0)
         assert loss.value_estimator.gamma.item() == 0.5
         assert loss.value_estimator.c_thresh.item() == 2.0
-        with pytest.raises(NotImplementedError):
+        with pytest.raises(
+            NotImplementedError, match="not implemented for loss ACERLoss"
+        ):
             loss.make_value_estimator("gae")
 
     def test_reset_parameters_recursive(self):

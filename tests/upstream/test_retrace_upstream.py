@@ -20,9 +20,15 @@ from builders import (
     discrete_actor_critic,
     gaussian_table_batch,
     random_batch,
+    retrace,
+    retrace_inputs,
     table_gaussian_sdn,
 )
-from reference import retrace_backward_loop, retrace_sum_definition
+from reference import (
+    retrace_backward_loop,
+    retrace_per_step_reference,
+    retrace_sum_definition,
+)
 from tensordict import TensorDict
 from torchrl.objectives.utils import build_value_estimator
 from torchrl.objectives.value.functional import (
@@ -30,63 +36,33 @@ from torchrl.objectives.value.functional import (
     td_lambda_return_estimate,
 )
 
-from torchrl_acer import (
-    ACERLoss,
-    ACERValueEstimators,
-    RetraceEstimator,
-    retrace_lambda_return_estimate,
-)
-
-_ORDER = ("log_pi", "log_mu", "q", "next_v", "reward", "done", "terminated")
-
-
-def retrace_inputs(*shape, p_done=0.2, p_term=0.5, dtype=torch.float64, seed=0):
-    """Random ``[*B, T, F]`` inputs with dones and terminations inside the rows."""
-    g = torch.Generator().manual_seed(seed)
-
-    def randn():
-        return torch.randn(*shape, generator=g, dtype=dtype)
-
-    done = torch.rand(*shape, generator=g) < p_done
-    terminated = done & (torch.rand(*shape, generator=g) < p_term)
-    # log-ratios spread around 0: some traces are clipped and some are not
-    return {
-        "log_pi": randn() * 0.7,
-        "log_mu": randn() * 0.7,
-        "q": randn(),
-        "next_v": randn(),
-        "reward": randn(),
-        "done": done,
-        "terminated": terminated,
-    }
-
-
-def retrace(gamma, lmbda, x, **kwargs):
-    return retrace_lambda_return_estimate(
-        gamma, lmbda, *(x[k] for k in _ORDER), **kwargs
-    )
-
-
-def loop(gamma, lmbda, x, **kwargs):
-    return retrace_backward_loop(gamma, lmbda, *(x[k] for k in _ORDER), **kwargs)
+from torchrl_acer import ACERLoss, ACERValueEstimators, RetraceEstimator
 
 
 class TestRetraceFunctional:
-    @pytest.mark.parametrize("lmbda, c_thresh", [(1.0, 1.0), (0.8, 0.5), (1.0, 2.0)])
+    @pytest.mark.parametrize("c_thresh", [1.0, 0.5, 2.0])
+    @pytest.mark.parametrize("lmbda", [1.0, 0.8])
     def test_matches_the_sum_definition(self, lmbda, c_thresh):
         x = retrace_inputs(3, 9, 2, seed=1)
-        expected = retrace_sum_definition(
-            0.9, lmbda, *(x[k] for k in _ORDER), c_thresh=c_thresh
-        )
+        expected = retrace_sum_definition(0.9, lmbda, **x, c_thresh=c_thresh)
         got = retrace(0.9, lmbda, x, c_thresh=c_thresh)
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
-    # (300, 500) has 2**17 elements or more: the long-sequence form of the scan
-    @pytest.mark.parametrize("B, T", [(5, 1), (5, 2), (5, 7), (5, 100), (300, 500)])
+    # 300 x T >= 2**17 elements: the long-sequence form of the scan
+    @pytest.mark.parametrize(
+        "B, T",
+        [
+            *((B, T) for B in (5, 300) for T in (1, 2, 7, 64, 100, 1000)),
+            (300, 500),
+        ],
+    )
     def test_matches_the_backward_loop(self, B, T):
         x = retrace_inputs(B, T, 1, seed=T)
         torch.testing.assert_close(
-            retrace(0.97, 1.0, x), loop(0.97, 1.0, x), rtol=1e-12, atol=1e-12
+            retrace(0.97, 1.0, x),
+            retrace_backward_loop(0.97, 1.0, **x),
+            rtol=1e-12,
+            atol=1e-12,
         )
 
     @pytest.mark.parametrize("with_dones", [False, True])
@@ -110,8 +86,12 @@ class TestRetraceFunctional:
             assert (x["done"] & ~x["terminated"]).any() and x["terminated"].any()
 
     def test_lambda_zero_equals_td0(self):
+        """With lambda = 0, Retrace is the one-step expected SARSA target."""
         x = retrace_inputs(3, 12, 2, seed=4)
-        # a discount exact in float32 as well, whatever TorchRL computes it in
+        expected = x["reward"] + 0.9 * (~x["terminated"]).double() * x["next_v"]
+        torch.testing.assert_close(retrace(0.9, 0.0, x), expected, rtol=0, atol=1e-12)
+        # TorchRL's TD(0), with a discount exact in float32 as well, whatever
+        # TorchRL computes it in
         expected = td0_return_estimate(
             0.5, x["next_v"], x["reward"], x["terminated"], done=x["done"]
         )
@@ -138,10 +118,13 @@ class TestRetraceFunctional:
 
     def test_ratios_above_c_thresh_saturate(self):
         x = retrace_inputs(2, 10, 1, p_done=0.0, seed=5)
-        x["log_mu"] = x["log_pi"]
+        x["log_mu"] = x["log_pi"]  # every ratio is exactly 1 = c_thresh
         at_one = retrace(0.9, 1.0, x)
+        x["log_mu"] = x["log_pi"] - 3.0  # every ratio is e^3
+        torch.testing.assert_close(retrace(0.9, 1.0, x), at_one, rtol=0, atol=1e-12)
         x["log_mu"] = x["log_pi"] - 30.0  # every ratio is e^30
         torch.testing.assert_close(retrace(0.9, 1.0, x), at_one, rtol=0, atol=1e-12)
+        # with no threshold the large ratios count, and the trace explodes
         unclipped = retrace(0.9, 1.0, x, c_thresh=math.inf)
         assert (unclipped - at_one).abs().max() > 1e6
 
@@ -164,11 +147,15 @@ class TestRetraceFunctional:
             retrace(gamma, lmbda, x), expected, rtol=1e-12, atol=1e-12
         )
 
-    # (2048, 64) takes the long-sequence form of the scan
-    @pytest.mark.parametrize("B, T", [(2, 13), (2048, 64)])
+    # (700, 200) and (2048, 64) take the long-sequence form of the scan
+    @pytest.mark.parametrize("B, T", [(2, 13), (700, 200), (2048, 64)])
     def test_gradients_flow_like_the_loop(self, B, T):
         x = retrace_inputs(B, T, 1, seed=12)
         weights = torch.randn(B, T, 1, dtype=torch.float64)
+
+        def loop(gamma, lmbda, x):
+            return retrace_backward_loop(gamma, lmbda, **x)
+
         grads = []
         for fn in (retrace, loop):
             leaves = {k: x[k].clone().requires_grad_() for k in ("q", "next_v")}
@@ -187,70 +174,37 @@ class TestRetraceFunctional:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
     def test_dtype_is_kept(self, dtype):
         x = retrace_inputs(2, 5, 1, dtype=dtype, seed=9)
+        assert retrace(0.9, 1.0, x).dtype == dtype
+        # tensor hyper-parameters of another dtype do not promote the result
         gamma = torch.tensor(0.9, dtype=torch.float64)
         assert retrace(gamma, 1.0, x).dtype == dtype
+        lmbda = torch.tensor(1.0, dtype=torch.float32)
+        assert retrace(gamma, lmbda, x).dtype == dtype
 
     def test_shape_mismatch_is_refused(self):
         x = retrace_inputs(2, 5, 1, seed=13)
         x["reward"] = x["reward"][..., 0]
         with pytest.raises(ValueError, match=r"reward.*\(2, 5\)"):
             retrace(0.9, 1.0, x)
-
-
-def per_step_reference(actor, critic, data, gamma, lmbda=1.0, c_thresh=1.0):
-    """Evaluates the networks at each s_t and each real s'_t on its own, then takes
-    the sum definition of Retrace. Returns ``(G, V)`` for a ``[B, T]`` batch."""
-
-    def policy_and_q(obs):
-        td = TensorDict({"observation": obs}, [])
-        logits = actor.get_dist_params(td.clone())["logits"]
-        return logits.log_softmax(-1), critic(td.clone())["action_value"]
-
-    B, T = data.batch_size
-    log_pi, q_taken, v, next_v = (torch.zeros(B, T, 1).double() for _ in range(4))
-    action = data["action"]
-    if action.ndim == 3:  # one-hot
-        action = action.argmax(-1)
-    with torch.no_grad():
-        for b in range(B):
-            for t in range(T):
-                a = action[b, t]
-                lp, q = policy_and_q(data["observation"][b, t])
-                log_pi[b, t, 0], q_taken[b, t, 0] = lp[a], q[a]
-                v[b, t, 0] = (lp.exp() * q).sum()
-                lp, q = policy_and_q(data["next", "observation"][b, t])
-                next_v[b, t, 0] = (lp.exp() * q).sum()
-    G = retrace_sum_definition(
-        gamma,
-        lmbda,
-        log_pi,
-        data["action_log_prob"].unsqueeze(-1),
-        q_taken,
-        next_v,
-        data["next", "reward"],
-        data["next", "done"],
-        data["next", "terminated"],
-        c_thresh=c_thresh,
-    )
-    return G, v
+        x = retrace_inputs(2, 5, 1, seed=13)
+        with pytest.raises(ValueError, match="gamma, lmbda and c_thresh"):
+            retrace(torch.ones(3), 1.0, x)
 
 
 class TestRetraceEstimator:
-    @pytest.mark.parametrize(
-        "one_hot, shared, shifted",
-        [
-            (False, False, False),
-            (False, False, True),
-            (True, True, False),
-            (True, True, True),
-        ],
-    )
+    @pytest.mark.parametrize("shifted", [False, True])
+    @pytest.mark.parametrize("shared", [False, True])
+    @pytest.mark.parametrize("one_hot", [False, True])
     def test_matches_per_step_reference(self, one_hot, shared, shifted):
         actor, critic = discrete_actor_critic(shared=shared, one_hot=one_hot)
         data = random_batch(
-            3, 7, one_hot=one_hot, dones=[(0, 2), (2, 6)], terminations=[(1, 3)]
+            3,
+            7,
+            one_hot=one_hot,
+            dones=[(0, 2), (2, 6)],
+            terminations=[(1, 3), (2, 1)],
         )
-        G, v = per_step_reference(
+        G, v = retrace_per_step_reference(
             actor, critic, data, gamma=0.9, lmbda=0.95, c_thresh=1.3
         )
         estimator = RetraceEstimator(
@@ -265,11 +219,14 @@ class TestRetraceEstimator:
         torch.testing.assert_close(out["value_target"], G, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(out["state_value"], v, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(out["advantage"], G - v, rtol=1e-10, atol=1e-10)
+        # the stored behaviour logits are left untouched
+        torch.testing.assert_close(out["logits"], data["logits"])
 
-    def test_truncation_bootstraps_from_the_real_next_observation(self):
+    @pytest.mark.parametrize("shifted", [False, True])
+    def test_truncation_bootstraps_from_the_real_next_observation(self, shifted):
         actor, critic = discrete_actor_critic()
         estimator = RetraceEstimator(
-            gamma=0.9, actor_network=actor, value_network=critic, shifted=True
+            gamma=0.9, actor_network=actor, value_network=critic, shifted=shifted
         )
         data = random_batch(1, 6, dones=[(0, 2)])
         G = estimator(data.clone())["value_target"]
@@ -290,24 +247,40 @@ class TestRetraceEstimator:
         expected = estimator(data.clone())["value_target"]
         nested = estimator(data.clone().reshape(2, 3, 5))["value_target"]
         torch.testing.assert_close(nested, expected.reshape(2, 3, 5, 1))
+        # time first: given by the call, by the dimension's name, or at construction
         time_first = data.clone().transpose(0, 1)
-        got = estimator(time_first, time_dim=0)["value_target"]
+        got = estimator(time_first.clone(), time_dim=0)["value_target"]
+        torch.testing.assert_close(got, expected.transpose(0, 1))
+        named = time_first.clone()
+        named.names = ["time", None]
+        got = estimator(named)["value_target"]
+        torch.testing.assert_close(got, expected.transpose(0, 1))
+        estimator = RetraceEstimator(
+            gamma=0.9, actor_network=actor, value_network=critic, time_dim=0
+        )
+        got = estimator(time_first)["value_target"]
         torch.testing.assert_close(got, expected.transpose(0, 1))
 
-    def test_gaussian_q_opc_ignores_the_behaviour_policy(self):
+    @pytest.mark.parametrize("dueling", [True, False], ids=["sdn", "plain_q"])
+    def test_gaussian_q_opc_ignores_the_behaviour_policy(self, dueling):
         """Q_ret's traces are min(1, rho^(1/d)); Q_opc is the same recursion with
-        every trace 1, so it does not depend on the behaviour policy."""
+        every trace 1, so it does not depend on the behaviour policy, and on-policy
+        (rho = 1) the two are equal."""
         batch, _, S = gaussian_table_batch(2, 6, 2, dones=[(0, 2)])
-        actor, critic, *_ = table_gaussian_sdn(S, 2)
+        actor, critic, *_ = table_gaussian_sdn(S, 2, dueling=dueling)
         estimator = RetraceEstimator(
             gamma=0.9, actor_network=actor, value_network=critic
         )
+        with torch.no_grad():
+            on_policy = actor(batch.clone())  # the policy's actions and log-probs
         outs = []
+        # then a behaviour policy that made the taken actions 10x less likely
         for shift in (0.0, math.log(10.0)):
-            data = batch.clone()
+            data = on_policy.clone()
             data["action_log_prob"] = data["action_log_prob"] + shift
-            torch.manual_seed(0)  # the dueling network's draws
+            torch.manual_seed(0)  # the critic's draws
             outs.append(estimator(data))
+        torch.testing.assert_close(outs[0]["value_target"], outs[0]["value_target_opc"])
         torch.testing.assert_close(
             outs[0]["value_target_opc"], outs[1]["value_target_opc"]
         )
@@ -346,6 +319,8 @@ class TestRetraceEstimator:
         assert set(out["acer"].keys()) == {"G", "adv", "V"}
         with pytest.raises(KeyError, match="not_a_key"):
             estimator.set_keys(not_a_key="x")
+        with pytest.raises(KeyError, match="not an output of the critic"):
+            estimator.set_keys(action_value="q_values")
 
     def test_functional_params(self):
         actor, critic = discrete_actor_critic()
@@ -364,11 +339,13 @@ class TestRetraceEstimator:
             gamma=0.9, actor_network=other_actor, value_network=other_critic
         )
         torch.testing.assert_close(out["value_target"], other(data)["value_target"])
+        # the estimator's own modules keep their parameters
+        assert not torch.allclose(estimator(data)["value_target"], out["value_target"])
 
     def test_registered_value_estimator(self):
         actor, critic = discrete_actor_critic()
         loss = ACERLoss(actor, critic)
-        for name in ("retrace", ACERValueEstimators.Retrace):
+        for name in ("retrace", "Retrace", ACERValueEstimators.Retrace):
             estimator = build_value_estimator(loss, name, gamma=0.5)
             assert isinstance(estimator, RetraceEstimator)
             assert estimator.gamma.item() == 0.5
