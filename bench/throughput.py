@@ -36,56 +36,59 @@ from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
+from torchrl.collectors import Collector
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(ROOT / "examples"))
 from _common import save  # noqa: E402
+from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay  # noqa: E402
 
-from torchrl_acer.modules.models import atari_actor_critic  # noqa: E402
-from torchrl_acer.training.atari import make_atari_env  # noqa: E402
-from torchrl_acer.training.experiment import Experiment, build  # noqa: E402
-from torchrl_acer.training.frame_replay import FrameStackReplayBuffer  # noqa: E402
+from torchrl_acer.objectives.acer import ACERLoss  # noqa: E402
+from torchrl_acer.training.experiment import make_optimizer  # noqa: E402
+from torchrl_acer.training.trainer import ACERTrainer  # noqa: E402
 
 
-def make_trainer(game, run_dir, num_envs, T):
+def make_trainer(game, num_envs, T):
+    """``examples/acer_atari.py``'s pieces with its config, without evaluation,
+    logging or checkpoints, and with replay that starts at once."""
     cfg = OmegaConf.load(ROOT / "examples" / "config_atari.yaml")
     cfg.pop("hydra")
-    overrides = {
-        "env.name": game,
-        "env.num_envs": num_envs,
-        "collector.T": T,
-        "collector.total_frames": 10**9,
-        "replay.start": 0,
-        "replay.capacity": 50 * num_envs * T,
-        "eval.interval": None,
-        "logger.backend": None,
-        "logger.progress_bar": False,
-        "checkpoint.interval": None,
-    }
-    for key, value in overrides.items():
-        OmegaConf.update(cfg, key, value)
-
-    def make_env(n, seed, training_signals=True):
-        return make_atari_env(
-            game, num_envs=n, seed=seed, training_signals=training_signals
-        )
-
-    experiment = Experiment(
-        make_env,
-        lambda n, seed: make_env(n, seed, False),
-        lambda env: atari_actor_critic(
-            env.action_spec.shape[-1], action_spec=env.action_spec[0]
-        ),
-        make_replay=lambda cap, T_, b: FrameStackReplayBuffer(
-            num_envs, cap // num_envs, T_, b
-        ),
-        loss_keys={
-            "reward": "reward_clipped",
-            "done": "train_done",
-            "terminated": "train_terminated",
-        },
+    OmegaConf.update(cfg, "env.name", game)
+    torch.manual_seed(cfg.seed)
+    env = make_env(cfg, num_envs, seed=cfg.seed)
+    actor, critic = make_models(env)
+    loss = ACERLoss(
+        actor,
+        critic,
+        ratio_clip=cfg.loss.ratio_clip,
+        trust_region_delta=cfg.loss.trust_region_delta,
+        trust_region_space=cfg.loss.trust_region_space,
+        entropy_coeff=cfg.loss.entropy_coeff,
+        critic_coeff=cfg.loss.critic_coeff,
     )
-    return build(cfg, experiment, run_dir)
+    loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
+    loss.set_keys(**TRAINING_KEYS)
+    collector = Collector(
+        env,
+        actor,
+        frames_per_batch=T * num_envs,
+        total_frames=-1,
+        auto_register_policy_transforms=False,
+    )
+    return ACERTrainer(
+        collector=collector,
+        loss_module=loss,
+        optimizer=make_optimizer(cfg.optim, loss.parameters()),
+        total_frames=10**9,
+        replay_buffer=make_replay(num_envs, 50 * num_envs * T, T, num_envs),
+        replay_ratio=cfg.replay.ratio,
+        replay_start=0,
+        target_eps=cfg.loss.alpha,
+        max_grad_norm=cfg.optim.max_grad_norm,
+        progress_bar=False,
+        seed=cfg.seed,
+    )
 
 
 def time_loop(trainer, iterator, batches):
@@ -165,7 +168,7 @@ def main():
     parser.add_argument("--T", type=int, default=20)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    trainer = make_trainer(args.game, Path("/tmp/acer_throughput"), args.envs, args.T)
+    trainer = make_trainer(args.game, args.envs, args.T)
     iterator = iter(trainer.collector)
     # fill some replay first, so that every batch makes its replayed updates
     for _ in range(3):

@@ -4,61 +4,146 @@
     python examples/acer_atari.py env.name=ALE/Breakout-v5 collector.total_frames=1_000_000
 
 Settings are in ``config_atari.yaml``; steps count agent steps (4 frames each).
+The environments, networks and replay are in ``utils_atari.py``.
 The games run with the DeepMind preprocessing in the ALE's vector environment
 (:func:`torchrl_acer.training.atari.make_atari_env`); the loss trains on rewards clipped to
 their sign, with a lost life ending the training episode, while scores and
 evaluation use real games. The DQN conv trunk feeds a policy head and a Q head.
 Replay stores each 84x84 frame once (:class:`torchrl_acer.FrameStackReplayBuffer`).
-The training loop is :class:`torchrl_acer.training.trainer.ACERTrainer`.
+
+The script builds each piece in turn (environment, networks, loss, averaged policy
+and optimizer, collector, replay, evaluator, logger) and hands them to
+:class:`torchrl_acer.training.trainer.ACERTrainer`, which runs ACER's loop and
+writes the logs and checkpoints. The run directory, resume and the final summary
+are shared with the other examples (:mod:`torchrl_acer.training.experiment`).
 """
 
 import hydra
+import torch
 from omegaconf import DictConfig
+from torchrl.collectors import Collector
+from torchrl.objectives import SoftUpdate
+from torchrl.record.loggers import get_logger
+from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay
 
-from torchrl_acer.modules.models import atari_actor_critic
-from torchrl_acer.training.atari import make_atari_env
-from torchrl_acer.training.experiment import Experiment, run
-from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
+from torchrl_acer.objectives.acer import ACERLoss
+from torchrl_acer.training.experiment import (
+    check_config,
+    final_summary,
+    get_device,
+    make_optimizer,
+    resume,
+    run_dir_for,
+    save_config,
+)
+from torchrl_acer.training.trainer import ACERTrainer, GreedyEvaluator
 
 
 @hydra.main(config_path=".", config_name="config_atari", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    def make_env(num_envs, seed, training_signals=True):
-        return make_atari_env(
-            cfg.env.name,
-            num_envs=num_envs,
-            seed=seed,
-            repeat_action_probability=cfg.env.repeat_action_probability,
-            num_threads=cfg.env.num_threads,
-            training_signals=training_signals,
-        )
+    # -- config: refuse values that cannot work, naming the setting ------------------
+    check_config(cfg)
+    run_dir = run_dir_for(cfg)  # logs, checkpoints, config.yaml, summary.json
 
-    def make_eval_env(num_envs, seed):
-        return make_env(num_envs, seed, training_signals=False)
+    # -- device, seeds, threads ------------------------------------------------------
+    device = get_device(cfg.device)  # networks, loss and optimizer; envs on the CPU
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
 
-    def make_models(env):
-        action_spec = env.action_spec[0]
-        return atari_actor_critic(action_spec.shape[-1], action_spec=action_spec)
+    # -- environment: num_envs games, with the training signals the loss reads -------
+    env = make_env(cfg, cfg.env.num_envs, seed=cfg.seed)
 
-    def make_replay(capacity_steps, T, batch_segments):
-        num_envs = cfg.env.num_envs
-        return FrameStackReplayBuffer(
-            num_envs, capacity_steps // num_envs, T, batch_segments
-        )
+    # -- models: the DQN conv trunk, shared by the policy (actor) and the Q critic ---
+    actor, critic = make_models(env)
+    actor, critic = actor.to(device), critic.to(device)
 
-    experiment = Experiment(
-        make_env,
-        make_eval_env,
-        make_models,
-        make_replay=make_replay,
-        # rewards clipped to their sign; a lost life ends the training episode
-        loss_keys={
-            "reward": "reward_clipped",
-            "done": "train_done",
-            "terminated": "train_terminated",
-        },
+    # -- loss: ACER's policy, critic and entropy terms, Retrace targets --------------
+    loss = ACERLoss(
+        actor,
+        critic,
+        ratio_clip=cfg.loss.ratio_clip,
+        trust_region_delta=cfg.loss.trust_region_delta,
+        trust_region_space=cfg.loss.trust_region_space,
+        entropy_coeff=cfg.loss.entropy_coeff,
+        critic_coeff=cfg.loss.critic_coeff,
     )
-    run(cfg, experiment)
+    loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
+    loss.set_keys(**TRAINING_KEYS)  # clipped rewards; a lost life ends the episode
+    if cfg.compile:
+        loss.compile()  # its forward only: parameters and checkpoints stay as they are
+
+    # -- averaged policy and optimizer -----------------------------------------------
+    # after each optimizer step, theta_avg <- alpha theta_avg + (1 - alpha) theta
+    target_updater = SoftUpdate(loss, eps=cfg.loss.alpha)
+    optimizer = make_optimizer(cfg.optim, loss.parameters())
+
+    # -- collector: [num_envs, T] batches, with the behaviour log-probabilities ------
+    collector = Collector(
+        env,
+        actor,
+        frames_per_batch=cfg.collector.T * cfg.env.num_envs,
+        total_frames=-1,  # endless: the trainer counts frames
+        policy_device=device,
+        storing_device="cpu",  # the replay stays in host memory
+        auto_register_policy_transforms=False,
+    )
+
+    # -- replay: segments of T steps, each frame stored once -------------------------
+    replay = None
+    if cfg.replay.ratio > 0:
+        replay = make_replay(
+            cfg.env.num_envs,
+            cfg.replay.capacity,
+            cfg.collector.T,
+            cfg.replay.batch_segments or cfg.env.num_envs,
+        )
+
+    # -- evaluator (greedy policy, one real game per env) and logger -----------------
+    evaluator = GreedyEvaluator(
+        make_env(
+            cfg, cfg.eval.episodes, seed=cfg.seed + 10_000, training_signals=False
+        ),
+        actor,
+        max_steps=cfg.eval.max_steps,
+    )
+    logger = None
+    if cfg.logger.backend:
+        logger = get_logger(
+            cfg.logger.backend, logger_name=str(run_dir), experiment_name="logs"
+        )
+
+    # -- the loop: ACER's replay schedule, evaluation, logs, checkpoints -------------
+    trainer = ACERTrainer(
+        collector=collector,
+        loss_module=loss,
+        optimizer=optimizer,
+        target_updater=target_updater,
+        total_frames=cfg.collector.total_frames,
+        replay_buffer=replay,
+        replay_ratio=cfg.replay.ratio,
+        on_policy_updates=cfg.replay.on_policy_updates,
+        replay_start=cfg.replay.start,
+        max_grad_norm=cfg.optim.max_grad_norm,
+        evaluator=evaluator,
+        eval_interval=cfg.eval.interval,
+        logger=logger,
+        log_interval=cfg.logger.log_interval,
+        checkpoint_dir=run_dir / "checkpoints",
+        checkpoint_interval=cfg.checkpoint.interval,
+        progress_bar=cfg.logger.progress_bar,
+        seed=cfg.seed,
+    )
+    if cfg.resume:
+        resume(trainer, cfg.resume)
+    save_config(cfg, run_dir)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+
+    # -- final summary: summary.json, the last greedy evaluation, the plot -----------
+    final_summary(trainer, cfg, run_dir)
 
 
 if __name__ == "__main__":

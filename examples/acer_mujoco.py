@@ -7,57 +7,146 @@ Settings are in ``config_mujoco.yaml``: the paper's continuous ACER (fully
 off-policy, T = 50, averaged-policy decay 0.995, c = 5) with a fixed policy scale
 of 0.1 and a trust-region bound of 2 (with the paper's scale 0.3, HalfCheetah-v5
 learned more slowly and ended lower; with a bound of 1 it ended a little lower, by
-less than the spread between seeds).
+less than the spread between seeds). The environments and networks are in
+``utils_mujoco.py``.
 The policy is a Gaussian MLP whose mean is squashed into the action bounds
 (``model.bound_mean``; the Gaussian itself is not squashed), the critic a stochastic dueling network
 (:class:`torchrl_acer.StochasticDuelingNetwork`); actions are clipped to the
 action bounds by the environment, so the policy's log-probabilities stay exact.
-The training loop is :class:`torchrl_acer.training.trainer.ACERTrainer`.
+
+The script builds each piece in turn (environment, networks, loss, averaged policy
+and optimizer, collector, replay, evaluator, logger) and hands them to
+:class:`torchrl_acer.training.trainer.ACERTrainer`, which runs ACER's loop and
+writes the logs and checkpoints. The run directory, resume and the final summary
+are shared with the other examples (:mod:`torchrl_acer.training.experiment`).
 """
 
-import gymnasium as gym
 import hydra
+import torch
 from omegaconf import DictConfig
+from torchrl.collectors import Collector
+from torchrl.objectives import SoftUpdate
+from torchrl.record.loggers import get_logger
+from utils_mujoco import make_env, make_models
 
-from torchrl_acer.modules.models import gaussian_actor_sdn
-from torchrl_acer.training.envs import make_env
-from torchrl_acer.training.experiment import Experiment, run
+from torchrl_acer.objectives.acer import ACERLoss
+from torchrl_acer.training.experiment import (
+    check_config,
+    final_summary,
+    get_device,
+    make_optimizer,
+    resume,
+    run_dir_for,
+    save_config,
+)
+from torchrl_acer.training.trainer import (
+    ACERTrainer,
+    GreedyEvaluator,
+    make_segment_replay_buffer,
+)
 
 
 @hydra.main(config_path=".", config_name="config_mujoco", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    def make_train_env(num_envs, seed):
-        return make_env(
-            cfg.env.name,
-            num_envs=num_envs,
-            parallel=cfg.env.parallel,
-            seed=seed,
-            max_episode_steps=cfg.env.max_episode_steps,
-            # the policy's Gaussian is unbounded; the environment clips its actions
-            wrappers=(gym.wrappers.ClipAction,),
+    # -- config: refuse values that cannot work, naming the setting ------------------
+    check_config(cfg)
+    run_dir = run_dir_for(cfg)  # logs, checkpoints, config.yaml, summary.json
+
+    # -- device, seeds, threads ------------------------------------------------------
+    device = get_device(cfg.device)  # networks, loss and optimizer; envs on the CPU
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+
+    # -- environment: num_envs copies stepped together -------------------------------
+    env = make_env(cfg, cfg.env.num_envs, seed=cfg.seed)
+
+    # -- models: the Gaussian policy (actor) and the dueling critic ------------------
+    actor, critic = make_models(cfg, env)
+    actor, critic = actor.to(device), critic.to(device)
+
+    # -- loss: ACER's policy, critic and entropy terms, Retrace targets --------------
+    loss = ACERLoss(
+        actor,
+        critic,
+        ratio_clip=cfg.loss.ratio_clip,
+        trust_region_delta=cfg.loss.trust_region_delta,
+        trust_region_space=cfg.loss.trust_region_space,
+        entropy_coeff=cfg.loss.entropy_coeff,
+        critic_coeff=cfg.loss.critic_coeff,
+    )
+    loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
+    if cfg.compile:
+        loss.compile()  # its forward only: parameters and checkpoints stay as they are
+
+    # -- averaged policy and optimizer -----------------------------------------------
+    # after each optimizer step, theta_avg <- alpha theta_avg + (1 - alpha) theta
+    target_updater = SoftUpdate(loss, eps=cfg.loss.alpha)
+    optimizer = make_optimizer(cfg.optim, loss.parameters())
+
+    # -- collector: [num_envs, T] batches, with the behaviour log-probabilities ------
+    collector = Collector(
+        env,
+        actor,
+        frames_per_batch=cfg.collector.T * cfg.env.num_envs,
+        total_frames=-1,  # endless: the trainer counts frames
+        policy_device=device,
+        storing_device="cpu",  # the replay stays in host memory
+        auto_register_policy_transforms=False,
+    )
+
+    # -- replay: segments of T steps -------------------------------------------------
+    replay = None
+    if cfg.replay.ratio > 0:
+        replay = make_segment_replay_buffer(
+            cfg.replay.capacity,
+            cfg.collector.T,
+            cfg.replay.batch_segments or cfg.env.num_envs,
         )
 
-    def make_models(env):
-        obs_dim = env.observation_spec["observation"].shape[-1]
-        action_dim = env.action_spec.shape[-1]
-        loc_bounds = None
-        if cfg.model.bound_mean:
-            # the mean inside the action bounds (the Gaussian stays unsquashed); read
-            # from the task itself: the clipping wrapper widens the env's spec
-            probe = gym.make(cfg.env.name)
-            loc_bounds = (probe.action_space.low, probe.action_space.high)
-            probe.close()
-        return gaussian_actor_sdn(
-            obs_dim,
-            action_dim,
-            num_cells=cfg.model.num_cells,
-            fixed_scale=cfg.model.fixed_scale,
-            num_samples=cfg.model.num_samples,
-            loc_bounds=loc_bounds,
-            dueling=cfg.model.dueling,
+    # -- evaluator (greedy policy, one episode per env) and logger -------------------
+    evaluator = GreedyEvaluator(
+        make_env(cfg, cfg.eval.episodes, seed=cfg.seed + 10_000),
+        actor,
+        max_steps=cfg.eval.max_steps,
+    )
+    logger = None
+    if cfg.logger.backend:
+        logger = get_logger(
+            cfg.logger.backend, logger_name=str(run_dir), experiment_name="logs"
         )
 
-    run(cfg, Experiment(make_train_env, make_train_env, make_models))
+    # -- the loop: ACER's replay schedule, evaluation, logs, checkpoints -------------
+    trainer = ACERTrainer(
+        collector=collector,
+        loss_module=loss,
+        optimizer=optimizer,
+        target_updater=target_updater,
+        total_frames=cfg.collector.total_frames,
+        replay_buffer=replay,
+        replay_ratio=cfg.replay.ratio,
+        on_policy_updates=cfg.replay.on_policy_updates,
+        replay_start=cfg.replay.start,
+        max_grad_norm=cfg.optim.max_grad_norm,
+        evaluator=evaluator,
+        eval_interval=cfg.eval.interval,
+        logger=logger,
+        log_interval=cfg.logger.log_interval,
+        checkpoint_dir=run_dir / "checkpoints",
+        checkpoint_interval=cfg.checkpoint.interval,
+        progress_bar=cfg.logger.progress_bar,
+        seed=cfg.seed,
+    )
+    if cfg.resume:
+        resume(trainer, cfg.resume)
+    save_config(cfg, run_dir)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+
+    # -- final summary: summary.json, the last greedy evaluation, the plot -----------
+    final_summary(trainer, cfg, run_dir)
 
 
 if __name__ == "__main__":

@@ -30,3 +30,16 @@ def test_matching_spaces_build(env_id, kind):
     env = make_env(env_id, num_envs=2, action_space=kind)
     assert env.batch_size == (2,)
     env.close()
+
+
+def test_action_space_is_checked_before_wrappers_that_assume_it():
+    # ClipAction asserts a Box action space: the refusal must come first
+    import gymnasium as gym
+
+    with pytest.raises(ValueError, match="Discrete.*acer_gym.py"):
+        make_env(
+            "CartPole-v1",
+            num_envs=2,
+            action_space="continuous",
+            wrappers=(gym.wrappers.ClipAction,),
+        )

@@ -6,10 +6,13 @@ import torch
 from builders import run_example
 from omegaconf import OmegaConf
 from tensordict import TensorDict
+from torchrl.collectors import Collector
+from torchrl.record.loggers import get_logger
 
 from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
+from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.training.envs import make_env
-from torchrl_acer.training.experiment import Experiment, build, check_config
+from torchrl_acer.training.experiment import check_config, get_device, make_optimizer
 from torchrl_acer.training.trainer import (
     ACERTrainer,
     GreedyEvaluator,
@@ -43,25 +46,70 @@ def small_config(**overrides):
     return cfg
 
 
-def gym_experiment(cfg):
-    def make(num_envs, seed):
-        return make_env(cfg.env.name, num_envs=num_envs, seed=seed)
-
-    def models(env):
-        spec = env.action_spec[(0,) * env.batch_dims]
-        obs = env.observation_spec["observation"].shape[-1]
-        if cfg.env.name.startswith("MinAtar/"):
-            return minatar_actor_critic(obs, spec.shape[-1], action_spec=spec)
-        return mlp_actor_critic(
+def make_trainer(run_dir, **overrides):
+    """The pieces ``examples/acer_gym.py`` builds, from the small config."""
+    cfg = small_config(**overrides)
+    check_config(cfg)
+    torch.manual_seed(cfg.seed)
+    env = make_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
+    spec = env.action_spec[(0,) * env.batch_dims]
+    obs = env.observation_spec["observation"].shape[-1]
+    if cfg.env.name.startswith("MinAtar/"):
+        actor, critic = minatar_actor_critic(obs, spec.shape[-1], action_spec=spec)
+    else:
+        actor, critic = mlp_actor_critic(
             obs, spec.shape[-1], num_cells=cfg.model.num_cells, action_spec=spec
         )
-
-    return Experiment(make, make, models)
-
-
-def make_trainer(tmp_path, **overrides):
-    cfg = small_config(**overrides)
-    return build(cfg, gym_experiment(cfg), tmp_path)
+    loss = ACERLoss(
+        actor,
+        critic,
+        ratio_clip=cfg.loss.ratio_clip,
+        trust_region_delta=cfg.loss.trust_region_delta,
+        trust_region_space=cfg.loss.trust_region_space,
+        entropy_coeff=cfg.loss.entropy_coeff,
+        critic_coeff=cfg.loss.critic_coeff,
+    )
+    loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
+    T, num_envs = cfg.collector.T, cfg.env.num_envs
+    collector = Collector(
+        env,
+        actor,
+        frames_per_batch=T * num_envs,
+        total_frames=-1,
+        auto_register_policy_transforms=False,
+    )
+    replay = None
+    if cfg.replay.ratio > 0:
+        replay = make_segment_replay_buffer(
+            cfg.replay.capacity, T, cfg.replay.batch_segments or num_envs
+        )
+    eval_env = make_env(
+        cfg.env.name, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000
+    )
+    logger = None
+    if cfg.logger.backend:
+        logger = get_logger(
+            cfg.logger.backend, logger_name=str(run_dir), experiment_name="logs"
+        )
+    return ACERTrainer(
+        collector=collector,
+        loss_module=loss,
+        optimizer=make_optimizer(cfg.optim, loss.parameters()),
+        total_frames=cfg.collector.total_frames,
+        replay_buffer=replay,
+        replay_ratio=cfg.replay.ratio,
+        replay_start=cfg.replay.start,
+        target_eps=cfg.loss.alpha,
+        max_grad_norm=cfg.optim.max_grad_norm,
+        evaluator=GreedyEvaluator(eval_env, actor, max_steps=cfg.eval.max_steps),
+        eval_interval=cfg.eval.interval,
+        logger=logger,
+        log_interval=cfg.logger.log_interval,
+        checkpoint_dir=Path(run_dir) / "checkpoints",
+        checkpoint_interval=cfg.checkpoint.interval,
+        progress_bar=False,
+        seed=cfg.seed,
+    )
 
 
 def first_batches(trainer, n):
@@ -315,11 +363,23 @@ def test_evaluation_and_logging(tmp_path):
         ({"optim.name": "sgd"}, "optim.name='sgd'"),
         ({"loss.gamma": 1.5}, "loss.gamma=1.5"),
         ({"replay.start": 10_000}, "replay.start=10000 exceeds replay.capacity"),
+        ({"device": "gpu"}, "device='gpu' must be cpu, cuda or auto"),
+        ({"compile": "yes"}, "compile='yes' must be true or false"),
     ],
 )
 def test_bad_config_fails_at_start(override, match):
     with pytest.raises(ValueError, match=match):
         check_config(small_config(**override))
+
+
+def test_device_setting(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert get_device("cpu") == get_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match="device='cuda' but CUDA is not available"):
+        get_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert get_device("auto") == torch.device("cuda")
+    assert get_device("cuda:1") == torch.device("cuda", 1)
 
 
 def test_unknown_env_id_is_named():
@@ -389,3 +449,40 @@ def test_example_trains_resumes_and_reports(tmp_path):
     assert "after 300 env steps" in out.stdout
     out = run_example("acer_gym.py", "env.name=NoSuchEnv-v0", cwd=tmp_path)
     assert out.returncode != 0 and "'NoSuchEnv-v0' is not a registered" in out.stderr
+    out = run_example("acer_gym.py", "device=gpu", cwd=tmp_path)
+    assert out.returncode != 0 and "device='gpu' must be" in out.stderr
+
+
+@pytest.mark.slow  # compiling the loss takes minutes on a small CPU
+def test_example_compiled_trains_and_resumes_uncompiled(tmp_path):
+    common = [
+        "env.num_envs=2",
+        "collector.T=10",
+        "replay.start=0",
+        "eval.interval=100",
+        "eval.episodes=2",
+        "logger.progress_bar=false",
+        "logger.log_interval=20",
+        "device=auto",
+    ]
+    out = run_example(
+        "acer_gym.py",
+        *common,
+        "compile=true",
+        "collector.total_frames=200",
+        f"logger.run_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "final greedy evaluation (2 episodes) after 200 env steps" in out.stdout
+    # the compiled loss's checkpoint has the plain parameter names
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    out = run_example(
+        "acer_gym.py",
+        *common,
+        "collector.total_frames=240",
+        f"resume={checkpoint}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "at 200 frames" in out.stdout and "after 240 env steps" in out.stdout

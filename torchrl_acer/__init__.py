@@ -2,7 +2,7 @@
 
 Layout, each floor importing only the floors below it:
 
-- :mod:`torchrl_acer.training`: the application (trainer, experiment runner,
+- :mod:`torchrl_acer.training`: the application (trainer, the examples' shared plumbing,
   environments, Atari, frame-lean replay, plots);
 - :mod:`torchrl_acer.objectives`: the loss and the value estimator, laid out as
   TorchRL's ``torchrl/objectives``;

@@ -49,7 +49,13 @@ _EXAMPLE_FOR = {
 }
 
 
-def check_spaces(env: gym.Env, env_id: str, action_space: str | None = None) -> None:
+def check_spaces(
+    env: gym.Env,
+    env_id: str,
+    action_space: str | None = None,
+    *,
+    observation: bool = True,
+) -> None:
     """Refuses, naming the space, what the networks and the loss cannot take.
 
     Observations must be a ``Box`` (vectors, or MinAtar's and Atari's grids);
@@ -57,7 +63,7 @@ def check_spaces(env: gym.Env, env_id: str, action_space: str | None = None) -> 
     of actions the caller's networks produce.
     """
     obs = env.observation_space
-    if not isinstance(obs, gym.spaces.Box):
+    if observation and not isinstance(obs, gym.spaces.Box):
         raise ValueError(
             f"env.name={env_id!r} has the observation space {obs}; ACER's networks "
             f"here take Box observations (vectors or image grids). Flatten or "
@@ -119,20 +125,20 @@ def make_env(
         {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
     )
 
-    def make_one():
+    def make_one(check=False):
         check_env_id(env_id)  # registers MinAtar/ALE ids in worker processes too
         env = gym.make(env_id, **kwargs)
+        if check:  # the task's own actions, before a wrapper assumes their kind
+            check_spaces(env, env_id, action_space, observation=False)
         for wrapper in wrappers:
             env = wrapper(env)
+        if check:  # the observations the networks will see, after the wrappers
+            check_spaces(env, env_id)
         return env
 
     # one copy, built and closed here, so that an unsupported space fails with its
     # name before the vector env and TorchRL's specs are built around it
-    probe = make_one()
-    try:
-        check_spaces(probe, env_id, action_space)
-    finally:
-        probe.close()
+    make_one(check=True).close()
 
     vector = gym.vector.AsyncVectorEnv if parallel else gym.vector.SyncVectorEnv
     env = GymWrapper(

@@ -72,6 +72,9 @@ class GreedyEvaluator:
             the episode return under ``return_key`` (``RewardSum``).
         policy: the actor.
         max_steps: cap on an episode's length.
+
+    The environment may run on another device than the policy (CPU environments,
+    a CUDA policy): observations go to the policy's device, actions come back.
     """
 
     def __init__(
@@ -96,10 +99,16 @@ class GreedyEvaluator:
         n = self.env.batch_size.numel()
         episode_returns = torch.zeros(n)
         finished = torch.zeros(n, dtype=torch.bool)
+        policy_device = _module_device(self.policy)
+        env_device = self.env.device or torch.device("cpu")
         with set_exploration_type(ExplorationType.DETERMINISTIC):
             td = self.env.reset()
             for _ in range(self.max_steps):
-                td, next_root = self.env.step_and_maybe_reset(self.policy(td))
+                if policy_device is None or policy_device == env_device:
+                    td = self.policy(td)
+                else:
+                    td = self.policy(td.to(policy_device)).to(env_device)
+                td, next_root = self.env.step_and_maybe_reset(td)
                 returns = td.get(self.return_key).reshape(n).float()
                 # each environment's first episode; one cut off at max_steps
                 # counts as is
@@ -119,6 +128,13 @@ class GreedyEvaluator:
             self.env.close()
 
 
+def _module_device(module) -> torch.device | None:
+    """The device of a module's first parameter (``None`` without parameters)."""
+    parameters = module.parameters() if hasattr(module, "parameters") else ()
+    first = next(iter(parameters), None)
+    return None if first is None else first.device
+
+
 def _next_multiple(frames: int, interval: int) -> int:
     return (frames // interval + 1) * interval
 
@@ -132,7 +148,9 @@ class ACERTrainer:
             collector running the loss's actor; make it infinite, the trainer counts
             frames itself).
         loss_module (ACERLoss): the loss; its actor is the collector's policy.
-        optimizer: over ``loss_module.parameters()``.
+        optimizer: over ``loss_module.parameters()``. The loss and the optimizer may
+            sit on a GPU: batches (collected and replayed, kept wherever the collector
+            and the replay buffer keep them) move to the loss's device for updates.
         total_frames (int): environment steps to collect.
         replay_buffer: from :func:`make_segment_replay_buffer`; ``None`` for
             on-policy training only (then ``replay_ratio`` must be 0).
@@ -144,7 +162,10 @@ class ACERTrainer:
             paper's continuous-control runs do. Defaults to ``True``.
         target_eps (float): decay of the averaged policy,
             :math:`\theta_{avg} \leftarrow \epsilon \theta_{avg} + (1 - \epsilon)\theta`.
-            Defaults to 0.99.
+            Defaults to 0.99. Unused when ``target_updater`` is given.
+        target_updater (SoftUpdate, optional): the averaged-policy update, stepped
+            after every optimizer step; defaults to
+            ``SoftUpdate(loss_module, eps=target_eps)``.
         max_grad_norm (float, optional): global gradient-norm clip.
         evaluator (callable, optional): returns ``{"reward": ...}`` (a
             :class:`GreedyEvaluator`); run every ``eval_interval`` frames and at the
@@ -173,6 +194,7 @@ class ACERTrainer:
         replay_start: int = 0,
         on_policy_updates: bool = True,
         target_eps: float = 0.99,
+        target_updater: SoftUpdate | None = None,
         max_grad_norm: float | None = None,
         evaluator=None,
         eval_interval: int | None = None,
@@ -213,7 +235,9 @@ class ACERTrainer:
         # built now, so that checkpoints can restore its buffers
         loss_module.value_estimator  # noqa: B018
         self.optimizer = optimizer
-        self.target_updater = SoftUpdate(loss_module, eps=target_eps)
+        if target_updater is None:
+            target_updater = SoftUpdate(loss_module, eps=target_eps)
+        self.target_updater = target_updater
         self.replay_buffer = replay_buffer
         self.replay_ratio = replay_ratio
         self.replay_start = replay_start
@@ -239,6 +263,7 @@ class ACERTrainer:
             if unravel_key(k) not in needed
         ]
         self._params = [p for p in loss_module.parameters() if p.requires_grad]
+        self.device = _module_device(loss_module) or torch.device("cpu")
 
         self.frames = 0
         self.updates = 0
@@ -328,6 +353,8 @@ class ACERTrainer:
 
     def update(self, batch: TensorDictBase, tag: str = "update") -> TensorDictBase:
         """One optimizer step on ``batch``, then the averaged-policy update."""
+        if self.device.type != "cpu":
+            batch = batch.to(self.device)
         with set_composite_lp_aggregate(False):
             out = self.loss_module(batch)
         loss = sum(value for key, value in out.items() if key.startswith("loss_"))
@@ -484,7 +511,9 @@ class ACERTrainer:
             path = path / "last.pt"
         if not path.is_file():
             raise FileNotFoundError(f"resume: no checkpoint at {path}")
-        self.load_state_dict(torch.load(path, weights_only=False))
+        # on the CPU first: the random states must be CPU tensors, and the loss and
+        # the optimizer copy their tensors to wherever their parameters are
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
 
     def close(self) -> None:
         self.collector.shutdown()
