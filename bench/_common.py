@@ -17,6 +17,12 @@ import torch
 RESULTS = Path(__file__).parent / "results"
 
 
+def results_dir() -> Path:
+    """Where ``save`` writes: ``$RESULTS_DIR`` if set (``bench/gpu_check.sh`` points
+    it at the device tool's ``$OUT``), else ``bench/results``."""
+    return Path(os.environ.get("RESULTS_DIR") or RESULTS)
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(
@@ -34,7 +40,8 @@ def git_commit() -> str:
         ).stdout.strip()
         return out + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        # a copy of the working tree without .git (a lent GPU machine's)
+        return os.environ.get("ACER_COMMIT", "unknown")
 
 
 def machine() -> dict:
@@ -51,38 +58,49 @@ def machine() -> dict:
         "torchrl": torchrl.__version__,
         "tensordict": tensordict.__version__,
         "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "cuda_runtime": torch.version.cuda,
     }
 
 
-def interleaved_medians(fns: dict, rounds: int, min_time: float = 0.02) -> dict:
+def interleaved_medians(
+    fns: dict, rounds: int, min_time: float = 0.02, sync=None
+) -> dict:
     """Median seconds per call of each function, timed round-robin.
 
     Each round times every function once, in turn, so that load from elsewhere on
     a shared machine hits all of them alike; ratios of the medians are what the
-    benchmarks report.
+    benchmarks report. ``sync`` (``torch.cuda.synchronize`` for work on a GPU) is
+    called before each timer starts and before it stops, so that the time counts
+    the work the calls queued and not only its launch.
     """
+    sync = sync or (lambda: None)
     calls = {}
     for name, fn in fns.items():
         fn()  # warm-up
+        sync()
         n, start = 0, time.perf_counter()
         while time.perf_counter() - start < min_time:
             fn()
+            sync()
             n += 1
         calls[name] = max(n, 1)
     samples = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            sync()
             start = time.perf_counter()
             for _ in range(calls[name]):
                 fn()
+            sync()
             samples[name].append((time.perf_counter() - start) / calls[name])
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def save(name: str, payload: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    results = results_dir()
+    results.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"{name}-{stamp}.json"
+    path = results / f"{name}-{stamp}.json"
     payload = {
         "benchmark": name,
         "date": stamp,

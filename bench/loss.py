@@ -1,6 +1,6 @@
 """ACERLoss forward+backward against the bare networks' forward+backward.
 
-    python bench/loss.py [--rounds 10]
+    python bench/loss.py [--rounds 10] [--device cpu] [--B 16] [--T 20]
 
 Both sides do the same network work on the same batch: the policy and the critic
 forward and backward on the ``B (T + 1)`` observations of the window (trunk once
@@ -15,6 +15,10 @@ Cases: separate [64, 64] MLPs on CartPole-sized inputs (4 features, 2 actions)
 with [16, 20] batches (and [128, 20], to show how much of the overhead is fixed),
 and the DQN conv trunk shared by both heads on Atari-sized
 [16, 20] batches of 4x84x84 uint8 frames (6 actions).
+
+``--device cuda`` puts the networks and the batch on the GPU and synchronizes
+around every timed call; its results are saved as ``loss_cuda-*.json``, apart from
+the CPU ones that ``bench/report.py`` reads.
 """
 
 from __future__ import annotations
@@ -86,7 +90,8 @@ class Head(torch.nn.Module):
         return self.module(x)
 
 
-def case(name, actor, critic, data, obs_key, shared):
+def case(name, actor, critic, data, obs_key, shared, device):
+    actor, critic, data = actor.to(device), critic.to(device), data.to(device)
     loss = ACERLoss(actor, critic)
     loss.make_value_estimator(gamma=0.99)
     # the loss's own parameters, so that both sides run the very same modules
@@ -115,42 +120,55 @@ def case(name, actor, critic, data, obs_key, shared):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--B", type=int, default=16, help="rows (8 B in the large case)"
+    )
+    parser.add_argument("--T", type=int, default=20, help="steps per row")
     args = parser.parse_args()
+    B, T = args.B, args.T
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
     torch.manual_seed(0)
     cases = [
         case(
-            "cartpole_mlp_16x20",
+            f"cartpole_mlp_{B}x{T}",
             *mlp_actor_critic(4, 2),
-            batch(16, 20, "observation", (4,), 2, torch.float32),
+            batch(B, T, "observation", (4,), 2, torch.float32),
             "observation",
             shared=False,
+            device=device,
         ),
         case(
-            "cartpole_mlp_128x20",
+            f"cartpole_mlp_{8 * B}x{T}",
             *mlp_actor_critic(4, 2),
-            batch(128, 20, "observation", (4,), 2, torch.float32),
+            batch(8 * B, T, "observation", (4,), 2, torch.float32),
             "observation",
             shared=False,
+            device=device,
         ),
         case(
-            "atari_dqn_conv_shared_16x20",
+            f"atari_dqn_conv_shared_{B}x{T}",
             *atari_actor_critic(6),
-            batch(16, 20, "pixels", (4, 84, 84), 6, torch.uint8),
+            batch(B, T, "pixels", (4, 84, 84), 6, torch.uint8),
             "pixels",
             shared=True,
+            device=device,
         ),
     ]
     rows = []
     print(f"{'case':<30} {'bare ms':>9} {'loss ms':>9} {'loss/bare':>10}")
     for name, fns in cases:
         rounds = args.rounds if "mlp" in name else max(3, args.rounds // 2)
-        med = interleaved_medians(fns, rounds)
+        med = interleaved_medians(fns, rounds, sync=sync)
         ratio = med["loss"] / med["bare"]
         rows.append({"case": name, "median_s": med, "loss_over_bare": ratio})
         print(
             f"{name:<30} {med['bare'] * 1e3:>9.2f} {med['loss'] * 1e3:>9.2f} {ratio:>10.2f}"
         )
-    path = save("loss", {"settings": {"rounds": args.rounds, "seed": 0}, "rows": rows})
+    settings = {"rounds": args.rounds, "seed": 0, "device": str(device), "B": B, "T": T}
+    name = "loss" if device.type == "cpu" else f"loss_{device.type}"
+    path = save(name, {"settings": settings, "rows": rows})
     print(f"saved {path}")
 
 

@@ -1,6 +1,7 @@
 """Atari training throughput against the compute bound of its networks.
 
     python bench/throughput.py [--game ALE/Breakout-v5] [--batches 12] [--repeats 3]
+                               [--device cpu] [--prefill 3]
 
 Measures, in one run:
 
@@ -22,6 +23,14 @@ core instead of torch's two threads. The benchmark times the learner's update on
 one thread too, and estimates the overlapped loop as the longer of (updates on one
 thread) and (collection, the loop's time outside updates), against the serial
 loop it measured: the choice between the two is made on these numbers.
+
+``--device cuda`` puts the learner on the GPU (networks, loss, optimizer; the
+collector's policy runs there too) while the environments stay on the CPU and the
+replay in host memory (``examples/acer_atari.py``'s layout with ``device=cuda``):
+batches move to the GPU for each update. The compute bound then times the bare
+modules on the GPU, and every timer waits for the GPU's queued work
+(``torch.cuda.synchronize``). Results are saved as ``throughput_cuda-*.json``,
+apart from the CPU ones that ``bench/report.py`` reads.
 """
 
 from __future__ import annotations
@@ -49,15 +58,17 @@ from torchrl_acer.training.experiment import make_optimizer  # noqa: E402
 from torchrl_acer.training.trainer import ACERTrainer  # noqa: E402
 
 
-def make_trainer(game, num_envs, T):
+def make_trainer(game, num_envs, T, device="cpu"):
     """``examples/acer_atari.py``'s pieces with its config, without evaluation,
     logging or checkpoints, and with replay that starts at once."""
+    device = torch.device(device)
     cfg = OmegaConf.load(ROOT / "examples" / "config_atari.yaml")
     cfg.pop("hydra")
     OmegaConf.update(cfg, "env.name", game)
     torch.manual_seed(cfg.seed)
     env = make_env(cfg, num_envs, seed=cfg.seed)
     actor, critic = make_models(env)
+    actor, critic = actor.to(device), critic.to(device)
     loss = ACERLoss(
         actor,
         critic,
@@ -69,12 +80,17 @@ def make_trainer(game, num_envs, T):
     )
     loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
     loss.set_keys(**TRAINING_KEYS)
+    # on a GPU the policy runs there and batches come back to host memory
+    placement = {}
+    if device.type != "cpu":
+        placement = {"policy_device": device, "storing_device": "cpu"}
     collector = Collector(
         env,
         actor,
         frames_per_batch=T * num_envs,
         total_frames=-1,
         auto_register_policy_transforms=False,
+        **placement,
     )
     return ACERTrainer(
         collector=collector,
@@ -91,36 +107,51 @@ def make_trainer(game, num_envs, T):
     )
 
 
-def time_loop(trainer, iterator, batches):
-    """Agent steps per second of the whole loop, and the time inside updates."""
+def no_sync():
+    pass
+
+
+def time_loop(trainer, iterator, batches, sync=no_sync):
+    """Agent steps per second of the whole loop, and the time inside updates.
+
+    On a GPU, ``sync`` waits for the queued work at the edges of each update, so
+    that its time is counted there rather than in what follows it."""
     update_time = [0.0]
     original = trainer.update
 
     def timed_update(batch, tag="update"):
+        sync()
         start = time.perf_counter()
         out = original(batch, tag)
+        sync()
         update_time[0] += time.perf_counter() - start
         return out
 
     trainer.update = timed_update
     frames, updates = trainer.frames, trainer.updates
+    sync()
     start = time.perf_counter()
     for _ in range(batches):
         trainer.train_on_batch(next(iterator))
+    sync()
     elapsed = time.perf_counter() - start
     trainer.update = original
     steps = trainer.frames - frames
     return steps / elapsed, update_time[0] / elapsed, trainer.updates - updates, steps
 
 
-def compute_bound(actor, critic, num_envs, T, updates, steps, repeats):
+def compute_bound(
+    actor, critic, num_envs, T, updates, steps, repeats, device, sync=no_sync
+):
     """Steps per second if the loop only ran its networks: one inference per
     vector step, and the loop's own number of updates on bare modules."""
     trunk = actor.module[0].module
     policy_head = actor.module[1].module
     q_head = critic.module[1].module
     avg_trunk, avg_head = copy.deepcopy(trunk), copy.deepcopy(policy_head)
-    window = torch.randint(0, 256, (num_envs * (T + 1), 4, 84, 84), dtype=torch.uint8)
+    window = torch.randint(
+        0, 256, (num_envs * (T + 1), 4, 84, 84), dtype=torch.uint8
+    ).to(device)
     obs = window[: num_envs * T]
     step_obs = window[:num_envs]
 
@@ -138,8 +169,10 @@ def compute_bound(actor, critic, num_envs, T, updates, steps, repeats):
         fn()
         times = []
         for _ in range(n):
+            sync()
             start = time.perf_counter()
             fn()
+            sync()
             times.append(time.perf_counter() - start)
         return statistics.median(times)
 
@@ -166,21 +199,31 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--envs", type=int, default=16)
     parser.add_argument("--T", type=int, default=20)
+    parser.add_argument(
+        "--device", default="cpu", help="the learner's: cpu, cuda or cuda:N"
+    )
+    parser.add_argument(
+        "--prefill", type=int, default=3, help="batches collected before timing"
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    trainer = make_trainer(args.game, args.envs, args.T)
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else no_sync
+    trainer = make_trainer(args.game, args.envs, args.T, device)
     iterator = iter(trainer.collector)
     # fill some replay first, so that every batch makes its replayed updates
-    for _ in range(3):
+    for _ in range(args.prefill):
         trainer.train_on_batch(next(iterator))
     actor = trainer.loss_module.actor_network
     critic = trainer.loss_module.critic_network
     loops, bounds, update_shares, parts = [], [], [], []
     for _ in range(args.repeats):
         steps_per_s, update_share, updates, steps = time_loop(
-            trainer, iterator, args.batches
+            trainer, iterator, args.batches, sync
         )
-        bound, part = compute_bound(actor, critic, args.envs, args.T, updates, steps, 5)
+        bound, part = compute_bound(
+            actor, critic, args.envs, args.T, updates, steps, 5, device, sync
+        )
         part["updates"] = updates
         # serial loop time, split; and the overlapped estimate
         loop_s = steps / steps_per_s
@@ -208,7 +251,8 @@ def main():
         "time_in_updates": update_shares,
         "bound_parts": parts,
     }
-    path = save("throughput", result)
+    name = "throughput" if device.type == "cpu" else f"throughput_{device.type}"
+    path = save(name, result)
     print(f"median ratio loop / compute bound: {result['median_ratio']:.2f}")
     overlap = statistics.median(p["overlap_estimate_over_serial"] for p in parts)
     print(f"overlapped collection, estimated time / serial time: {overlap:.2f}")
