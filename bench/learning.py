@@ -16,6 +16,7 @@ Per seed it reports the env steps at which the greedy evaluation first reached
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -95,6 +96,15 @@ def main():
         "instead of starting them; --wall-s gives their wall time",
     )
     parser.add_argument("--wall-s", type=float, nargs="*", default=None)
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="combine the runs of earlier result files (seeds run apart, e.g. two "
+        "more seeds of a finished setting) into one result under NAME; the "
+        "settings (example, overrides) must match",
+    )
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
@@ -102,7 +112,30 @@ def main():
     base = ROOT / "bench" / "runs" / args.name
     base.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    if args.existing:
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        for part in parts[1:]:
+            for key in ("example", "overrides"):
+                if part[key] != parts[0][key]:
+                    raise SystemExit(
+                        f"--merge: {key} differs between the files: "
+                        f"{parts[0][key]!r} and {part[key]!r}"
+                    )
+        runs = [run for part in parts for run in part["runs"]]
+        seeds = [run["seed"] for run in runs]
+        if len(set(seeds)) != len(seeds):
+            raise SystemExit(f"--merge: a seed appears twice: {sorted(seeds)}")
+        args.seeds, args.example = seeds, parts[0]["example"]
+        args.overrides = parts[0]["overrides"]
+        args.protocol = args.protocol or parts[0]["protocol"]
+        args.threshold = (
+            parts[0]["threshold"] if args.threshold is None else args.threshold
+        )
+        merged_from = [
+            {"file": Path(f).name, "commit": part.get("commit"), "seeds": part["seeds"]}
+            for f, part in zip(args.merge, parts, strict=True)
+        ]
+    elif args.existing:
         walls = args.wall_s or [None] * len(args.seeds)
         runs = [
             {"seed": seed, "returncode": 0, "wall_s": wall}
@@ -126,7 +159,8 @@ def main():
         if run["returncode"] != 0:
             print(f"seed {run['seed']} failed: see {base}/seed{run['seed']}.log")
             continue
-        run.update(summarize(base / f"seed{run['seed']}", args.threshold))
+        if not args.merge:  # merged runs carry their summaries
+            run.update(summarize(base / f"seed{run['seed']}", args.threshold))
     ok = [r for r in runs if r["returncode"] == 0]
     result = {
         "name": args.name,
@@ -143,12 +177,14 @@ def main():
         "best_eval": stats([r["best_eval"] for r in ok]),
         "final_train_reward": stats([r.get("final_train_reward") for r in ok]),
         "wall_s_per_run": stats([r["wall_s"] for r in ok]),
-        "wall_s_total": None if args.existing else time.time() - start,
+        "wall_s_total": None if args.existing or args.merge else time.time() - start,
         "existing": args.existing,
         "runs": runs,
     }
+    if args.merge:
+        result["merged_from"] = merged_from
     path = save(f"learning-{args.name}", result)
-    if ok:
+    if ok and not args.merge:  # the curves of merged runs are in their own files
         plot_groups(
             {args.name: [base / f"seed{r['seed']}" for r in ok]},
             RESULTS / f"{args.name}.png",
