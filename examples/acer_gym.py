@@ -18,7 +18,7 @@ are shared with the other examples (:mod:`torchrl_acer.training.experiment`).
 
 import hydra
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torchrl.collectors import Collector
 from torchrl.objectives import SoftUpdate
 from torchrl.record.loggers import get_logger
@@ -129,8 +129,12 @@ def main(cfg: DictConfig) -> None:
         log_interval=cfg.logger.log_interval,
         checkpoint_dir=run_dir / "checkpoints",
         checkpoint_interval=cfg.checkpoint.interval,
+        checkpoint_every_minutes=cfg.checkpoint.every_minutes,
         progress_bar=cfg.logger.progress_bar,
         seed=cfg.seed,
+        check_health=cfg.health.check,  # skip and count non-finite updates
+        max_nonfinite_in_a_row=cfg.health.max_nonfinite_in_a_row,
+        config=OmegaConf.to_container(cfg, resolve=True),  # in each checkpoint
     )
     if cfg.resume:
         resume(trainer, cfg.resume)

@@ -6,6 +6,7 @@ pytest.importorskip("ale_py")
 from builders import run_example
 
 from torchrl_acer.training.atari import ale_game_name, make_atari_env  # noqa: E402
+from torchrl_acer.training.checkpoint import read_checkpoint  # noqa: E402
 
 
 def test_game_names():
@@ -70,7 +71,7 @@ def test_pong_smoke_with_checkpoint_and_resume(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "after 300 env steps" in out.stdout
     checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
-    state = torch.load(checkpoint, weights_only=False)
+    _, state = read_checkpoint(checkpoint)
     assert state["counters"]["frames"] == 300
     assert state["replay_buffer"]["_written"] == 15  # frame-lean replay contents
     out = run_example(

@@ -11,6 +11,7 @@ from torchrl.record.loggers import get_logger
 
 from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
 from torchrl_acer.objectives.acer import ACERLoss
+from torchrl_acer.training.checkpoint import read_checkpoint
 from torchrl_acer.training.envs import make_env
 from torchrl_acer.training.experiment import check_config, get_device, make_optimizer
 from torchrl_acer.training.trainer import (
@@ -286,7 +287,7 @@ def test_ctrl_c_writes_a_checkpoint(tmp_path):
     trainer.collector = Interrupting(trainer.collector, 3)
     trainer.train()
     assert trainer.interrupted and trainer.frames == 30
-    state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
+    _, state = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert state["counters"]["frames"] == 30
     trainer.close()
 

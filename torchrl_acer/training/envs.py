@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import os
+import signal
 
 import gymnasium as gym
 import torch
@@ -140,10 +142,25 @@ def make_env(
     # name before the vector env and TorchRL's specs are built around it
     make_one(check=True).close()
 
-    vector = gym.vector.AsyncVectorEnv if parallel else gym.vector.SyncVectorEnv
+    if parallel:
+        main_pid = os.getpid()
+
+        def make_one_in_worker():
+            # The worker processes share the terminal's process group, so Ctrl-C
+            # reaches them too: one that died of it broke the pipe the trainer
+            # closes it through (a BrokenPipeError instead of the resume hint).
+            # They ignore it; this process stops them. AsyncVectorEnv also calls
+            # this here, for the spaces, where Ctrl-C must keep working.
+            if os.getpid() != main_pid:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            return make_one()
+
+        vector, make_copy = gym.vector.AsyncVectorEnv, make_one_in_worker
+    else:
+        vector, make_copy = gym.vector.SyncVectorEnv, make_one
     env = GymWrapper(
         vector(
-            [make_one] * num_envs,
+            [make_copy] * num_envs,
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
     )

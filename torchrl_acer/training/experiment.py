@@ -10,18 +10,25 @@ choice, resume, and the summary printed at the end.
 from __future__ import annotations
 
 import json
+import math
 import re
+import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from torchrl_acer.training.checkpoint import read_header
 from torchrl_acer.training.trainer import ACERTrainer
 
 __all__ = [
     "check_config",
+    "checkpoint_run_dir",
+    "cut_csv_logs",
     "final_summary",
     "get_device",
     "make_optimizer",
@@ -47,30 +54,153 @@ def get_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite(value) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+class _Setting(NamedTuple):
+    """What one config key must hold."""
+
+    expect: str  # as the refusal says it: "an integer >= 1"
+    test: Callable[[Any], bool]  # the whole test, type included (bools are no numbers)
+    null: str | None = None  # what null means, where null is allowed
+
+
+def _int_at_least(low: int, null: str | None = None) -> _Setting:
+    return _Setting(f"an integer >= {low}", lambda v: _is_int(v) and v >= low, null)
+
+
+def _finite(expect: str, test, null: str | None = None) -> _Setting:
+    return _Setting(
+        f"a finite number {expect}", lambda v: _is_finite(v) and test(v), null
+    )
+
+
+def _one_of(*choices: str) -> _Setting:
+    names = [repr(c) for c in choices]
+    return _Setting(
+        " or ".join([", ".join(names[:-1]), names[-1]]), lambda v: v in choices
+    )
+
+
+_BOOL = _Setting("true or false", lambda v: isinstance(v, bool))
+
+# Every setting of the three example configs; a key a config lacks is skipped (each
+# example has its own). Numbers are finite unless inf means "no limit".
+_SETTINGS: dict[str, _Setting] = {
+    "env.name": _Setting("a gymnasium id (a string)", lambda v: isinstance(v, str)),
+    "env.num_envs": _int_at_least(1),
+    "env.parallel": _BOOL,
+    "env.max_episode_steps": _int_at_least(1, null="the env's own time limit"),
+    "env.repeat_action_probability": _finite("in [0, 1]", lambda v: 0 <= v <= 1),
+    "env.num_threads": _int_at_least(0),  # the ALE's; 0: its own choice
+    "collector.T": _int_at_least(1),
+    "collector.total_frames": _int_at_least(1),
+    "model.num_cells": _Setting(
+        "a list of integers >= 1",
+        lambda v: (
+            isinstance(v, (list, ListConfig)) and all(_is_int(n) and n >= 1 for n in v)
+        ),
+    ),
+    "model.activation": _one_of("relu", "tanh"),
+    "model.shared": _BOOL,
+    "model.fixed_scale": _finite("> 0", lambda v: v > 0, null="a learned scale"),
+    "model.num_samples": _int_at_least(1),
+    "model.bound_mean": _BOOL,
+    "model.dueling": _BOOL,
+    "loss.gamma": _finite("in (0, 1]", lambda v: 0 < v <= 1),
+    "loss.ratio_clip": _Setting(
+        "a number > 0 (inf: no truncation)", lambda v: _is_number(v) and v > 0
+    ),
+    "loss.trust_region_delta": _Setting(
+        "a number > 0", lambda v: _is_number(v) and v > 0, null="no trust region"
+    ),
+    "loss.trust_region_space": _one_of("logits", "log_probs", "probs"),
+    "loss.entropy_coeff": _finite(">= 0", lambda v: v >= 0),
+    "loss.critic_coeff": _finite(">= 0", lambda v: v >= 0, null="no critic term"),
+    "loss.alpha": _finite("in [0, 1)", lambda v: 0 <= v < 1),
+    "optim.name": _one_of("adam", "rmsprop"),
+    "optim.lr": _finite("> 0", lambda v: v > 0),
+    "optim.eps": _finite(">= 0", lambda v: v >= 0),
+    "optim.decay": _finite("in [0, 1)", lambda v: 0 <= v < 1),
+    "optim.max_grad_norm": _Setting(
+        "a number > 0", lambda v: _is_number(v) and v > 0, null="no clipping"
+    ),
+    "replay.ratio": _finite(">= 0", lambda v: v >= 0),
+    "replay.on_policy_updates": _BOOL,
+    "replay.start": _int_at_least(0),
+    "replay.capacity": _int_at_least(1),
+    "replay.batch_segments": _int_at_least(1, null="env.num_envs segments"),
+    "eval.interval": _int_at_least(1, null="evaluate at the end only"),
+    "eval.episodes": _int_at_least(1),
+    "eval.max_steps": _int_at_least(1),
+    "logger.backend": _Setting(
+        "csv, tensorboard or wandb",
+        lambda v: v in ("csv", "tensorboard", "wandb", ""),
+        null="no logger",
+    ),
+    "logger.run_dir": _Setting(
+        "a path", lambda v: isinstance(v, str), null="runs/<env>/seed<seed>-<time>"
+    ),
+    "logger.log_interval": _int_at_least(1),
+    "logger.progress_bar": _BOOL,
+    "checkpoint.interval": _int_at_least(1, null="at the end only"),
+    "checkpoint.every_minutes": _finite("> 0", lambda v: v > 0, null="none"),
+    "health.check": _BOOL,
+    "health.max_nonfinite_in_a_row": _int_at_least(1),
+    "resume": _Setting(
+        "a checkpoint path", lambda v: isinstance(v, str), null="a new run"
+    ),
+    "resume_allow_config_change": _Setting(
+        "a list of settings (dotted keys or patterns)",
+        lambda v: (
+            isinstance(v, (list, ListConfig)) and all(isinstance(k, str) for k in v)
+        ),
+        null="none",
+    ),
+    "resume_force": _BOOL,
+    "seed": _int_at_least(0),
+    "threads": _int_at_least(1, null="torch's default"),
+    "device": _Setting("cpu, cuda, cuda:N or auto", lambda v: isinstance(v, str)),
+    "compile": _BOOL,
+}
+
+_ABSENT = object()
+
+
 def check_config(cfg: DictConfig) -> None:
-    """Fails at start, naming the setting, for values that cannot work."""
+    """Fails at start, naming the setting, its value and what it must be, for values
+    that cannot work: a value of the wrong type (a string, or a bool, for a number),
+    out of range or not finite, or settings that contradict each other."""
 
     def need(condition, message):
         if not condition:
             raise ValueError(f"bad config: {message}")
 
+    for key, setting in _SETTINGS.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is _ABSENT:
+            continue
+        if value is None:
+            need(setting.null is not None, f"{key}=null must be {setting.expect}")
+            continue
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)
+        or_null = f", or null ({setting.null})" if setting.null else ""
+        need(setting.test(value), f"{key}={shown} must be {setting.expect}{or_null}")
+
     get_device(cfg.device)
-    need(
-        isinstance(cfg.compile, bool),
-        f"compile={cfg.compile!r} must be true or false",
-    )
-    need(cfg.env.num_envs >= 1, f"env.num_envs={cfg.env.num_envs} must be >= 1")
-    need(cfg.collector.T >= 1, f"collector.T={cfg.collector.T} must be >= 1")
-    need(
-        cfg.collector.total_frames > 0,
-        f"collector.total_frames={cfg.collector.total_frames} must be positive",
-    )
-    need(cfg.replay.ratio >= 0, f"replay.ratio={cfg.replay.ratio} must be >= 0")
     need(
         cfg.replay.on_policy_updates or cfg.replay.ratio > 0,
         "replay.on_policy_updates=false needs replay.ratio > 0",
     )
-    need(cfg.replay.start >= 0, f"replay.start={cfg.replay.start} must be >= 0")
     if cfg.replay.ratio > 0:
         need(
             cfg.replay.capacity >= cfg.collector.T,
@@ -82,35 +212,95 @@ def check_config(cfg: DictConfig) -> None:
             f"replay.start={cfg.replay.start} exceeds replay.capacity="
             f"{cfg.replay.capacity}: replay would never start",
         )
-    need(0 < cfg.loss.gamma <= 1, f"loss.gamma={cfg.loss.gamma} must be in (0, 1]")
-    need(0 <= cfg.loss.alpha < 1, f"loss.alpha={cfg.loss.alpha} must be in [0, 1)")
-    need(
-        cfg.optim.name in ("adam", "rmsprop"),
-        f"optim.name={cfg.optim.name!r} must be 'adam' or 'rmsprop'",
-    )
-    need(cfg.optim.lr > 0, f"optim.lr={cfg.optim.lr} must be positive")
-    need(
-        cfg.logger.backend in ("csv", "tensorboard", "wandb", None, ""),
-        f"logger.backend={cfg.logger.backend!r} must be csv, tensorboard or wandb",
-    )
-    need(
-        cfg.eval.interval is None or cfg.eval.interval > 0,
-        f"eval.interval={cfg.eval.interval} must be positive or null",
-    )
-    need(cfg.eval.episodes >= 1, f"eval.episodes={cfg.eval.episodes} must be >= 1")
 
 
 def run_dir_for(cfg: DictConfig) -> Path:
-    """Where the run writes its logs, checkpoints, config and summary: the resumed
-    checkpoint's run, else ``logger.run_dir``, else ``runs/<env>/seed<seed>-<time>``.
-    Nothing is created yet."""
-    if cfg.resume:
-        return Path(cfg.resume).parent.parent
+    """Where the run writes its logs, checkpoints, config and summary:
+    ``logger.run_dir`` if set, else the resumed checkpoint's own run
+    (:func:`checkpoint_run_dir`), else ``runs/<env>/seed<seed>-<time>``.
+
+    Only that last, default, directory is created here, under a name no other run
+    has: two runs of one seed started in the same second get ``...-<time>`` and
+    ``...-<time>-2`` (the directory is made with ``mkdir``, which fails when it
+    exists, even for another process). Nothing is created for the other two."""
     if cfg.logger.run_dir:
         return Path(cfg.logger.run_dir)
+    if cfg.resume:
+        return checkpoint_run_dir(cfg.resume)
     env = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.env.name)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / env / f"seed{cfg.seed}-{stamp}"
+    base = Path("runs") / env / f"seed{cfg.seed}-{stamp}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    run_dir, n = base, 1
+    while True:
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            n += 1
+            run_dir = base.with_name(f"{base.name}-{n}")
+
+
+def checkpoint_run_dir(checkpoint: str | Path) -> Path:
+    """The run directory a checkpoint belongs to, wherever the file now lies.
+
+    The checkpoint's header records the directory it was written to (the run's
+    ``checkpoints/``); its parent is the run, if it still exists. A run moved as
+    a whole is found from the file's own place, ``<run>/checkpoints/<file>``.
+    Only the header is read.
+    """
+    path = Path(checkpoint)
+    if path.is_dir():
+        path = path / "last.pt"
+    recorded = read_header(path, verify=False).header.get("checkpoint_dir")
+    recorded = Path(recorded).parent if recorded else None
+    layout = path.parent.parent if path.parent.name == "checkpoints" else None
+    if recorded is not None and (recorded.is_dir() or layout is None):
+        return recorded
+    if layout is not None:
+        return layout
+    raise ValueError(
+        f"resume={checkpoint}: cannot tell which run directory it belongs to "
+        f"(it records none); set logger.run_dir"
+    )
+
+
+def cut_csv_logs(logger, frames: int) -> int:
+    """Drops the rows logged after ``frames`` from a TorchRL ``CSVLogger``'s files
+    (``<log_dir>/scalars/**.csv``, ``step,value`` rows), so that a run resumed
+    from a checkpoint at ``frames`` continues its logs with steps that only go
+    up. A row cut short by a crash goes too. Other loggers are left alone.
+    Returns the number of rows dropped."""
+    from torchrl.record.loggers import CSVLogger
+
+    if not isinstance(logger, CSVLogger):
+        return 0
+    experiment = logger.experiment
+    for handle in experiment.files.values():  # reopened (appending) when written
+        handle.close()
+    experiment.files.clear()
+    dropped = 0
+    for csv in sorted(Path(experiment.log_dir, "scalars").rglob("*.csv")):
+        lines = csv.read_text().splitlines(keepends=True)
+        keep = [line for line in lines if _csv_step(line) <= frames]
+        if len(keep) < len(lines):
+            dropped += len(lines) - len(keep)
+            tmp = csv.with_name(csv.name + ".tmp")
+            tmp.write_text("".join(keep))
+            tmp.replace(csv)
+    return dropped
+
+
+def _csv_step(line: str) -> float:
+    """The step of a ``step,value`` row; infinite for a partial or unreadable row."""
+    step, _, value = line.partition(",")
+    if not line.endswith("\n"):
+        return float("inf")
+    try:
+        float(value)
+        return int(step)
+    except ValueError:
+        return float("inf")
 
 
 def make_optimizer(optim: DictConfig, params) -> torch.optim.Optimizer:
@@ -121,9 +311,40 @@ def make_optimizer(optim: DictConfig, params) -> torch.optim.Optimizer:
 
 
 def resume(trainer: ACERTrainer, checkpoint: str | Path) -> None:
-    """Restores ``trainer`` from ``checkpoint`` and says where it resumes."""
-    trainer.load_checkpoint(checkpoint)
+    """Restores ``trainer`` from ``checkpoint`` and says where it resumes.
+
+    The checkpoint's config must match the run's, except for the settings safe to
+    change (:data:`~torchrl_acer.training.checkpoint.SAFE_CONFIG_CHANGES`); the
+    config's ``resume_allow_config_change`` (a list of dotted keys or patterns)
+    allows others, ``resume_force: true`` any.
+
+    The run continues the same run: the trainer restores its environments where
+    their state was saved (else starts fresh episodes, and it says so), and the
+    CSV logs lose the rows written after the checkpoint (:func:`cut_csv_logs`).
+    A finished run (``frames >= total_frames``) is left as it is: this says so
+    and exits with status 0."""
+    config = trainer.config or {}
+    trainer.load_checkpoint(
+        checkpoint,
+        allow_config_change=config.get("resume_allow_config_change") or (),
+        force=bool(config.get("resume_force")),
+    )
+    if trainer.frames >= trainer.total_frames:
+        # nothing to train: no checkpoint, config, log or summary is touched
+        print(
+            f"resume: {checkpoint} is a finished run ({trainer.frames} frames, "
+            f"collector.total_frames={trainer.total_frames}); nothing to do, "
+            f"nothing changed. Raise collector.total_frames to train on."
+        )
+        trainer.close()
+        sys.exit(0)
+    # rows logged after the checkpoint (a run killed past it) would repeat steps
+    dropped = cut_csv_logs(trainer.logger, trainer.frames)
     print(f"resumed from {checkpoint} at {trainer.frames} frames")
+    if dropped:
+        print(f"resume: dropped {dropped} log rows written after {trainer.frames}")
+    for note in trainer.resume_notes:
+        print(f"resume: {note}")
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
@@ -135,13 +356,17 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
 def final_summary(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
     """After training: writes ``summary.json`` and prints the final greedy
     evaluation and where the logs, the plot and the checkpoint are. A run stopped
-    with Ctrl-C prints how to resume it instead and exits with status 130."""
+    by Ctrl-C or SIGTERM prints how to resume it instead and exits with status
+    128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
     if trainer.interrupted:
+        signum = trainer.stop_signal or signal.SIGINT
         print(
-            f"interrupted at {trainer.frames} frames; checkpoint written to "
-            f"{trainer.last_checkpoint}\nresume with: resume={trainer.last_checkpoint}"
+            f"interrupted ({signal.Signals(signum).name}) at {trainer.frames} frames; "
+            f"checkpoint written to {trainer.last_checkpoint}\n"
+            f"resume with: resume={trainer.last_checkpoint}",
+            flush=True,
         )
-        sys.exit(130)
+        sys.exit(128 + signum)
     summary = {
         "frames": trainer.frames,
         "updates": trainer.updates,

@@ -277,15 +277,84 @@ class FrameStackReplayBuffer:
         "stack",
     )
 
+    # per slot and per side-ring entry (both along dimension 1), and what a slot
+    # or an entry not yet written holds
+    _PER_SLOT = ("_frames", "_last_next", "_end_slot", "_has_history", "_data")
+    _PER_END = ("_ends", "_end_owner")
+    _BLANK = {"_end_slot": -1, "_end_owner": -1}
+
     def state_dict(self) -> dict:
+        """The written slots and side-ring entries only (the storage is allocated
+        at full capacity on the first ``extend``: saving all of it would cost the
+        capacity, however little is stored), the cursors, and the sampling
+        generator's state."""
+        generator = None if self.generator is None else self.generator.get_state()
         if not self._initialized:
-            return {"initialized": False}
-        return {"initialized": True, **{k: getattr(self, k) for k in self._STATE}}
+            return {"initialized": False, "generator": generator}
+        slots = min(self._written, self.slots)
+        written_ends = (self._end_owner >= 0).any(0).nonzero()
+        ends = int(written_ends.max()) + 1 if len(written_ends) else 0
+        state = {
+            "initialized": True,
+            "generator": generator,
+            "slots": self.slots,
+            "max_episode_ends": self.max_episode_ends,
+            "filled_slots": slots,
+            "filled_ends": ends,
+            "_slot_id": self._slot_id[:slots].clone(),
+            # clones: a saved view would write its whole storage
+            **{k: getattr(self, k)[:, :slots].clone() for k in self._PER_SLOT},
+            **{k: getattr(self, k)[:, :ends].clone() for k in self._PER_END},
+        }
+        for key in ("_end_cursor", "_cursor", "_written", "stack"):
+            value = getattr(self, key)
+            state[key] = value.clone() if hasattr(value, "clone") else value
+        return state
 
     def load_state_dict(self, state: dict) -> None:
+        saved_generator = state.get("generator")
+        if self.generator is not None and saved_generator is not None:
+            self.generator.set_state(saved_generator)
         if not state["initialized"]:
             return
-        for key in self._STATE:
+        if "filled_slots" not in state:  # a whole storage, as saved before
+            for key in self._STATE:
+                value = state[key]
+                setattr(self, key, value.clone() if hasattr(value, "clone") else value)
+            self._initialized = True
+            return
+        mine = (self.num_envs, self.slots, self.max_episode_ends)
+        theirs = (
+            state["_end_cursor"].shape[0],
+            state["slots"],
+            state["max_episode_ends"],
+        )
+        if mine != theirs:
+            raise ValueError(
+                f"FrameStackReplayBuffer: the checkpoint's buffer has (num_envs, "
+                f"slots, max_episode_ends) = {theirs}, this one {mine}"
+            )
+        N, S, E = mine
+
+        def full(key, length, saved):
+            """``saved``'s first entries along dimension 1, the rest blank."""
+            if key == "_data":
+                out = saved[:, :1].expand(N, length, self.T).clone()
+                out = out.apply(torch.zeros_like)
+            else:
+                shape = (N, length, *saved.shape[2:])
+                out = torch.full(shape, self._BLANK.get(key, 0), dtype=saved.dtype)
+            out[:, : saved.shape[1]] = saved
+            return out
+
+        for key in self._PER_SLOT:
+            setattr(self, key, full(key, S, state[key]))
+        for key in self._PER_END:
+            setattr(self, key, full(key, E, state[key]))
+        # the slot ids: dimension 0
+        self._slot_id = torch.full((S,), -1, dtype=torch.long)
+        self._slot_id[: len(state["_slot_id"])] = state["_slot_id"]
+        for key in ("_end_cursor", "_cursor", "_written", "stack"):
             value = state[key]
             setattr(self, key, value.clone() if hasattr(value, "clone") else value)
         self._initialized = True

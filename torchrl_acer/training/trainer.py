@@ -16,22 +16,51 @@ from __future__ import annotations
 import math
 import os
 import random
+import signal
+import sys
+import threading
 import time
+import warnings
 from collections import defaultdict, deque
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import set_composite_lp_aggregate
 from tensordict.utils import unravel_key
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.data.replay_buffers import ReplayBuffer, TensorStorage
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 from torchrl.objectives import SoftUpdate
 
 from torchrl_acer.objectives.acer import ACERLoss
+from torchrl_acer.training.checkpoint import (
+    SAFE_CONFIG_CHANGES,
+    CheckpointError,
+    config_differences,
+    load_payload,
+    read_header,
+    write_checkpoint,
+)
+from torchrl_acer.training.env_state import (
+    collector_state_dict,
+    env_state_dict,
+    load_collector_state_dict,
+    load_env_state_dict,
+    restart_episodes,
+    resume_seed,
+)
 
-__all__ = ["ACERTrainer", "GreedyEvaluator", "make_segment_replay_buffer"]
+__all__ = [
+    "ACERTrainer",
+    "GreedyEvaluator",
+    "NonFiniteTrainingError",
+    "load_replay_state_dict",
+    "make_segment_replay_buffer",
+    "replay_state_dict",
+]
 
 
 def make_segment_replay_buffer(
@@ -64,6 +93,66 @@ def make_segment_replay_buffer(
     )
 
 
+def replay_state_dict(replay) -> dict:
+    """The replay buffer's ``state_dict`` with only the filled part of its storage.
+
+    A :class:`~torchrl.data.LazyTensorStorage` is allocated at full capacity on
+    its first write, and its own ``state_dict`` holds all of it: a checkpoint then
+    costs the capacity, however little is stored. Here its first ``len(storage)``
+    entries are kept instead (a round-robin writer fills them in order; its cursor
+    is in the writer's state), and :func:`load_replay_state_dict` writes them back
+    into a freshly built buffer. Other buffers (``FrameStackReplayBuffer``, which
+    saves its own filled part) give their ``state_dict`` unchanged.
+    """
+    state = replay.state_dict()
+    storage = getattr(replay, "_storage", None)
+    if (
+        not isinstance(replay, ReplayBuffer)
+        or type(storage) not in (TensorStorage, LazyTensorStorage)
+        or not storage.initialized
+        or storage.ndim != 1
+    ):
+        return state
+    n = len(storage)
+    data = storage._storage[:n].clone()
+    is_td = isinstance(data, TensorDictBase)
+    state["_storage"] = {
+        "filled": data.to_dict() if is_td else data,
+        "batch_size": list(data.batch_size) if is_td else None,
+        "_len": n,
+    }
+    return state
+
+
+def load_replay_state_dict(replay, state: dict) -> None:
+    """Loads :func:`replay_state_dict`'s state (or a plain ``state_dict``)."""
+    stored = state.get("_storage") if isinstance(state, dict) else None
+    if not isinstance(stored, dict) or "filled" not in stored:
+        replay.load_state_dict(state)
+        return
+    n, capacity = stored["_len"], replay._storage.max_size
+    if n > capacity:
+        raise ValueError(
+            f"the checkpoint's replay holds {n} entries, more than this buffer's "
+            f"capacity of {capacity}"
+        )
+    filled = stored["filled"]
+    if stored["batch_size"] is not None:
+        filled = TensorDict(filled, batch_size=stored["batch_size"])
+        full = filled.apply(
+            lambda t: t.new_zeros((capacity, *t.shape[1:])),
+            batch_size=[capacity, *filled.batch_size[1:]],
+        )
+        full[:n] = filled
+        full = full.state_dict()
+    else:
+        full = filled.new_zeros((capacity, *filled.shape[1:]))
+        full[:n] = filled
+    replay.load_state_dict(
+        {**state, "_storage": {"_storage": full, "initialized": True, "_len": n}}
+    )
+
+
 class GreedyEvaluator:
     """Mean return of the greedy policy (the mode of the distribution).
 
@@ -86,6 +175,8 @@ class GreedyEvaluator:
         return_key=("next", "episode_reward"),
         done_key=("next", "done"),
     ):
+        if not max_steps >= 1:  # 0 would report a return of 0 without playing
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.env = env
         self.policy = policy
         self.max_steps = max_steps
@@ -139,6 +230,75 @@ def _next_multiple(frames: int, interval: int) -> int:
     return (frames // interval + 1) * interval
 
 
+def _resumed_schedule(saved: int | None, frames: int, interval: int | None):
+    """When a periodic task (log, evaluation, checkpoint) next runs after resuming
+    at ``frames``: the checkpoint's ``saved`` schedule if it is one of
+    ``interval``, else the next multiple of ``interval`` (``None`` without one)."""
+    if interval is None:
+        return None
+    if saved is not None and saved % interval == 0 and frames < saved:
+        return min(saved, _next_multiple(frames, interval))
+    return _next_multiple(frames, interval)
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """Training stopped: too many updates (or collected batches) in a row were
+    non-finite. The message names the first non-finite term, the frame count and
+    what the batch held."""
+
+
+def _nonfinite_counts(batch: TensorDictBase) -> dict:
+    """``{key: number of non-finite values}`` for the floating-point entries of
+    ``batch`` that hold any (only computed once something went wrong)."""
+    out = {}
+    for key, value in batch.items(True, True):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            n = int((~torch.isfinite(value)).sum())
+            if n:
+                out[key] = n
+    return out
+
+
+def _describe_batch(batch: TensorDictBase) -> str:
+    counts = _nonfinite_counts(batch)
+
+    def last(key):
+        return key[-1] if isinstance(key, tuple) else key
+
+    rewards = sum(n for k, n in counts.items() if "reward" in last(k))
+    observations = sum(
+        n for k, n in counts.items() if "observation" in last(k) or "pixels" in last(k)
+    )
+    detail = ", ".join(f"{k!r}: {n}" for k, n in counts.items())
+    return (
+        f"{rewards} non-finite rewards and {observations} non-finite observations"
+        + (f" (by entry: {detail})" if detail else "")
+    )
+
+
+def _grad_norm(params) -> torch.Tensor:
+    """The global gradient norm (what ``clip_grad_norm_`` returns), unclipped."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
+    if get_total_norm is not None:  # torch >= 2.6
+        return get_total_norm(grads)
+    return torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g) for g in grads])
+    )
+
+
+def _batch_is_finite(batch: TensorDictBase) -> bool:
+    """One reduction over the floating-point entries and one read-back."""
+    flags = [
+        torch.isfinite(value).all()
+        for value in batch.values(True, True)
+        if isinstance(value, torch.Tensor) and value.is_floating_point()
+    ]
+    return not flags or bool(torch.stack(flags).all())
+
+
 class ACERTrainer:
     r"""Trains :class:`~torchrl_acer.ACERLoss` with ACER's replay-ratio loop.
 
@@ -175,11 +335,33 @@ class ACERTrainer:
         log_interval (int): frames between training logs. Defaults to every batch.
         checkpoint_dir (str, optional): where checkpoints go (``last.pt``).
         checkpoint_interval (int, optional): frames between checkpoints; one is also
-            written at the end and on Ctrl-C.
+            written at the end and on Ctrl-C or SIGTERM.
+        checkpoint_every_minutes (float, optional): also write one when this many
+            minutes have passed since the last (or since :meth:`train` started), so
+            that a crash loses bounded work.
         progress_bar (bool): a tqdm bar with frames, recent return and FPS.
-        seed (int): seeds the trainer's own draws (the Poisson counts).
+        seed (int): seeds the trainer's own draws (the Poisson counts), and the
+            fresh episodes a resume starts where the environments' state could not
+            be saved (:func:`~torchrl_acer.training.env_state.resume_seed`; what a
+            resume did with the environments is in :attr:`resume_notes`).
         episode_return_key: where a finished episode's return is read in a batch.
         episode_end_key: marks the steps where an episode ended.
+        check_health (bool): check every update's ``loss_*`` terms and gradient
+            norm for non-finite values (one reduction and one read-back per update)
+            and every collected batch's floating-point entries (on its device, the
+            CPU in the examples). A non-finite update is skipped (no optimizer or
+            averaged-policy step) and counted (``train/nonfinite_updates``); a
+            non-finite batch gets no on-policy update and is not stored in replay
+            (``train/nonfinite_batches``). ``False`` skips the checks (to measure
+            their cost); a checkpoint is never written from non-finite parameters
+            either way. Defaults to ``True``.
+        max_nonfinite_in_a_row (int): stop with :class:`NonFiniteTrainingError`,
+            naming the first non-finite term, the frames and what the batch held,
+            after this many non-finite updates (or batches) in a row. Defaults to
+            10.
+        config (dict, optional): the run's resolved config, stored in each
+            checkpoint's header; :meth:`load_checkpoint` compares it with the
+            stored one.
     """
 
     def __init__(
@@ -202,15 +384,22 @@ class ACERTrainer:
         log_interval: int = 1,
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_interval: int | None = None,
+        checkpoint_every_minutes: float | None = None,
         progress_bar: bool = True,
         seed: int = 0,
         episode_return_key=("next", "episode_reward"),
         episode_end_key=("next", "done"),
+        check_health: bool = True,
+        max_nonfinite_in_a_row: int = 10,
+        config: dict | None = None,
     ):
         if total_frames <= 0:
             raise ValueError(f"total_frames must be positive, got {total_frames}")
-        if not replay_ratio >= 0:
-            raise ValueError(f"replay_ratio must be >= 0, got {replay_ratio}")
+        if not (replay_ratio >= 0 and math.isfinite(replay_ratio)):
+            # inf would draw no replay at all: torch.poisson(inf) is a huge negative
+            raise ValueError(
+                f"replay_ratio must be >= 0 and finite, got {replay_ratio}"
+            )
         if replay_ratio > 0 and replay_buffer is None:
             raise ValueError(f"replay_ratio={replay_ratio} needs a replay_buffer")
         if not on_policy_updates and not replay_ratio > 0:
@@ -224,12 +413,17 @@ class ACERTrainer:
         for name, value in (
             ("eval_interval", eval_interval),
             ("checkpoint_interval", checkpoint_interval),
+            ("checkpoint_every_minutes", checkpoint_every_minutes),
             ("log_interval", log_interval),
         ):
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
         if eval_interval is not None and evaluator is None:
             raise ValueError("eval_interval is set but there is no evaluator")
+        if not max_nonfinite_in_a_row >= 1:
+            raise ValueError(
+                f"max_nonfinite_in_a_row must be >= 1, got {max_nonfinite_in_a_row}"
+            )
         self.collector = collector
         self.loss_module = loss_module
         # built now, so that checkpoints can restore its buffers
@@ -250,9 +444,14 @@ class ACERTrainer:
         self.log_interval = log_interval
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.checkpoint_interval = checkpoint_interval
+        self.checkpoint_every_minutes = checkpoint_every_minutes
+        self.check_health = check_health
+        self.max_nonfinite_in_a_row = max_nonfinite_in_a_row
+        self.config = config
         self.progress_bar = progress_bar
         self.episode_return_key = episode_return_key
         self.episode_end_key = episode_end_key
+        self.seed = seed
         self._rng = torch.Generator().manual_seed(seed)
         # policy outputs the loss does not read (a shared trunk's features) are
         # recomputed from observations at update time: not worth replay memory
@@ -273,6 +472,17 @@ class ACERTrainer:
         self.last_train_log: dict | None = None
         self.last_checkpoint: Path | None = None
         self.interrupted = False
+        self.stop_signal: int | None = None  # SIGINT or SIGTERM, when one stopped it
+        self.nonfinite_updates = 0  # skipped by the health checks, this process
+        self.nonfinite_batches = 0
+        self._nonfinite_streaks = {"updates": 0, "batches": 0}
+        self._nonfinite_first: dict = {}  # the first of each streak, described
+        self._defer_signals = 0  # > 0: a signal waits (mid-iteration, saving)
+        self._pending_signal: int | None = None
+        self._stopping = False
+        self._last_save_time = time.monotonic()
+        # what load_state_dict did with the environments (restored, or restarted)
+        self.resume_notes: list[str] = []
         self._next_log = 0
         self._next_eval = 0 if eval_interval else None
         self._next_checkpoint = checkpoint_interval
@@ -281,7 +491,25 @@ class ACERTrainer:
     # -- the loop ------------------------------------------------------------
 
     def train(self) -> None:
-        """Runs until ``total_frames`` (Ctrl-C saves a checkpoint and returns)."""
+        """Runs until ``total_frames``.
+
+        Ctrl-C (SIGINT) and SIGTERM stop it and write a checkpoint (with a
+        ``checkpoint_dir``), then return with :attr:`interrupted` set and
+        :attr:`stop_signal` naming the signal. A signal that arrives during an
+        iteration's updates waits for the end of the iteration (collection and
+        evaluation stop at once); one that arrives while a checkpoint is written
+        waits for the file to be complete. The previous handlers come back on
+        return.
+        """
+        self._pending_signal, self._stopping, self.stop_signal = None, False, None
+        self._last_save_time = time.monotonic()
+        previous = self._catch_signals()
+        try:
+            self._train()
+        finally:
+            self._restore_signals(previous)
+
+    def _train(self) -> None:
         bar = None
         if self.progress_bar:
             from tqdm import tqdm
@@ -309,59 +537,173 @@ class ACERTrainer:
         finally:
             if bar is not None:
                 bar.close()
+        # from here on a signal only marks the run interrupted: the checkpoint
+        # being written is completed first
+        self._stopping = True
         if self.checkpoint_dir is not None:
             self.save_checkpoint()
+        if self._pending_signal is not None:
+            self.interrupted = True
         evaluated_now = self.last_eval is not None and (
             self.last_eval["frames"] == self.frames
         )
         if not self.interrupted and self.evaluator is not None and not evaluated_now:
-            self._evaluate()
+            # a signal stops the final evaluation (the checkpoint is written)
+            try:
+                try:
+                    self._stopping = False
+                    self._evaluate()
+                finally:
+                    self._stopping = True
+            except KeyboardInterrupt:
+                self.interrupted = True
+
+    # -- signals -----------------------------------------------------------------
+
+    def _catch_signals(self) -> dict:
+        """Installs the handler for SIGINT and SIGTERM (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[signum] = signal.signal(signum, self._on_signal)
+            except (ValueError, OSError):  # not allowed here (embedded interpreter)
+                pass
+        return previous
+
+    @staticmethod
+    def _restore_signals(previous: dict) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.stop_signal is None:
+            self.stop_signal = signum
+        if self._defer_signals > 0 or self._stopping:
+            if self._pending_signal is None and not self._stopping:
+                message = "stopping once the current iteration or checkpoint is done"
+            else:
+                message = (
+                    "already stopping; the checkpoint being written is completed "
+                    "first (kill -9 would keep the previous one)"
+                )
+            print(f"\n{name}: {message}", file=sys.stderr, flush=True)
+            self._pending_signal = signum
+            return
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def _signals_deferred(self):
+        """A region a signal does not interrupt: it is acted on at the end."""
+        self._defer_signals += 1
+        try:
+            yield
+        finally:
+            self._defer_signals -= 1
+        if (
+            self._defer_signals == 0
+            and self._pending_signal is not None
+            and not self._stopping
+        ):
+            raise KeyboardInterrupt
 
     def train_on_batch(self, batch: TensorDictBase) -> None:
-        """One iteration: an on-policy update, storage, replayed updates, logging."""
+        """One iteration: an on-policy update, storage, replayed updates, logging.
+
+        With :attr:`check_health`, a batch holding non-finite values gets no
+        on-policy update and is not stored (its replayed updates still happen)."""
         if batch.ndim == 1:
             batch = batch.unsqueeze(0)
         if self.segment_length is None:
             self.segment_length = batch.shape[-1]
-        self.frames += batch.numel()
-        tick = time.perf_counter()
-        self._record_episodes(batch)
-        if self.on_policy_updates:
-            self.update(batch, tag="on_policy")
-        if self.replay_buffer is not None:
-            self.replay_buffer.extend(batch.exclude(*self._transient_keys))
-            if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
-                rate = torch.tensor(float(self.replay_ratio))
-                for _ in range(int(torch.poisson(rate, generator=self._rng))):
-                    self.update(self.replay_buffer.sample(), tag="off_policy")
-        self._metrics["time/iteration"].append(time.perf_counter() - tick)
-        self._metrics["time/frames"].append(batch.numel())
-        # schedules run on multiples of their interval, whatever the batch size
-        if self.frames >= self._next_log:
-            self._log_training()
-            self._next_log = _next_multiple(self.frames, self.log_interval)
+        # a signal here waits for the end of the iteration's updates and storage
+        with self._signals_deferred():
+            self.frames += batch.numel()
+            tick = time.perf_counter()
+            self._record_episodes(batch)
+            fresh = True
+            if self.check_health:  # what the loss reads (not episode returns)
+                read = batch.select(*self.loss_module.in_keys, strict=False)
+                fresh = _batch_is_finite(read)
+                self._health_event(
+                    "batches",
+                    fresh,
+                    lambda: (
+                        f"the batch collected at {self.frames} frames held "
+                        f"{_describe_batch(read)}"
+                    ),
+                )
+            if self.on_policy_updates and fresh:
+                self.update(batch, tag="on_policy")
+            if self.replay_buffer is not None:
+                if fresh:
+                    self.replay_buffer.extend(batch.exclude(*self._transient_keys))
+                if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
+                    rate = torch.tensor(float(self.replay_ratio))
+                    for _ in range(int(torch.poisson(rate, generator=self._rng))):
+                        self.update(self.replay_buffer.sample(), tag="off_policy")
+            self._metrics["time/iteration"].append(time.perf_counter() - tick)
+            self._metrics["time/frames"].append(batch.numel())
+            # schedules run on multiples of their interval, whatever the batch size
+            if self.frames >= self._next_log:
+                self._log_training()
+                self._next_log = _next_multiple(self.frames, self.log_interval)
         if self._next_eval is not None and self.frames >= self._next_eval:
             self._evaluate()
             self._next_eval = _next_multiple(self.frames, self.eval_interval)
+        save = False
         if self._next_checkpoint is not None and self.frames >= self._next_checkpoint:
             # advanced first, so that the checkpoint holds the next one to write
             # (otherwise a resumed run would rewrite this one at once)
             self._next_checkpoint = _next_multiple(
                 self.frames, self.checkpoint_interval
             )
+            save = True
+        if (
+            self.checkpoint_every_minutes is not None
+            and self.checkpoint_dir is not None
+            and time.monotonic() - self._last_save_time
+            >= 60 * self.checkpoint_every_minutes
+        ):
+            save = True
+        if save:
             self.save_checkpoint()
 
     def update(self, batch: TensorDictBase, tag: str = "update") -> TensorDictBase:
-        """One optimizer step on ``batch``, then the averaged-policy update."""
+        """One optimizer step on ``batch``, then the averaged-policy update.
+
+        With :attr:`check_health`, neither step is taken when a ``loss_*`` term or
+        the gradient norm is non-finite: the update is counted instead."""
         if self.device.type != "cpu":
             batch = batch.to(self.device)
         with set_composite_lp_aggregate(False):
             out = self.loss_module(batch)
-        loss = sum(value for key, value in out.items() if key.startswith("loss_"))
+        terms = [(key, value) for key, value in out.items() if key.startswith("loss_")]
+        loss = sum(value for _, value in terms)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        grad_norm = None
         if self.max_grad_norm is not None:
             grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm)
+        elif self.check_health:
+            grad_norm = _grad_norm(self._params)
+        if self.check_health:
+            # the loss terms and the gradient norm: one reduction, one read-back
+            checked = [value.detach().reshape(-1).float() for _, value in terms]
+            if grad_norm is not None:
+                checked.append(grad_norm.detach().reshape(-1).float())
+            finite = bool(torch.isfinite(torch.cat(checked)).all())
+            self._health_event(
+                "updates",
+                finite,
+                lambda: self._describe_update(tag, terms, grad_norm, batch),
+            )
+            if not finite:  # no optimizer step, no averaged-policy step
+                self.optimizer.zero_grad(set_to_none=True)
+                return out.detach()
+        if self.max_grad_norm is not None:
             self._metrics["train/grad_norm"].append(grad_norm.detach())
         self.optimizer.step()
         self.target_updater.step()
@@ -375,6 +717,71 @@ class ACERTrainer:
                 self._metrics[f"train/trust_region_{key}"].append(value)
         self._metrics[f"train/{tag}_updates"].append(1)
         return out
+
+    # -- numerical health ----------------------------------------------------------
+
+    def _health_event(self, kind: str, finite: bool, describe) -> None:
+        """Counts a non-finite update or batch (``kind``), warns at the first of a
+        streak and stops after :attr:`max_nonfinite_in_a_row` in a row."""
+        if finite:
+            self._nonfinite_streaks[kind] = 0
+            return
+        streak = self._nonfinite_streaks[kind] = self._nonfinite_streaks[kind] + 1
+        setattr(self, f"nonfinite_{kind}", getattr(self, f"nonfinite_{kind}") + 1)
+        self._metrics[f"train/nonfinite_{kind}"].append(1)
+        if streak == 1:
+            self._nonfinite_first[kind] = describe()
+            what = "update skipped" if kind == "updates" else "batch not trained on"
+            warnings.warn(
+                f"non-finite {what}: {self._nonfinite_first[kind]}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        if streak >= self.max_nonfinite_in_a_row:
+            what = "updates" if kind == "updates" else "collected batches"
+            saved = (
+                f"; the last checkpoint is {self.last_checkpoint}"
+                if self.last_checkpoint is not None
+                else ""
+            )
+            raise NonFiniteTrainingError(
+                f"{streak} {what} in a row were non-finite "
+                f"(max_nonfinite_in_a_row={self.max_nonfinite_in_a_row}); stopped "
+                f"at {self.frames} frames. The first of them: "
+                f"{self._nonfinite_first[kind]}. No optimizer step was taken on them: "
+                f"the parameters are those of the last finite update{saved}"
+            )
+
+    def _describe_update(self, tag, terms, grad_norm, batch) -> str:
+        first = "none"
+        for key, value in terms:
+            if not bool(torch.isfinite(value.detach()).all()):
+                first = f"{key} = {value.detach().float().sum().item()}"
+                break
+        else:
+            if grad_norm is not None:
+                first = f"the gradient norm = {grad_norm.item()}"
+        return (
+            f"the {tag} update at {self.frames} frames, first non-finite term "
+            f"{first}; its batch held "
+            f"{_describe_batch(batch.select(*self.loss_module.in_keys, strict=False))}"
+        )
+
+    def _nonfinite_state(self) -> list[str]:
+        """Names of the parameters and optimizer states holding non-finite values."""
+        named = [
+            (f"loss_module.{k}", v) for k, v in self.loss_module.state_dict().items()
+        ]
+        for index, state in self.optimizer.state_dict()["state"].items():
+            named += [(f"optimizer.state[{index}].{k}", v) for k, v in state.items()]
+        # per tensor: a save is rare, and the tensors sit on several devices
+        return [
+            name
+            for name, value in named
+            if isinstance(value, torch.Tensor)
+            and value.is_floating_point()
+            and not bool(torch.isfinite(value).all())
+        ]
 
     # -- bookkeeping -----------------------------------------------------------
 
@@ -411,6 +818,11 @@ class ACERTrainer:
             scalars[f"train/{tag}_updates"] = len(
                 metrics.pop(f"train/{tag}_updates", [])
             )
+        if self.check_health:  # skipped since the last log
+            for kind in ("updates", "batches"):
+                scalars[f"train/nonfinite_{kind}"] = len(
+                    metrics.pop(f"train/nonfinite_{kind}", [])
+                )
         episodes = metrics.pop("train/episode_reward", [])
         if episodes:
             scalars["train/reward"] = float(np.mean(episodes))
@@ -441,14 +853,18 @@ class ACERTrainer:
 
     def state_dict(self) -> dict:
         """Everything needed to continue: parameters, the averaged policy, the
-        optimizer, the replay contents, counters and random states."""
+        optimizer, the replay contents (its filled part, and its sampler's generator
+        if it has one), counters and the metrics not yet logged, every random
+        state, and the environments' state where it can be saved
+        (:mod:`~torchrl_acer.training.env_state`), so that a resumed run continues
+        the same run."""
         return {
             "loss_module": self.loss_module.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "target_updater": self.target_updater.state_dict(),
             "replay_buffer": None
             if self.replay_buffer is None
-            else self.replay_buffer.state_dict(),
+            else replay_state_dict(self.replay_buffer),
             "counters": {
                 "frames": self.frames,
                 "updates": self.updates,
@@ -457,17 +873,35 @@ class ACERTrainer:
                 "next_eval": self._next_eval,
                 "next_checkpoint": self._next_checkpoint,
                 "recent_returns": list(self.recent_returns),
+                "last_eval": self.last_eval,
+                "last_train_log": self.last_train_log,
+                # accumulated since the last training log, logged at the next one
+                "metrics": {key: list(values) for key, values in self._metrics.items()},
             },
             "rng": {
                 "trainer": self._rng.get_state(),
                 "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all()
+                if torch.cuda.is_available() and torch.cuda.is_initialized()
+                else None,
                 "numpy": np.random.get_state(),
                 "python": random.getstate(),
+            },
+            "envs": {
+                "collector": collector_state_dict(self.collector),
+                "evaluator": None
+                if getattr(self.evaluator, "env", None) is None
+                else env_state_dict(self.evaluator.env),
             },
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.loss_module.load_state_dict(state["loss_module"])
+        """Restores :meth:`state_dict`'s state into this trainer, built afresh
+        with the same pieces. The environments continue their episodes where
+        their state was saved, else start fresh ones (:attr:`resume_notes` says
+        which); the schedules follow this trainer's intervals."""
+        self.resume_notes = []
+        self.loss_module.load_state_dict(state["loss_module"], strict=True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.target_updater.load_state_dict(state["target_updater"])
         if (state["replay_buffer"] is None) != (self.replay_buffer is None):
@@ -475,45 +909,210 @@ class ACERTrainer:
                 "the checkpoint and this trainer disagree on having a replay buffer"
             )
         if self.replay_buffer is not None:
-            self.replay_buffer.load_state_dict(state["replay_buffer"])
+            load_replay_state_dict(self.replay_buffer, state["replay_buffer"])
         counters = state["counters"]
         self.frames = counters["frames"]
         self.updates = counters["updates"]
         self.segment_length = counters["segment_length"]
-        self._next_log = counters["next_log"]
-        self._next_eval = counters["next_eval"]
-        self._next_checkpoint = counters["next_checkpoint"]
+        # the schedules of this trainer's intervals (a resume may change them)
+        self._next_log = _resumed_schedule(
+            counters["next_log"], self.frames, self.log_interval
+        )
+        self._next_eval = _resumed_schedule(
+            counters["next_eval"], self.frames, self.eval_interval
+        )
+        self._next_checkpoint = _resumed_schedule(
+            counters["next_checkpoint"], self.frames, self.checkpoint_interval
+        )
         self.recent_returns.clear()
         self.recent_returns.extend(counters["recent_returns"])
+        self.last_eval = counters.get("last_eval")
+        self.last_train_log = counters.get("last_train_log")
+        self._metrics = defaultdict(list)
+        for key, values in counters.get("metrics", {}).items():
+            self._metrics[key] = [
+                v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values
+            ]
+        # the environments before the random states: a restart may draw from them
+        self._load_env_states(state.get("envs") or {})
         rng = state["rng"]
         self._rng.set_state(rng["trainer"])
         torch.set_rng_state(rng["torch"])
+        cuda = rng.get("cuda")
+        if cuda is not None and torch.cuda.is_available():
+            if len(cuda) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(cuda)
+            else:
+                self.resume_notes.append(
+                    f"CUDA random states: the checkpoint has {len(cuda)} devices, "
+                    f"this machine {torch.cuda.device_count()}; not restored"
+                )
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
 
+    def _load_env_states(self, envs: dict) -> None:
+        """Restores the collector's and the evaluator's environments where their
+        state was saved; elsewhere starts fresh episodes, seeded from
+        ``(seed, frames)``. Each outcome goes to :attr:`resume_notes`."""
+        targets = [("training", self.collector, envs.get("collector"))]
+        evaluator_env = getattr(self.evaluator, "env", None)
+        if evaluator_env is not None:
+            targets.append(("evaluation", evaluator_env, envs.get("evaluator")))
+        for stream, (name, target, saved) in enumerate(targets):
+            reason = "the checkpoint has none" if saved is None else saved.get("reason")
+            if saved is not None and saved["saved"]:
+                try:  # checked before anything changes
+                    if target is self.collector:
+                        load_collector_state_dict(target, saved)
+                    else:
+                        load_env_state_dict(target, saved)
+                except ValueError as err:  # other environments than the saved ones
+                    reason = str(err)
+                else:
+                    self.resume_notes.append(
+                        f"{name} environments: state restored ({saved['kind']} of "
+                        f"{saved['num_envs']}), episodes continue"
+                    )
+                    continue
+            seed = resume_seed(self.seed, self.frames, stream)
+            restart_episodes(target, seed)
+            self.resume_notes.append(
+                f"{name} environments: state not saved ({reason}); fresh "
+                f"episodes seeded with {seed}, derived from seed={self.seed} and "
+                f"frames={self.frames}"
+            )
+
     def save_checkpoint(self, path: str | os.PathLike | None = None) -> Path:
-        """Writes the checkpoint atomically (``checkpoint_dir/last.pt`` by default)."""
+        """Writes the checkpoint (``checkpoint_dir/last.pt`` by default).
+
+        The file (:mod:`~torchrl_acer.training.checkpoint`) holds a header (format
+        and library versions, git commit, :attr:`config`, frames) and
+        :meth:`state_dict`, with a sha256 of both. It is written to a temporary
+        file, fsynced and renamed over ``path``, so that ``path`` is always a
+        complete checkpoint; a signal arriving meanwhile waits for it. Refuses
+        (:class:`NonFiniteTrainingError`, keeping the previous file) when a
+        parameter or optimizer state holds non-finite values.
+        """
         if path is None:
             if self.checkpoint_dir is None:
                 raise ValueError("no checkpoint path given and no checkpoint_dir set")
             path = self.checkpoint_dir / "last.pt"
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(self.state_dict(), tmp)
-        os.replace(tmp, path)
-        self.last_checkpoint = path
+        with self._signals_deferred():
+            bad = self._nonfinite_state()
+            if bad:
+                shown = ", ".join(bad[:5]) + (
+                    f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+                )
+                raise NonFiniteTrainingError(
+                    f"refusing to write a checkpoint to {path} at {self.frames} "
+                    f"frames: {shown} hold non-finite values (the previous "
+                    f"checkpoint there, if any, is kept). With check_health=True "
+                    f"non-finite updates are skipped instead of applied"
+                )
+            header = {
+                "frames": self.frames,
+                "updates": self.updates,
+                "config": self.config,
+                # where the checkpoints go: the examples' run directory is its
+                # parent (experiment.run_dir_for reads it back on resume)
+                "checkpoint_dir": None
+                if self.checkpoint_dir is None
+                else str(self.checkpoint_dir.resolve()),
+            }
+            write_checkpoint(path, self.state_dict(), header)
+            self.last_checkpoint = path
+            self._last_save_time = time.monotonic()
         return path
 
-    def load_checkpoint(self, path: str | os.PathLike) -> None:
+    def load_checkpoint(
+        self,
+        path: str | os.PathLike,
+        *,
+        allow_config_change=(),
+        force: bool = False,
+    ) -> None:
+        """Restores a checkpoint written by :meth:`save_checkpoint` (a directory
+        means its ``last.pt``).
+
+        The file must pass its checks (marker, length, sha256, format version:
+        :class:`~torchrl_acer.training.checkpoint.CheckpointError` naming the file
+        otherwise, before anything is loaded). When both it and this trainer have
+        a :attr:`config`, settings that differ are refused, listed, except those
+        in :data:`~torchrl_acer.training.checkpoint.SAFE_CONFIG_CHANGES` and those
+        matching ``allow_config_change`` (dotted keys or ``fnmatch`` patterns such
+        as ``"model.*"``); ``force`` accepts any difference. Parameters load
+        strictly: a mismatch names the keys.
+        """
         path = Path(path)
         if path.is_dir():
             path = path / "last.pt"
-        if not path.is_file():
-            raise FileNotFoundError(f"resume: no checkpoint at {path}")
+        info = read_header(path)
+        self._check_checkpoint_config(info, tuple(allow_config_change), force)
         # on the CPU first: the random states must be CPU tensors, and the loss and
         # the optimizer copy their tensors to wherever their parameters are
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+        state = load_payload(info)
+        self._check_parameters_fit(path, state.get("loss_module", {}))
+        try:
+            self.load_state_dict(state)
+        except RuntimeError as err:  # strict loading: names the keys
+            raise CheckpointError(f"{path} does not fit this trainer: {err}") from err
+
+    def _check_parameters_fit(self, path, saved: dict) -> None:
+        """Refuses, naming the keys, parameters missing, unexpected or of another
+        shape (the loss's own loading fails on the first, with its whole tree)."""
+        current = self.loss_module.state_dict()
+        problems = [f"missing {k}" for k in current if k not in saved]
+        problems += [f"unexpected {k}" for k in saved if k not in current]
+        problems += [
+            f"{k}: {tuple(saved[k].shape)} in the checkpoint, "
+            f"{tuple(current[k].shape)} here"
+            for k in current
+            if k in saved
+            and isinstance(current[k], torch.Tensor)
+            and isinstance(saved[k], torch.Tensor)
+            and saved[k].shape != current[k].shape
+        ]
+        if problems:
+            shown = "\n  ".join(problems[:10])
+            more = (
+                f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
+            )
+            raise CheckpointError(
+                f"{path} does not fit this trainer's networks:\n  {shown}{more}"
+            )
+
+    def _check_checkpoint_config(self, info, allow: tuple, force: bool) -> None:
+        saved = info.header.get("config")
+        changed = config_differences(saved, self.config)
+        if not changed:
+            return
+        refused = config_differences(
+            saved, self.config, ignore=SAFE_CONFIG_CHANGES + allow
+        )
+
+        def show(key, old, new):
+            return f"  {key}: {old!r} in the checkpoint, {new!r} now"
+
+        if refused and not force:
+            lines = [show(*d) for d in refused[:20]]
+            if len(refused) > 20:
+                lines.append(f"  ... and {len(refused) - 20} more")
+            keys = ",".join(key for key, _, _ in refused)
+            raise CheckpointError(
+                f"{info.path} was written with another config; these settings "
+                f"differ:\n" + "\n".join(lines) + "\nResuming with them changed "
+                f"may fail or train something else. To resume anyway, allow them: "
+                f"resume_allow_config_change=[{keys}] (or resume_force=true; "
+                f"ACERTrainer.load_checkpoint(allow_config_change=..., force=True)). "
+                f"Settings safe to change are not listed: "
+                f"{', '.join(SAFE_CONFIG_CHANGES)}"
+            )
+        print(
+            "resume: settings changed since the checkpoint, as allowed:\n"
+            + "\n".join(show(*d) for d in changed),
+            flush=True,
+        )
 
     def close(self) -> None:
         self.collector.shutdown()

@@ -1,0 +1,195 @@
+"""What running environments hold, saved and restored, so that a resumed run
+continues the same episodes.
+
+A TorchRL :class:`~torchrl.collectors.Collector` carries, between two batches, the
+tensordict of the environments' current step (the last ``"next"`` observation, the
+running ``episode_reward`` of :class:`~torchrl.envs.RewardSum`, the trajectory
+ids), and the environments hold their own state (positions, step counters, random
+generators). Where both can be saved, a resumed run steps on from exactly where
+the checkpoint left, and collects the same data as a run that was never stopped.
+
+What can be saved: a :class:`gymnasium.vector.SyncVectorEnv` whose copies pickle
+with their state (gymnasium's classic-control tasks, MinAtar, plain Python envs).
+What cannot: environments in other processes (``AsyncVectorEnv``), the ALE's
+vector env (Atari), and envs that pickle by re-running their constructor
+(:class:`gymnasium.utils.EzPickle`: MuJoCo, Box2D). For those, a resumed run
+starts fresh episodes with a seed derived from the run's seed and frame count
+(:func:`resume_seed`), never the start's seeds again, and says so.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torchrl.envs import EnvBase
+
+__all__ = [
+    "collector_state_dict",
+    "env_state_dict",
+    "load_collector_state_dict",
+    "load_env_state_dict",
+    "restart_episodes",
+    "resume_seed",
+]
+
+# a SyncVectorEnv's own attributes that are not its state: its constructors
+# (closures, which do not pickle), and its copies, pickled beside it
+_NOT_STATE = ("env_fns", "envs")
+
+
+def _gym_vector_env(env: EnvBase):
+    """The gymnasium vector env inside a TorchRL env (``GymWrapper`` under
+    transforms), or ``None``."""
+    base = getattr(env, "base_env", env)
+    return getattr(base, "_env", None)
+
+
+def _wrapper_chain(env: gym.Env):
+    while True:
+        yield env
+        inner = getattr(env, "env", None)
+        if not isinstance(inner, gym.Env) or inner is env:
+            return
+        env = inner
+
+
+def _why_not_saved(env: EnvBase) -> str | None:
+    """``None`` if :func:`env_state_dict` can save ``env``, else why not."""
+    if not isinstance(env, EnvBase):
+        return f"{type(env).__name__} is not a TorchRL environment"
+    vector = _gym_vector_env(env)
+    if vector is None:
+        return f"{type(env).__name__} does not wrap a gymnasium vector env"
+    if not isinstance(vector, gym.vector.SyncVectorEnv):
+        return (
+            f"{type(vector).__name__} keeps its environments out of this process "
+            f"or in native code"
+        )
+    for copy in vector.envs:
+        for layer in _wrapper_chain(copy):
+            if isinstance(layer, gym.utils.EzPickle):
+                return (
+                    f"{type(layer).__name__} pickles by re-running its constructor "
+                    f"(EzPickle), which loses its state"
+                )
+    return None
+
+
+def env_state_dict(env: EnvBase) -> dict:
+    """The state of a TorchRL env around a gymnasium ``SyncVectorEnv``.
+
+    Returns ``{"saved": True, ...}`` with the pickled copies (each wrapper's and
+    the task's attributes, its random generator included), the vector env's own
+    buffers, the TorchRL transforms' state and the auto-reset transform's stash;
+    or ``{"saved": False, "reason": ...}`` where the state cannot be saved.
+    """
+    reason = _why_not_saved(env)
+    if reason is not None:
+        return {"saved": False, "reason": reason}
+    vector = _gym_vector_env(env)
+    own = {k: v for k, v in vars(vector).items() if k not in _NOT_STATE}
+    try:
+        blob = pickle.dumps({"envs": vector.envs, "vector": own})
+    except Exception as err:  # an env holding a window, a socket, a library handle
+        return {"saved": False, "reason": f"its state does not pickle ({err})"}
+    memos = [
+        dict(t._memo)
+        for t in getattr(env, "transform", ())
+        if isinstance(getattr(t, "_memo", None), dict)
+    ]
+    return {
+        "saved": True,
+        "kind": type(vector).__name__,
+        "num_envs": vector.num_envs,
+        "vector": blob,
+        "transforms": env.state_dict(),
+        "memos": memos,
+    }
+
+
+def load_env_state_dict(env: EnvBase, state: dict) -> None:
+    """Restores what :func:`env_state_dict` saved into a freshly built ``env`` of
+    the same kind."""
+    reason = _why_not_saved(env)
+    if reason is not None:
+        raise ValueError(f"cannot restore the environment's state: {reason}")
+    vector = _gym_vector_env(env)
+    if state["num_envs"] != vector.num_envs:
+        raise ValueError(
+            f"the checkpoint holds {state['num_envs']} environments, this run "
+            f"has {vector.num_envs}"
+        )
+    saved = pickle.loads(state["vector"])
+    # the copies are replaced: the vector env only reaches them through .envs
+    vector.envs = saved["envs"]
+    vars(vector).update(saved["vector"])
+    env.load_state_dict(state["transforms"])
+    memo_transforms = [
+        t
+        for t in getattr(env, "transform", ())
+        if isinstance(getattr(t, "_memo", None), dict)
+    ]
+    for transform, memo in zip(memo_transforms, state["memos"], strict=True):
+        transform._memo = dict(memo)
+
+
+def collector_state_dict(collector) -> dict:
+    """The state of a TorchRL ``Collector`` between two batches: its environment's
+    (:func:`env_state_dict`), the tensordict it carries to the next step, its
+    frame and trajectory counters. ``{"saved": False, "reason": ...}`` where the
+    environment cannot be saved or the collector is another kind."""
+    env = getattr(collector, "env", None)
+    carrier = getattr(collector, "_carrier", None)
+    if env is None or carrier is None:
+        return {
+            "saved": False,
+            "reason": f"{type(collector).__name__} keeps its environments out of reach",
+        }
+    state = env_state_dict(env)
+    if not state["saved"]:
+        return state
+    state["carrier"] = carrier.clone()
+    state["frames"] = collector._frames
+    state["iter"] = collector._iter
+    if collector.track_traj_ids:
+        state["traj_pool"] = collector._traj_pool.state_dict()
+    return state
+
+
+def load_collector_state_dict(collector, state: dict) -> None:
+    """Restores what :func:`collector_state_dict` saved into a fresh collector."""
+    load_env_state_dict(collector.env, state)
+    current = collector._carrier
+    carrier = state["carrier"].clone()
+    if current.device is None:
+        carrier.clear_device_()
+    else:
+        carrier = carrier.to(current.device)
+    collector._carrier = carrier
+    collector._frames = state["frames"]
+    collector._iter = state["iter"]
+    if "traj_pool" in state and collector.track_traj_ids:
+        collector._traj_pool.load_state_dict(state["traj_pool"])
+
+
+def resume_seed(seed: int, frames: int, stream: int = 0) -> int:
+    """The seed of the fresh episodes a resumed run starts at ``frames`` (another
+    for each ``stream``: the training and the evaluation environments): a hash of
+    all three, so that a resume does not replay the start's episodes (seeded
+    ``seed, seed + 1, ...``) nor another resume's. Below ``2**31 - 2**16``, so that
+    the copies' ``seed + i`` fit the ALE's 32-bit seeds."""
+    state = np.random.SeedSequence([seed, frames, stream, 0xACE5]).generate_state(1)
+    return int(state[0]) % (2**31 - 2**16)
+
+
+def restart_episodes(target, seed: int) -> None:
+    """Starts fresh episodes in a collector (or an environment) seeded with
+    ``seed``."""
+    if hasattr(target, "set_seed"):
+        target.set_seed(seed)
+    if hasattr(target, "reset"):
+        with torch.no_grad():
+            target.reset()
