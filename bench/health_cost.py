@@ -37,8 +37,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 from _common import interleaved_medians, save  # noqa: E402
 from utils_gym import make_env, make_models  # noqa: E402
 
-from torchrl_acer.objectives.acer import ACERLoss  # noqa: E402
-from torchrl_acer.training.experiment import make_optimizer  # noqa: E402
+from torchrl_acer.training.experiment import make_loss, make_optimizer  # noqa: E402
 from torchrl_acer.training.trainer import (  # noqa: E402
     ACERTrainer,
     _batch_is_finite,
@@ -54,16 +53,7 @@ def cartpole_trainer(check_health: bool) -> ACERTrainer:
     torch.manual_seed(cfg.seed)
     env = make_env(cfg, cfg.env.num_envs, seed=cfg.seed)
     actor, critic = make_models(cfg, env)
-    loss = ACERLoss(
-        actor,
-        critic,
-        ratio_clip=cfg.loss.ratio_clip,
-        trust_region_delta=cfg.loss.trust_region_delta,
-        trust_region_space=cfg.loss.trust_region_space,
-        entropy_coeff=cfg.loss.entropy_coeff,
-        critic_coeff=cfg.loss.critic_coeff,
-    )
-    loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
+    loss = make_loss(cfg.loss, actor, critic)
     T, num_envs = cfg.collector.T, cfg.env.num_envs
     collector = Collector(
         env,

@@ -53,8 +53,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 from _common import save  # noqa: E402
 from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay  # noqa: E402
 
-from torchrl_acer.objectives.acer import ACERLoss  # noqa: E402
-from torchrl_acer.training.experiment import make_optimizer  # noqa: E402
+from torchrl_acer.training.experiment import make_loss, make_optimizer  # noqa: E402
 from torchrl_acer.training.trainer import ACERTrainer  # noqa: E402
 
 
@@ -69,16 +68,7 @@ def make_trainer(game, num_envs, T, device="cpu"):
     env = make_env(cfg, num_envs, seed=cfg.seed)
     actor, critic = make_models(env)
     actor, critic = actor.to(device), critic.to(device)
-    loss = ACERLoss(
-        actor,
-        critic,
-        ratio_clip=cfg.loss.ratio_clip,
-        trust_region_delta=cfg.loss.trust_region_delta,
-        trust_region_space=cfg.loss.trust_region_space,
-        entropy_coeff=cfg.loss.entropy_coeff,
-        critic_coeff=cfg.loss.critic_coeff,
-    )
-    loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
+    loss = make_loss(cfg.loss, actor, critic)
     loss.set_keys(**TRAINING_KEYS)
     # on a GPU the policy runs there and batches come back to host memory
     placement = {}

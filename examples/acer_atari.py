@@ -26,11 +26,11 @@ from torchrl.objectives import SoftUpdate
 from torchrl.record.loggers import get_logger
 from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay
 
-from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.training.experiment import (
     check_config,
     final_summary,
     get_device,
+    make_loss,
     make_optimizer,
     resume,
     run_dir_for,
@@ -59,16 +59,7 @@ def main(cfg: DictConfig) -> None:
     actor, critic = actor.to(device), critic.to(device)
 
     # -- loss: ACER's policy, critic and entropy terms, Retrace targets --------------
-    loss = ACERLoss(
-        actor,
-        critic,
-        ratio_clip=cfg.loss.ratio_clip,
-        trust_region_delta=cfg.loss.trust_region_delta,
-        trust_region_space=cfg.loss.trust_region_space,
-        entropy_coeff=cfg.loss.entropy_coeff,
-        critic_coeff=cfg.loss.critic_coeff,
-    )
-    loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
+    loss = make_loss(cfg.loss, actor, critic)
     loss.set_keys(**TRAINING_KEYS)  # clipped rewards; a lost life ends the episode
     if cfg.compile:
         loss.compile()  # its forward only: parameters and checkpoints stay as they are

@@ -10,10 +10,14 @@ from torchrl.collectors import Collector
 from torchrl.record.loggers import get_logger
 
 from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
-from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.training.checkpoint import read_checkpoint
 from torchrl_acer.training.envs import make_env
-from torchrl_acer.training.experiment import check_config, get_device, make_optimizer
+from torchrl_acer.training.experiment import (
+    check_config,
+    get_device,
+    make_loss,
+    make_optimizer,
+)
 from torchrl_acer.training.trainer import (
     ACERTrainer,
     GreedyEvaluator,
@@ -61,16 +65,7 @@ def make_trainer(run_dir, **overrides):
         actor, critic = mlp_actor_critic(
             obs, spec.shape[-1], num_cells=cfg.model.num_cells, action_spec=spec
         )
-    loss = ACERLoss(
-        actor,
-        critic,
-        ratio_clip=cfg.loss.ratio_clip,
-        trust_region_delta=cfg.loss.trust_region_delta,
-        trust_region_space=cfg.loss.trust_region_space,
-        entropy_coeff=cfg.loss.entropy_coeff,
-        critic_coeff=cfg.loss.critic_coeff,
-    )
-    loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
+    loss = make_loss(cfg.loss, actor, critic)
     T, num_envs = cfg.collector.T, cfg.env.num_envs
     collector = Collector(
         env,

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.training.checkpoint import read_header
 from torchrl_acer.training.trainer import ACERTrainer
 
@@ -301,6 +302,22 @@ def _csv_step(line: str) -> float:
         return int(step)
     except ValueError:
         return float("inf")
+
+
+def make_loss(loss: DictConfig, actor, critic) -> ACERLoss:
+    """:class:`~torchrl_acer.ACERLoss` from a config's ``loss`` section, with ACER's
+    Retrace estimator (:math:`\\lambda = 1`, :math:`\bar c = 1`)."""
+    module = ACERLoss(
+        actor,
+        critic,
+        ratio_clip=loss.ratio_clip,
+        trust_region_delta=loss.trust_region_delta,
+        trust_region_space=loss.trust_region_space,
+        entropy_coeff=loss.entropy_coeff,
+        critic_coeff=loss.critic_coeff,
+    )
+    module.make_value_estimator(gamma=loss.gamma, lmbda=1.0, c_thresh=1.0)
+    return module
 
 
 def make_optimizer(optim: DictConfig, params) -> torch.optim.Optimizer:
