@@ -98,18 +98,6 @@ def explain_dtype_error(
         ) from error
 
 
-def check_finite_log_prob(log_prob: torch.Tensor, name: str, owner: str) -> None:
-    bad = ~torch.isfinite(log_prob)
-    if bad.any():
-        index = tuple(bad.nonzero()[0].tolist())
-        raise ValueError(
-            f"{owner}: {name} holds {bad.sum().item()} non-finite values (first at "
-            f"index {index}: {log_prob[index].item()}). A behaviour log-probability "
-            f"of -inf or NaN for an action that was taken means corrupted data; it "
-            f"is not clipped."
-        )
-
-
 def check_action_range(action_index: torch.Tensor, num_actions: int, owner: str):
     bad = (action_index < 0) | (action_index >= num_actions)
     if bad.any():

@@ -20,7 +20,6 @@ from torchrl_acer.objectives._checks import (
     action_index,
     as_step_tensor,
     check_finite,
-    check_finite_log_prob,
     check_not_empty,
     explain_dtype_error,
     get_entry,
@@ -609,7 +608,13 @@ class RetraceEstimator(ValueEstimatorBase):
         else:
             log_mu = self.behaviour_log_prob(tensordict)
             if self.check_values:
-                check_finite_log_prob(log_mu, repr(keys.sample_log_prob), owner)
+                check_finite(
+                    log_mu,
+                    repr(keys.sample_log_prob),
+                    owner,
+                    "a behaviour log-probability of -inf or NaN for an action that "
+                    "was taken means corrupted data; it is not clipped",
+                )
             if trace_power != 1.0:
                 log_pi, log_mu = log_pi * trace_power, log_mu * trace_power
         return retrace_lambda_return_estimate(
