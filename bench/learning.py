@@ -9,6 +9,11 @@ greedy-evaluation logs and writes ``bench/results/learning-NAME-<time>.json``
 (commit, machine, command, protocol, per-seed results, median and range, wall
 time) and the curve ``bench/results/NAME.png`` (median and range across seeds).
 
+Run again with the same arguments, it continues the seeds whose runs were
+stopped (from their last checkpoint: ``checkpoint.every_minutes`` bounds what a
+stop loses) and leaves the finished ones as they are; ``wall_s`` sums every
+invocation.
+
 Per seed it reports the env steps at which the greedy evaluation first reached
 ``--threshold`` (None if never), the last evaluation, and the best one.
 """
@@ -33,6 +38,8 @@ from torchrl_acer.training.plot import plot_groups, read_scalar  # noqa: E402
 
 
 def run_seed(example, overrides, seed, run_dir, log):
+    """One seed's run; a run stopped earlier (its checkpoint is there) continues
+    from its last checkpoint, and a finished one is left as it is."""
     cmd = [
         sys.executable,
         str(ROOT / "examples" / f"{example}.py"),
@@ -42,10 +49,25 @@ def run_seed(example, overrides, seed, run_dir, log):
         "logger.progress_bar=false",
         f"logger.run_dir={run_dir}",
     ]
+    checkpoint = Path(run_dir) / "checkpoints" / "last.pt"
+    resumed = checkpoint.exists()
+    if resumed:
+        cmd.append(f"resume={checkpoint}")
+    # the wall time of every invocation, summed: a resumed run's total
+    wall_file = Path(run_dir) / "bench_wall_s.txt"
+    earlier = float(wall_file.read_text()) if resumed and wall_file.exists() else 0.0
     start = time.time()
-    with open(log, "w") as f:
+    with open(log, "a" if resumed else "w") as f:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
-    return {"seed": seed, "returncode": proc.returncode, "wall_s": time.time() - start}
+    wall = earlier + time.time() - start
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    wall_file.write_text(f"{wall}\n")
+    return {
+        "seed": seed,
+        "returncode": proc.returncode,
+        "wall_s": wall,
+        "resumed": resumed,
+    }
 
 
 def summarize(run_dir, threshold):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -31,7 +31,7 @@ cartpole() {
 }
 minatar_run() {  # name game extra-overrides...
   local name=$1 game=$2; shift 2
-  $L $name --seeds 0 1 2 \
+  $L $name --seeds 0 1 2 ${JOBS:+--jobs $JOBS} \
     --protocol "MinAtar/$game-v1, 1M env steps (frames), greedy eval mean of 10 episodes every 50k steps" \
     -- env.name=MinAtar/$game-v1 collector.total_frames=1000000 eval.interval=50000 \
        eval.episodes=10 eval.max_steps=10000 logger.log_interval=10000 "$@"
@@ -39,6 +39,11 @@ minatar_run() {  # name game extra-overrides...
 minatar() {
   minatar_run minatar_breakout Breakout
   minatar_run minatar_space_invaders SpaceInvaders
+}
+minatar_more() {  # the other three games; run again to continue stopped seeds
+  minatar_run minatar_asterix Asterix
+  minatar_run minatar_freeway Freeway
+  minatar_run minatar_seaquest Seaquest
 }
 minatar_ablations() {
   for game in Breakout SpaceInvaders; do
