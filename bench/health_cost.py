@@ -6,7 +6,8 @@ without them.
 
 Two trainers are built alike from the same seed, one with ``check_health=True``
 (the default: one reduction and one read-back per update over the loss terms and
-the gradient norm, one over each collected batch) and one with
+the gradient norm, one over each collected batch, one over the observations the
+policy acts on at each step) and one with
 ``check_health=False``. They draw the same Poisson numbers of replayed updates
 (the trainer's own generator), so each round gives both the same work; rounds
 alternate which goes first. Reported per loop: the median seconds per collected
@@ -90,7 +91,8 @@ def atari_trainer(check_health: bool) -> ACERTrainer:
 
 def compare(build, rounds: int, batches: int, warmup: int) -> dict:
     trainers = {"checked": build(True), "unchecked": build(False)}
-    iterators = {name: iter(t.collector) for name, t in trainers.items()}
+    # the trainer's own iteration: the policy's inputs are checked there
+    iterators = {name: t._collected_batches() for name, t in trainers.items()}
     for name, trainer in trainers.items():
         for _ in range(warmup):
             trainer.train_on_batch(next(iterators[name]))
@@ -117,6 +119,8 @@ def compare(build, rounds: int, batches: int, warmup: int) -> dict:
     replayed = trainer.replay_buffer.sample()
     fresh = next(iterators["checked"])
     keys = trainer.loss_module.in_keys
+    step = fresh[..., 0]
+    policy_keys = trainer.loss_module.actor_network.in_keys
 
     def update(check):
         def run():
@@ -130,6 +134,10 @@ def compare(build, rounds: int, batches: int, warmup: int) -> dict:
             "update_checked": update(True),
             "update_unchecked": update(False),
             "batch_check": lambda: _batch_is_finite(fresh.select(*keys, strict=False)),
+            # what the policy's pre-hook checks at every environment step
+            "policy_input_check": lambda: _batch_is_finite(
+                step.select(*policy_keys, strict=False)
+            ),
         },
         rounds=rounds,
     )
@@ -144,6 +152,11 @@ def compare(build, rounds: int, batches: int, warmup: int) -> dict:
         / parts["update_unchecked"],
         "batch_check_seconds": parts["batch_check"],
         "batch_check_fraction_of_iteration": parts["batch_check"]
+        / statistics.median(seconds["unchecked"]),
+        "policy_input_check_seconds": parts["policy_input_check"],
+        # T checks per collected batch
+        "policy_input_checks_fraction_of_iteration": parts["policy_input_check"]
+        * fresh.shape[-1]
         / statistics.median(seconds["unchecked"]),
         "rounds": rounds,
         "batches_per_round": batches,

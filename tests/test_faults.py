@@ -29,6 +29,7 @@ from torchrl_acer.training.envs import make_env
 from torchrl_acer.training.experiment import make_optimizer
 from torchrl_acer.training.trainer import (
     ACERTrainer,
+    GreedyEvaluator,
     NonFiniteTrainingError,
     make_segment_replay_buffer,
 )
@@ -60,7 +61,9 @@ def small_config(**overrides):
 class Inject(gym.Wrapper):
     """Returns NaN where ``Inject.what`` says, once ``Inject.armed`` (shared by the
     copies): ``"reward"`` once, ``"rewards"`` on every step of every copy,
-    ``"final_observation"`` at the next episode end (the policy never sees it)."""
+    ``"final_observation"`` at the next episode end (the policy never sees it),
+    ``"observation"`` once mid-episode (the policy acts on it); ``"raise"``
+    raises (an environment that crashes)."""
 
     armed = False
     what = "reward"
@@ -74,6 +77,12 @@ class Inject(gym.Wrapper):
             elif Inject.what == "final_observation" and (terminated or truncated):
                 obs = np.full_like(obs, np.nan)
                 Inject.armed = False
+            elif Inject.what == "observation" and not (terminated or truncated):
+                obs = np.full_like(obs, np.nan)
+                Inject.armed = False
+            elif Inject.what == "raise":
+                Inject.armed = False
+                raise RuntimeError("the simulator crashed")
         return obs, reward, terminated, truncated, info
 
 
@@ -207,6 +216,92 @@ def test_nan_observation_is_caught_before_it_is_stored(tmp_path):
     assert torch.isfinite(stored["next", "observation"]).all()
     assert all_finite(trainer)
     trainer.close()
+
+
+def _frames_in(path):
+    return read_checkpoint(path)[0]["frames"]
+
+
+@pytest.mark.parametrize("what", ["observation", "raise"])
+def test_a_failure_while_collecting_keeps_what_was_trained(tmp_path, what):
+    """A non-finite observation the policy would act on stops the run naming it
+    (it used to fail inside the action distribution: "probability tensor contains
+    either inf, nan or element < 0"); an environment that raises stops it with its
+    own error. Either way a checkpoint of the batches trained on is written, and
+    resumes with fresh episodes."""
+    trainer = build(tmp_path, wrappers=[Inject], **{"checkpoint.interval": None})
+    batches(trainer, 2)
+    frames = trainer.frames
+    Inject.what, Inject.armed = what, True
+    expected = NonFiniteTrainingError if what == "observation" else RuntimeError
+    with pytest.raises(expected) as err:
+        trainer.train()
+    checkpoint = tmp_path / "checkpoints" / "last.pt"
+    if what == "observation":
+        assert str(err.value).startswith(
+            f"the policy was given non-finite observations while collecting after "
+            f"{frames} frames ('observation': 4 non-finite values)"
+        )
+    else:
+        assert str(err.value) == "the simulator crashed"
+    assert err.value.__notes__ == [
+        f"training stopped while collecting; a checkpoint of the {frames} frames "
+        f"trained on was written (without the environments' state: a resume starts "
+        f"fresh episodes). Resume with: resume={checkpoint}"
+    ]
+    assert _frames_in(checkpoint) == frames
+    trainer.close()
+
+    resumed = build(tmp_path, wrappers=[Inject], **{"checkpoint.interval": None})
+    resumed.load_checkpoint(checkpoint)
+    assert resumed.frames == frames
+    assert any(
+        f"state not saved (collecting failed with {expected.__name__} after "
+        f"{frames} frames); fresh episodes" in note
+        for note in resumed.resume_notes
+    ), resumed.resume_notes
+    batches(resumed, 2)
+    assert resumed.frames == frames + 20 and all_finite(resumed)
+    resumed.close()
+
+
+def test_a_nan_observation_while_evaluating_is_named(tmp_path):
+    trainer = build(tmp_path, **{"checkpoint.interval": None})
+    batches(trainer, 1)
+    trainer.evaluator = GreedyEvaluator(
+        make_env("CartPole-v1", num_envs=1, seed=1, wrappers=[Inject]),
+        trainer.loss_module.actor_network,
+        max_steps=50,
+    )
+    Inject.what, Inject.armed = "observation", True
+    with pytest.raises(
+        NonFiniteTrainingError, match="while evaluating after 10 frames"
+    ):
+        trainer._evaluate()
+    assert _frames_in(tmp_path / "checkpoints" / "last.pt") == 10
+    trainer.evaluator.close()
+    trainer.close()
+
+
+def test_a_non_finite_streak_goes_on_after_a_resume(tmp_path):
+    overrides = {"health.max_nonfinite_in_a_row": 3, "checkpoint.interval": None}
+    trainer = build(tmp_path, wrappers=[Inject], **overrides)
+    batches(trainer, 1)
+    Inject.what, Inject.armed = "rewards", True
+    with pytest.warns(RuntimeWarning, match="non-finite batch not trained on"):
+        batches(trainer, 2)
+    path = trainer.save_checkpoint()
+    trainer.close()
+
+    resumed = build(tmp_path, wrappers=[Inject], **overrides)
+    resumed.load_checkpoint(path)
+    assert resumed.nonfinite_batches == 2
+    with pytest.raises(NonFiniteTrainingError) as err:  # the third in a row
+        batches(resumed, 1)
+    assert "3 collected batches in a row were non-finite" in str(err.value)
+    assert "batch collected at 20 frames held 10 non-finite rewards" in str(err.value)
+    assert resumed.nonfinite_batches == 3
+    resumed.close()
 
 
 def blow_up(trainer):

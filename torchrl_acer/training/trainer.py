@@ -347,9 +347,11 @@ class ACERTrainer:
         episode_return_key: where a finished episode's return is read in a batch.
         episode_end_key: marks the steps where an episode ended.
         check_health (bool): check every update's ``loss_*`` terms and gradient
-            norm for non-finite values (one reduction and one read-back per update)
-            and every collected batch's floating-point entries (on its device, the
-            CPU in the examples). A non-finite update is skipped (no optimizer or
+            norm for non-finite values (one reduction and one read-back per update),
+            every collected batch's floating-point entries (on its device, the
+            CPU in the examples) and the observations the policy acts on while
+            collecting and evaluating (a forward pre-hook on the actor; a
+            non-finite one stops the run naming it). A non-finite update is skipped (no optimizer or
             averaged-policy step) and counted (``train/nonfinite_updates``); a
             non-finite batch gets no on-policy update and is not stored in replay
             (``train/nonfinite_batches``). ``False`` skips the checks (to measure
@@ -473,10 +475,17 @@ class ACERTrainer:
         self.last_checkpoint: Path | None = None
         self.interrupted = False
         self.stop_signal: int | None = None  # SIGINT or SIGTERM, when one stopped it
-        self.nonfinite_updates = 0  # skipped by the health checks, this process
+        self.nonfinite_updates = 0  # skipped by the health checks
         self.nonfinite_batches = 0
         self._nonfinite_streaks = {"updates": 0, "batches": 0}
         self._nonfinite_first: dict = {}  # the first of each streak, described
+        # "collecting" or "evaluating" while the policy acts: its inputs are checked
+        self._acting: str | None = None
+        # set when collection failed: the environments' state is not saved then
+        self._envs_unsaved_reason: str | None = None
+        loss_module.actor_network.register_forward_pre_hook(
+            self._check_policy_inputs, with_kwargs=True
+        )
         self._defer_signals = 0  # > 0: a signal waits (mid-iteration, saving)
         self._pending_signal: int | None = None
         self._stopping = False
@@ -519,7 +528,7 @@ class ACERTrainer:
         try:
             if self.frames >= self.total_frames:
                 return
-            for batch in self.collector:
+            for batch in self._collected_batches():
                 self.train_on_batch(batch)
                 if bar is not None:
                     bar.n = self.frames
@@ -557,6 +566,81 @@ class ACERTrainer:
                     self._stopping = True
             except KeyboardInterrupt:
                 self.interrupted = True
+
+    def _collected_batches(self):
+        """The collector's batches. When collecting fails (an environment raised,
+        or the policy was given non-finite observations), a checkpoint of what was
+        trained so far is written before the error goes on, with a note saying
+        where it is."""
+        iterator = iter(self.collector)
+        while True:
+            try:
+                with self._policy_acting("collecting"):
+                    batch = next(iterator)
+            except StopIteration:
+                return
+            yield batch
+
+    @contextmanager
+    def _policy_acting(self, phase: str):
+        """The policy acts in environments (``phase``: collecting, evaluating): its
+        inputs are checked, and when the environments or the policy fail, a
+        checkpoint of what was trained so far is written before the error goes
+        on, with a note saying where it is (trainer state is consistent between
+        iterations; the environments' state is left out, being what failed)."""
+        self._acting = phase
+        try:
+            yield
+        except Exception as err:
+            self._acting = None
+            if not isinstance(err, StopIteration):
+                self._checkpoint_after_failure(err, phase)
+            raise
+        finally:
+            self._acting = None
+
+    def _checkpoint_after_failure(self, err: Exception, phase: str) -> None:
+        if self.checkpoint_dir is None:
+            return
+        # a resume starts fresh episodes instead of stepping into the same failure
+        self._envs_unsaved_reason = (
+            f"{phase} failed with {type(err).__name__} after {self.frames} frames"
+        )
+        try:
+            path = self.save_checkpoint()
+        except Exception as save_err:  # reported with the error that stopped it
+            err.add_note(f"no checkpoint could be written: {save_err}")
+        else:
+            err.add_note(
+                f"training stopped while {phase}; a checkpoint of the "
+                f"{self.frames} frames trained on was written (without the "
+                f"environments' state: a resume starts fresh episodes). Resume "
+                f"with: resume={path}"
+            )
+        finally:
+            self._envs_unsaved_reason = None
+
+    def _check_policy_inputs(self, module, args, kwargs) -> None:
+        """Refuses non-finite observations while the policy acts (a forward
+        pre-hook on the actor): acting on them would fail inside the action
+        distribution, or pick an arbitrary action, without saying why."""
+        if self._acting is None or not self.check_health:
+            return
+        tensordict = args[0] if args else kwargs.get("tensordict")
+        if not isinstance(tensordict, TensorDictBase):
+            return
+        read = tensordict.select(*module.in_keys, strict=False)
+        if _batch_is_finite(read):
+            return
+        counts = ", ".join(
+            f"{key!r}: {n} non-finite values"
+            for key, n in _nonfinite_counts(read).items()
+        )
+        raise NonFiniteTrainingError(
+            f"the policy was given non-finite observations while {self._acting} "
+            f"after {self.frames} frames ({counts}). The environment returned them; "
+            f"the policy cannot act on them"
+        )
 
     # -- signals -----------------------------------------------------------------
 
@@ -842,7 +926,8 @@ class ACERTrainer:
                 self.logger.log_scalar(key, value, step=self.frames)
 
     def _evaluate(self):
-        result = self.evaluator()
+        with self._policy_acting("evaluating"):
+            result = self.evaluator()
         self.last_eval = {"frames": self.frames, **result}
         if self.logger is not None:
             for key, value in result.items():
@@ -877,6 +962,13 @@ class ACERTrainer:
                 "last_train_log": self.last_train_log,
                 # accumulated since the last training log, logged at the next one
                 "metrics": {key: list(values) for key, values in self._metrics.items()},
+                # a streak goes on across a resume: the run stops where it would have
+                "nonfinite": {
+                    "updates": self.nonfinite_updates,
+                    "batches": self.nonfinite_batches,
+                    "streaks": dict(self._nonfinite_streaks),
+                    "first": dict(self._nonfinite_first),
+                },
             },
             "rng": {
                 "trainer": self._rng.get_state(),
@@ -887,12 +979,18 @@ class ACERTrainer:
                 "numpy": np.random.get_state(),
                 "python": random.getstate(),
             },
-            "envs": {
-                "collector": collector_state_dict(self.collector),
-                "evaluator": None
-                if getattr(self.evaluator, "env", None) is None
-                else env_state_dict(self.evaluator.env),
-            },
+            "envs": self._env_states(),
+        }
+
+    def _env_states(self) -> dict:
+        if self._envs_unsaved_reason is not None:
+            unsaved = {"saved": False, "reason": self._envs_unsaved_reason}
+            return {"collector": unsaved, "evaluator": unsaved}
+        return {
+            "collector": collector_state_dict(self.collector),
+            "evaluator": None
+            if getattr(self.evaluator, "env", None) is None
+            else env_state_dict(self.evaluator.env),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -933,6 +1031,12 @@ class ACERTrainer:
             self._metrics[key] = [
                 v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values
             ]
+        nonfinite = counters.get("nonfinite")  # absent in checkpoints older than it
+        if nonfinite is not None:
+            self.nonfinite_updates = nonfinite["updates"]
+            self.nonfinite_batches = nonfinite["batches"]
+            self._nonfinite_streaks = dict(nonfinite["streaks"])
+            self._nonfinite_first = dict(nonfinite["first"])
         # the environments before the random states: a restart may draw from them
         self._load_env_states(state.get("envs") or {})
         rng = state["rng"]
