@@ -599,3 +599,22 @@ def test_signal_handlers_are_restored(tmp_path):
     assert seen and all(h == trainer._on_signal for h in seen)
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     trainer.close()
+
+
+def test_copies_of_the_actor_do_not_carry_the_trainer(tmp_path):
+    """The policy-input check is a hook on the actor: a deepcopy or a pickle of the
+    actor (what a multiprocess collector sends its workers) must not copy the
+    trainer, its collector and its replay with it."""
+    import copy
+    import pickle
+
+    trainer = build(tmp_path)
+    actor = trainer.loss_module.actor_network
+    hooks = list(actor._forward_pre_hooks.values())
+    assert any(getattr(h, "trainer", None) is trainer for h in hooks)
+    for clone in (copy.deepcopy(actor), pickle.loads(pickle.dumps(actor))):
+        copied = list(clone._forward_pre_hooks.values())
+        assert len(copied) == len(hooks)
+        assert all(getattr(h, "trainer", None) is None for h in copied)
+    assert len(pickle.dumps(actor)) < 100_000
+    trainer.close()

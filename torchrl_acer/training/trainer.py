@@ -299,6 +299,26 @@ def _batch_is_finite(batch: TensorDictBase) -> bool:
     return not flags or bool(torch.stack(flags).all())
 
 
+class _PolicyInputCheck:
+    """The actor's forward pre-hook calling :meth:`ACERTrainer._check_policy_inputs`.
+
+    Copies of the actor (a deepcopy, a pickle sent to a collector's worker
+    process) get an inert hook, not a copy of the trainer."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def __call__(self, module, args, kwargs):
+        if self.trainer is not None:
+            self.trainer._check_policy_inputs(module, args, kwargs)
+
+    def __getstate__(self):
+        return {"trainer": None}
+
+    def __deepcopy__(self, memo):
+        return _PolicyInputCheck(None)
+
+
 class ACERTrainer:
     r"""Trains :class:`~torchrl_acer.ACERLoss` with ACER's replay-ratio loop.
 
@@ -484,7 +504,7 @@ class ACERTrainer:
         # set when collection failed: the environments' state is not saved then
         self._envs_unsaved_reason: str | None = None
         loss_module.actor_network.register_forward_pre_hook(
-            self._check_policy_inputs, with_kwargs=True
+            _PolicyInputCheck(self), with_kwargs=True
         )
         self._defer_signals = 0  # > 0: a signal waits (mid-iteration, saving)
         self._pending_signal: int | None = None
