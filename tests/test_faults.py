@@ -195,7 +195,19 @@ def test_nan_rewards_in_a_row_stop_naming_the_batch_and_frames(tmp_path):
     assert "batch collected at 30 frames held 10 non-finite rewards" in message
     assert "0 non-finite observations" in message
     assert all_finite(trainer)
-    assert not (tmp_path / "checkpoints" / "last.pt").exists()
+    # what was trained before the streak is kept: a checkpoint of the last
+    # finite parameters, at the frames where it stopped
+    checkpoint = tmp_path / "checkpoints" / "last.pt"
+    assert err.value.__notes__ == [
+        f"training stopped while updating; a checkpoint of the {trainer.frames} "
+        f"frames trained on was written. Resume with: resume={checkpoint}"
+    ]
+    header, state = read_checkpoint(checkpoint)
+    assert header["frames"] == trainer.frames
+    saved = state["loss_module"]
+    current = trainer.loss_module.state_dict()
+    assert all(torch.equal(saved[k], current[k]) for k in current)
+    assert state["counters"]["nonfinite"]["streaks"]["batches"] == 3
     trainer.close()
 
 

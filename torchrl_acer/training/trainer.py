@@ -549,7 +549,12 @@ class ACERTrainer:
             if self.frames >= self.total_frames:
                 return
             for batch in self._collected_batches():
-                self.train_on_batch(batch)
+                try:
+                    self.train_on_batch(batch)
+                except NonFiniteTrainingError as err:
+                    # the parameters are those of the last finite update: kept
+                    self._checkpoint_after_failure(err, "updating", envs=True)
+                    raise
                 if bar is not None:
                     bar.n = self.frames
                     elapsed = time.perf_counter() - start_time
@@ -619,26 +624,38 @@ class ACERTrainer:
         finally:
             self._acting = None
 
-    def _checkpoint_after_failure(self, err: Exception, phase: str) -> None:
+    def _checkpoint_after_failure(
+        self, err: Exception, phase: str, envs: bool = False
+    ) -> None:
+        """Writes a checkpoint of what was trained before ``err`` goes on, and
+        adds a note saying where it is. Without ``envs`` the environments' state
+        is left out (it is what failed): a resume starts fresh episodes instead of
+        stepping into the same failure."""
         if self.checkpoint_dir is None:
             return
-        # a resume starts fresh episodes instead of stepping into the same failure
-        self._envs_unsaved_reason = (
-            f"{phase} failed with {type(err).__name__} after {self.frames} frames"
-        )
+        if not envs:
+            self._envs_unsaved_reason = (
+                f"{phase} failed with {type(err).__name__} after {self.frames} frames"
+            )
         try:
             path = self.save_checkpoint()
         except Exception as save_err:  # reported with the error that stopped it
             err.add_note(f"no checkpoint could be written: {save_err}")
         else:
+            kept = (
+                ""
+                if envs
+                else " (without the environments' state: a resume starts fresh "
+                "episodes)"
+            )
             err.add_note(
                 f"training stopped while {phase}; a checkpoint of the "
-                f"{self.frames} frames trained on was written (without the "
-                f"environments' state: a resume starts fresh episodes). Resume "
+                f"{self.frames} frames trained on was written{kept}. Resume "
                 f"with: resume={path}"
             )
         finally:
             self._envs_unsaved_reason = None
+
 
     def _check_policy_inputs(self, module, args, kwargs) -> None:
         """Refuses non-finite observations while the policy acts (a forward
