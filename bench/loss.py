@@ -1,6 +1,7 @@
 """ACERLoss forward+backward against the bare networks' forward+backward.
 
     python bench/loss.py [--rounds 10] [--device cpu] [--B 16] [--T 20]
+                         [--threads 1] [--compile]
 
 Both sides do the same network work on the same batch: the policy and the critic
 forward and backward on the ``B (T + 1)`` observations of the window (trunk once
@@ -10,6 +11,12 @@ outputs; the loss side computes everything ACER needs (Retrace, truncated
 importance sampling with bias correction, entropy, critic loss, the trust-region
 hook, checks, TensorDict plumbing) and backpropagates the sum of its losses. The
 ratio loss / bare is the loss's overhead; the target is at most 1.3.
+
+The loss candidates run in the same interleaved rounds: ``loss`` (the default,
+value checks on), ``unchecked`` (``check_values=False``) and, with ``--compile``,
+``compiled`` (``torch.compile`` of the unchecked loss, inductor, ``fullgraph=True``;
+it compiles in the warm-up call, a minute or more per case on a small CPU, so it
+is not in ``bench/gpu_check.sh``'s timed run).
 
 Cases: separate [64, 64] MLPs on CartPole-sized inputs (4 features, 2 actions)
 with [16, 20] batches (and [128, 20], to show how much of the overhead is fixed),
@@ -90,10 +97,12 @@ class Head(torch.nn.Module):
         return self.module(x)
 
 
-def case(name, actor, critic, data, obs_key, shared, device):
+def case(name, actor, critic, data, obs_key, shared, device, compile_loss=False):
     actor, critic, data = actor.to(device), critic.to(device), data.to(device)
     loss = ACERLoss(actor, critic)
     loss.make_value_estimator(gamma=0.99)
+    unchecked = ACERLoss(actor, critic)
+    unchecked.make_value_estimator(gamma=0.99, check_values=False)
     # the loss's own parameters, so that both sides run the very same modules
     if shared:
         trunk = actor.module[0].module
@@ -107,14 +116,22 @@ def case(name, actor, critic, data, obs_key, shared, device):
     window = torch.cat([data[obs_key], data["next", obs_key][:, -1:]], 1).flatten(0, 1)
     current = data[obs_key].flatten(0, 1)
 
-    def loss_step():
-        out = loss(data)
-        (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+    def step(fn):
+        def run():
+            out = fn(data)
+            (
+                out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]
+            ).backward()
+
+        return run
 
     def bare():
         bare_step(policy, critic_head, trunk, avg_policy, avg_trunk, window, current)
 
-    return name, {"loss": loss_step, "bare": bare}
+    fns = {"bare": bare, "loss": step(loss), "unchecked": step(unchecked)}
+    if compile_loss:
+        fns["compiled"] = step(torch.compile(unchecked, fullgraph=True))
+    return name, fns
 
 
 def main():
@@ -125,7 +142,15 @@ def main():
         "--B", type=int, default=16, help="rows (8 B in the large case)"
     )
     parser.add_argument("--T", type=int, default=20, help="steps per row")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (0: leave as is)"
+    )
+    parser.add_argument(
+        "--compile", action="store_true", help="add the torch.compile candidate"
+    )
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     B, T = args.B, args.T
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
@@ -138,6 +163,7 @@ def main():
             "observation",
             shared=False,
             device=device,
+            compile_loss=args.compile,
         ),
         case(
             f"cartpole_mlp_{8 * B}x{T}",
@@ -146,6 +172,7 @@ def main():
             "observation",
             shared=False,
             device=device,
+            compile_loss=args.compile,
         ),
         case(
             f"atari_dqn_conv_shared_{B}x{T}",
@@ -154,19 +181,30 @@ def main():
             "pixels",
             shared=True,
             device=device,
+            compile_loss=args.compile,
         ),
     ]
     rows = []
-    print(f"{'case':<30} {'bare ms':>9} {'loss ms':>9} {'loss/bare':>10}")
+    candidates = ["loss", "unchecked"] + (["compiled"] if args.compile else [])
+    header = "".join(f"{c + ' ms':>14} {c + '/bare':>15}" for c in candidates)
+    print(f"{'case':<30} {'bare ms':>9}{header}")
     for name, fns in cases:
         rounds = args.rounds if "mlp" in name else max(3, args.rounds // 2)
         med = interleaved_medians(fns, rounds, sync=sync)
-        ratio = med["loss"] / med["bare"]
-        rows.append({"case": name, "median_s": med, "loss_over_bare": ratio})
-        print(
-            f"{name:<30} {med['bare'] * 1e3:>9.2f} {med['loss'] * 1e3:>9.2f} {ratio:>10.2f}"
-        )
-    settings = {"rounds": args.rounds, "seed": 0, "device": str(device), "B": B, "T": T}
+        ratios = {c: med[c] / med["bare"] for c in candidates}
+        row = {"case": name, "median_s": med, "loss_over_bare": ratios["loss"]}
+        row.update({f"{c}_over_bare": ratios[c] for c in candidates[1:]})
+        rows.append(row)
+        cells = "".join(f"{med[c] * 1e3:>14.2f} {ratios[c]:>15.2f}" for c in candidates)
+        print(f"{name:<30} {med['bare'] * 1e3:>9.2f}{cells}")
+    settings = {
+        "rounds": args.rounds,
+        "seed": 0,
+        "device": str(device),
+        "B": B,
+        "T": T,
+        "threads": torch.get_num_threads(),
+    }
     name = "loss" if device.type == "cpu" else f"loss_{device.type}"
     path = save(name, {"settings": settings, "rows": rows})
     print(f"saved {path}")

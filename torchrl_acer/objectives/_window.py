@@ -19,13 +19,17 @@ observations, still in one call.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import weakref
+from collections.abc import Mapping
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import (
     ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
     TensorDictModuleBase,
     TensorDictSequential,
     set_skip_existing,
@@ -41,13 +45,29 @@ class ObservationWindow:
     """The observations of a ``[*B, T]`` batch (time last), flattened for one call.
 
     Attributes:
-        inputs: a flat ``[B (T + 1) + K]`` TensorDict holding only ``in_keys``.
-        current: a flat ``[B T]`` TensorDict of the observations ``s_t`` alone.
-        num_extra: ``K``, the number of mid-row truncations.
+        tensors: ``{key: [B (T + 1) + K, ...]}``, the networks' inputs as plain
+            tensors.
+        current_tensors: ``{key: [B T, ...]}``, the observations ``s_t`` alone.
+        inputs: ``tensors`` as a flat TensorDict (built when first read).
+        current: ``current_tensors`` as a flat TensorDict (built when first read).
+        num_extra: ``K``, the number of mid-row truncations; under
+            ``torch.compile``, a bound on it (see ``extra_bound``).
         shifted: whether ``inputs`` is the shifted window above (``True``) or the
             ``B T`` observations followed by the ``B T`` next observations
             (``False``).
+
+    Under ``torch.compile`` the number of mid-row truncations is data: a shape
+    depending on it would break the graph. There the extra inputs are the next
+    observations of the first ``extra_bound(rows)`` mid-row truncations (one per
+    row by default, enough whenever episodes are longer than the window), padded
+    with other real next observations whose outputs are not used, so every shape
+    is static; more truncations than the bound fail with an error rather than
+    giving wrong values.
     """
+
+    #: the bound on mid-row truncations under ``torch.compile``, from the number
+    #: of rows; assign a function to change it
+    extra_bound = staticmethod(lambda rows: rows)
 
     def __init__(
         self,
@@ -62,6 +82,7 @@ class ObservationWindow:
         self.batch_shape = tensordict.batch_size[:-1]
         self.T = tensordict.batch_size[-1]
         self.shifted = shifted
+        self._static_extra = False
         time = len(self.batch_shape)
         rows = math.prod(self.batch_shape)
         if not shifted:
@@ -74,15 +95,32 @@ class ObservationWindow:
                 current[key] = obs.flatten(0, time)
                 both[key] = torch.cat([current[key], next_obs.flatten(0, time)], 0)
             self.num_extra = 0
-            self.inputs = TensorDict(both, [2 * rows * self.T])
-            self.current = TensorDict(current, [rows * self.T])
+            self._set(both, current, 2 * rows * self.T)
             return
         mid_truncation = done & ~terminated
         mid_truncation[..., -1] = False
         self.mid_truncation = mid_truncation
-        # plain tensor operations per key: TensorDict-level select/cat/reshape cost
-        # tens of microseconds each, which adds up in small-network updates
-        any_extra = bool(mid_truncation.any())
+        if torch.compiler.is_compiling():
+            bound = min(self.extra_bound(rows), rows * (self.T - 1))
+            self._static_extra = True
+            self.num_extra = bound
+            if bound:
+                flat = mid_truncation.flatten()
+                torch._assert_async(
+                    flat.sum() <= bound,
+                    f"{owner}: under torch.compile the window holds at most {bound} "
+                    f"mid-row truncations (ObservationWindow.extra_bound); this batch "
+                    f"has more",
+                )
+                # the truncations first, in order, then any other steps
+                self._extra_index = torch.argsort(
+                    flat.to(torch.uint8), descending=True, stable=True
+                )[:bound]
+            any_extra = bound > 0
+        else:
+            # plain tensor operations per key: TensorDict-level select/cat/reshape
+            # cost tens of microseconds each, which adds up in small-network updates
+            any_extra = bool(mid_truncation.any())
         window, current, extra = {}, {}, {}
         for key in in_keys:
             obs = get_entry(tensordict, key, owner, "an input of the policy or critic")
@@ -97,12 +135,34 @@ class ObservationWindow:
             window[key] = window[key].flatten(0, time)
             current[key] = obs.flatten(0, time)
             if any_extra:
-                extra[key] = next_obs[mid_truncation]
-        self.num_extra = next(iter(extra.values())).shape[0] if any_extra else 0
+                if self._static_extra:
+                    extra[key] = next_obs.flatten(0, time)[self._extra_index]
+                else:
+                    extra[key] = next_obs[mid_truncation]
+        if not self._static_extra:
+            self.num_extra = next(iter(extra.values())).shape[0] if any_extra else 0
         if any_extra:
             window = {k: torch.cat([v, extra[k]], 0) for k, v in window.items()}
-        self.inputs = TensorDict(window, [rows * (self.T + 1) + self.num_extra])
-        self.current = TensorDict(current, [rows * self.T])
+        self._set(window, current, rows * (self.T + 1) + self.num_extra)
+
+    def _set(self, window, current, size):
+        self.tensors = window
+        self.current_tensors = current
+        self._size = size
+        self._inputs = self._current = None
+
+    @property
+    def inputs(self) -> TensorDictBase:
+        if self._inputs is None:
+            self._inputs = TensorDict(self.tensors, [self._size])
+        return self._inputs
+
+    @property
+    def current(self) -> TensorDictBase:
+        if self._current is None:
+            rows = math.prod(self.batch_shape)
+            self._current = TensorDict(self.current_tensors, [rows * self.T])
+        return self._current
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Splits the outputs on ``inputs`` into ``(at s_t, at s'_t)``, each
@@ -119,8 +179,17 @@ class ObservationWindow:
         if self.num_extra:
             mask = self.mid_truncation.reshape(
                 *self.mid_truncation.shape, *(1,) * len(feature_shape)
-            ).expand_as(nxt)
-            nxt = nxt.masked_scatter(mask, values[n:])
+            )
+            if self._static_extra:
+                # the padding's outputs land on steps that are not truncations
+                # and are masked out; every shape is static
+                extra = values.new_zeros(
+                    n - math.prod(self.batch_shape), *feature_shape
+                )
+                extra = extra.index_copy(0, self._extra_index, values[n:])
+                nxt = torch.where(mask, extra.view_as(nxt), nxt)
+            else:
+                nxt = nxt.masked_scatter(mask.expand_as(nxt), values[n:])
         return current, nxt
 
 
@@ -152,6 +221,73 @@ def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDic
         f"actor_network must be a ProbabilisticActor (or a "
         f"ProbabilisticTensorDictSequential) ending in a probabilistic module, got "
         f"{type(actor).__name__}"
+    )
+
+
+def _plain_modules(module) -> list[TensorDictModule] | None:
+    """``module`` as a list of plain :class:`~tensordict.nn.TensorDictModule`, or
+    ``None``.
+
+    Plain: a ``TensorDictModule`` whose ``forward`` is the base class's, reading its
+    ``in_keys`` as positional inputs and writing its ``out_keys`` in place, or a
+    ``TensorDictSequential`` of such modules (nested ones included). Those can run
+    on a dict of tensors, with the result they would write into a tensordict.
+    """
+    if isinstance(module, TensorDictModule):
+        plain = (
+            type(module).forward is TensorDictModule.forward
+            and module._kwargs is None
+            and module.method is None
+            and not module.method_kwargs
+            and not module._get_kwargs
+            and module.inplace is True
+            and isinstance(module.module, torch.nn.Module)
+        )
+        return [module] if plain else None
+    if (
+        isinstance(module, TensorDictSequential)
+        and type(module).forward is TensorDictSequential.forward
+        and not module.partial_tolerant
+    ):
+        return _plain_list(module.module)
+    return None
+
+
+def _plain_list(modules) -> list[TensorDictModule] | None:
+    out = []
+    for module in modules:
+        plain = _plain_modules(module)
+        if plain is None:
+            return None
+        out.extend(plain)
+    return out
+
+
+def _run_plain(modules, values: dict) -> None:
+    """Runs plain ``TensorDictModule`` s on ``values`` (``{key: tensor}``), in place."""
+    for m in modules:
+        out = m.module(*[values[key] for key in m.in_keys])
+        keys = m.out_keys_source
+        if isinstance(out, torch.Tensor):
+            out = (out,)
+        elif isinstance(out, Mapping):
+            out = tuple(out[key] for key in keys)
+        if len(out) != len(keys):
+            raise RuntimeError(
+                f"{type(m.module).__name__} returned {len(out)} tensors for the "
+                f"out_keys {keys}"
+            )
+        for key, value in zip(keys, out, strict=True):
+            if key != "_":
+                values[key] = value
+
+
+def _has_hooks(modules) -> bool:
+    # hooks on the TensorDictModule wrappers would be skipped by calling the
+    # wrapped nn.Modules directly (hooks on those run as usual)
+    return any(
+        m._forward_hooks or m._forward_pre_hooks or m._forward_hooks_with_kwargs
+        for m in modules
     )
 
 
@@ -223,10 +359,27 @@ class PolicyCriticEvaluator:
         self.in_keys = list(
             dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
         )
+        # plain modules run on dicts of tensors, without TensorDict plumbing
+        actor_modules = (
+            _plain_list(list(actor_network.module)[:-1])
+            if isinstance(actor_network, ProbabilisticTensorDictSequential)
+            and list(actor_network.module)[-1] is prob_module
+            and len(actor_network.module) > 1
+            else None
+        )
+        critic_modules = _plain_modules(critic_tail)
+        self._plain = (
+            None
+            if actor_modules is None or critic_modules is None
+            else (actor_modules, critic_modules)
+        )
+        # the averaged policy: a copy of the actor's plain modules holding the
+        # target parameters themselves, see _average_modules
+        self._average = None
 
     def __call__(
         self,
-        inputs: TensorDictBase,
+        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
         *,
         output_key: NestedKey,
         actor_params: TensorDictBase | None = None,
@@ -236,11 +389,34 @@ class PolicyCriticEvaluator:
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Returns ``(distribution parameters, the critic's output_key)``.
 
-        With ``skip_existing`` the critic's modules whose outputs ``inputs``
-        already holds are skipped (the policy always runs: the behaviour logits
-        stored with the data must never stand in for the current policy's).
+        ``inputs`` is a flat TensorDict or a dict of flat tensors. With
+        ``skip_existing`` the critic's modules whose outputs ``inputs`` already
+        holds are skipped (the policy always runs: the behaviour logits stored
+        with the data must never stand in for the current policy's).
         """
-        data = inputs.copy()
+        if (
+            self._plain is not None
+            and not skip_existing
+            and not torch.compiler.is_compiling()
+            and self._is_own(actor_params, self.actor_network)
+            and self._is_own(critic_params, self.critic_network)
+            and not _has_hooks(self._plain[0])
+            and not _has_hooks(self._plain[1])
+        ):
+            # the same module calls as below, on a dict: no TensorDict plumbing
+            actor_modules, critic_modules = self._plain
+            if not isinstance(inputs, TensorDictBase):
+                values = dict(inputs)
+                _run_plain(actor_modules, values)
+                params = {
+                    name: values[key] for name, key in self.dist_param_keys.items()
+                }
+                if detach_shared:
+                    for key in self.shared_out_keys:
+                        values[key] = values[key].detach()
+                _run_plain(critic_modules, values)
+                return params, values[output_key]
+        data = _as_tensordict(inputs).copy()
         with (
             self.params_context(actor_params, self.actor_network),
             _skip_existing_set_to(False),
@@ -258,10 +434,26 @@ class PolicyCriticEvaluator:
         return params, out
 
     def dist_params_only(
-        self, inputs: TensorDictBase, params: TensorDictBase | None = None
+        self,
+        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
+        params: TensorDictBase | None = None,
     ) -> dict[str, torch.Tensor]:
         """The policy's distribution parameters alone (the averaged policy's pass)."""
-        data = inputs.copy()
+        if (
+            self._plain is not None
+            and not isinstance(inputs, TensorDictBase)
+            and not torch.compiler.is_compiling()
+        ):
+            modules = (
+                self._plain[0]
+                if self._is_own(params, self.actor_network)
+                else self._average_modules(params)
+            )
+            if modules is not None and not _has_hooks(modules):
+                values = dict(inputs)
+                _run_plain(modules, values)
+                return {name: values[key] for name, key in self.dist_param_keys.items()}
+        data = _as_tensordict(inputs).copy()
         with (
             self.params_context(params, self.actor_network),
             _skip_existing_set_to(False),
@@ -269,19 +461,55 @@ class PolicyCriticEvaluator:
             self.actor_network.get_dist_params(data)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
-    def params_context(self, params, module):
-        """Puts ``params`` in ``module`` for the call, unless they are its own.
+    def _average_modules(self, params) -> list[TensorDictModule] | None:
+        """The actor's plain modules holding ``params`` (the averaged policy's
+        parameters), without swapping them in and out of the actor.
 
-        A loss's functional parameters are the module's own ``Parameter`` objects
-        (``convert_to_functional`` keeps them), and swapping them in and out costs
-        more than a small network's forward, so the swap is skipped for them; the
-        averaged policy's parameters are swapped in. The identity check runs once
-        per parameter container and module; entries whose container or module has
-        died are dropped when a new one is added, so the cache holds only live
-        pairs.
+        A copy of the actor, made once, whose parameter slots hold the very tensors
+        of ``params``: ``SoftUpdate`` and ``load_state_dict`` update those in
+        place, so the copy follows them. The copy is not a submodule of anything
+        (state dicts do not change) and is made again when ``params`` is another
+        container or its tensors were replaced (``loss.to(...)`` does that).
+        ``None`` if ``params`` does not fit the actor.
         """
+        if not isinstance(params, TensorDictBase):
+            return None
+        # TensorDictParams swaps its tensordict for a copy when its tensors move
+        inner = getattr(params, "_param_td", params)
+        cached = self._average
+        if cached is not None and cached[0]() is params and cached[1]() is inner:
+            copy_root, modules = cached[2], cached[3]
+        else:
+            copy_root = copy.deepcopy(self.actor_network)
+            for key, value in params.items(True, True):
+                *path, name = key if isinstance(key, tuple) else (key,)
+                try:
+                    owner = copy_root.get_submodule(".".join(path))
+                except AttributeError:
+                    return None
+                if name in owner._parameters:
+                    owner._parameters[name] = value
+                elif name in owner._buffers:
+                    owner._buffers[name] = value
+                else:
+                    return None
+            modules = _plain_list(list(copy_root.module)[:-1])
+            if modules is None:
+                return None
+            self._average = (
+                weakref.ref(params),
+                weakref.ref(inner),
+                copy_root,
+                modules,
+            )
+        if copy_root.training is not self.actor_network.training:
+            copy_root.train(self.actor_network.training)
+        return modules
+
+    def _is_own(self, params, module) -> bool:
+        """Whether ``params`` are ``module``'s own tensors (or ``None``)."""
         if params is None:
-            return contextlib.nullcontext()
+            return True
         cache = self._own_params
         key = (id(params), id(module))
         cached = cache.get(key)
@@ -294,9 +522,29 @@ class PolicyCriticEvaluator:
             given = [id(t) for t in params.values(True, True)]
             own = len(given) == len(mine) and mine.issuperset(given)
             cached = cache[key] = (weakref.ref(params), weakref.ref(module), own)
-        if cached[2]:
+        return cached[2]
+
+    def params_context(self, params, module):
+        """Puts ``params`` in ``module`` for the call, unless they are its own.
+
+        A loss's functional parameters are the module's own ``Parameter`` objects
+        (``convert_to_functional`` keeps them), and swapping them in and out costs
+        more than a small network's forward, so the swap is skipped for them; the
+        averaged policy's parameters are swapped in. The identity check runs once
+        per parameter container and module; entries whose container or module has
+        died are dropped when a new one is added, so the cache holds only live
+        pairs.
+        """
+        if self._is_own(params, module):
             return contextlib.nullcontext()
         return params.to_module(module, preserve_module_state=False)
+
+
+def _as_tensordict(inputs) -> TensorDictBase:
+    if isinstance(inputs, TensorDictBase):
+        return inputs
+    size = next(iter(inputs.values())).shape[0]
+    return TensorDict(dict(inputs), [size])
 
 
 def _skip_existing_set_to(mode: bool):

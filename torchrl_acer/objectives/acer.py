@@ -30,6 +30,7 @@ from torchrl_acer.objectives.trust_region import (
     TrustRegionStats,
     gaussian_kl_gradient,
     kl_gradient,
+    register_stats_callback,
 )
 from torchrl_acer.objectives.value.retrace import (
     ACERValueEstimators,
@@ -123,7 +124,16 @@ class ACERLoss(LossModule):
     Each network sees the ``T + 1`` observations of each row once (plus the real next
     observation of mid-row truncations), the averaged actor runs once without
     gradient on the ``T`` observations, and a trunk shared by the actor and the
-    critic (``ActorValueOperator``) runs once.
+    critic (``ActorValueOperator``) runs once. Networks made of plain
+    ``TensorDictModule`` s are called on plain tensors, and the averaged actor runs
+    on a copy of the actor holding the target parameters (not a submodule: the
+    state dict is unchanged), without swapping parameters in and out.
+
+    With ``check_values=False`` on the estimator, ``torch.compile(loss)`` traces
+    the whole forward, trust-region hook included, as one graph. Shapes must not
+    depend on the data there, so the window holds the next observations of at
+    most as many mid-row truncations (``done`` and not ``terminated`` before a
+    row's last step) as the batch has rows; a batch with more raises an error.
 
     Args:
         actor_network (ProbabilisticTensorDictSequential): the policy, a categorical
@@ -330,6 +340,7 @@ class ACERLoss(LossModule):
         ):
             self.register_coeff_buffer(name, value, device=device, dtype=torch.float64)
         self._trust_region_stats = None
+        register_stats_callback(self._set_trust_region_stats)
         # the estimator validates the policy and finds its keys; the loss uses its
         # network evaluation so both see the same window
         probe = RetraceEstimator(
@@ -423,36 +434,81 @@ class ACERLoss(LossModule):
         time_dim = estimator._get_time_dim(None, tensordict)
         last = tensordict.ndim - 1
         data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
+        categorical = self._family != "gaussian"
+        entries = {}
         steps = estimator.evaluate(
             data,
             actor_params=self.actor_network_params,
             critic_params=self.critic_network_params,
             detach_shared=self.separate_losses,
+            read_entries=(
+                (lambda checks, shape: self._read_entries(data, shape, checks, entries))
+                if categorical
+                else None
+            ),
         )
         with torch.no_grad():
             average = self._evaluator.dist_params_only(
-                steps.window.current.select(*self.actor_network.in_keys),
+                {
+                    key: steps.window.current_tensors[key]
+                    for key in self.actor_network.in_keys
+                },
                 self.target_actor_network_params,
             )
-        log_mu = estimator.behaviour_log_prob(data)
+        log_mu = entries.get("log_mu")
+        if log_mu is None:
+            log_mu = estimator.behaviour_log_prob(data)
         # the per-step losses are reduced below: the reduction tells the trust-region
         # hook how each step's gradient is scaled when it reaches the policy
-        valid = self._reduce_loss(
-            torch.ones_like(log_mu), data, reduction="none"
-        ).detach()
-        scale = valid.sum().clamp_min(1) if self.reduction == "mean" else 1.0
-        hook = (valid, scale)
-        if self._family == "gaussian":
-            terms = self._gaussian_terms(data, steps, average, log_mu, hook)
+        masked = self._has_loss_mask(data)
+        if masked:
+            valid = self._reduce_loss(
+                torch.ones_like(log_mu), data, reduction="none"
+            ).detach()
+            scale = valid.sum().clamp_min(1) if self.reduction == "mean" else 1.0
         else:
-            terms = self._categorical_terms(data, steps, average, log_mu, hook)
-        return self._outputs(terms, data, time_dim, last)
+            valid = torch.ones_like(log_mu)
+            # the count of steps is shape metadata: no reduction, no read-back
+            scale = float(valid.numel()) if self.reduction == "mean" else 1.0
+        hook = (valid, scale)
+        if categorical:
+            terms = self._categorical_terms(data, steps, average, log_mu, hook, entries)
+        else:
+            terms = self._gaussian_terms(data, steps, average, log_mu, hook)
+        return self._outputs(terms, data, time_dim, last, masked)
 
-    def _categorical_terms(self, data, steps, average, log_mu, hook):
+    def _read_entries(self, data, logits_shape, checks, entries) -> None:
+        """Reads the behaviour policy's entries, in the order their errors are
+        reported, adding their value checks to ``checks`` (``None`` without
+        ``check_values``) so that all are read back at once."""
+        estimator = self.value_estimator
+        entries["log_mu"] = log_mu = estimator.behaviour_log_prob(data)
+        entries["behaviour_log_probs"] = self._behaviour_log_probs(
+            data, logits_shape, checks
+        )
+        if checks is not None:
+            estimator.add_value_checks(checks, data, log_mu)
+            entries["checked"] = True
+
+    def _has_loss_mask(self, data) -> bool:
+        """Whether ``_reduce_loss`` would mask ``data``'s steps."""
+        return any(data.get(key, None) is not None for key in self._loss_mask_keys())
+
+    def _reduce(self, value, data, masked):
+        # _reduce_loss's result without a mask, minus its per-call key lookups
+        if masked:
+            return self._reduce_loss(value, data)
+        if self.reduction == "mean":
+            return value.mean()
+        if self.reduction == "sum":
+            return value.sum()
+        return value
+
+    def _categorical_terms(self, data, steps, average, log_mu, hook, entries):
         """Per-step terms for a categorical policy (the sum over actions is exact)."""
         estimator = self.value_estimator
         avg_logits = average["logits"].reshape(steps.logits.shape)
-        behaviour_log_probs = self._behaviour_log_probs(data, steps.logits.shape)
+        behaviour_log_probs = entries["behaviour_log_probs"]
         log_probs = self._policy_log_probs(steps.logits, avg_logits, *hook)
         probs = log_probs.detach().exp()
         q = steps.q.detach()
@@ -464,6 +520,8 @@ class ACERLoss(LossModule):
                 log_pi=log_pi.detach(),
                 action_value=steps.action_value.detach(),
                 next_state_value=steps.next_state_value.detach(),
+                log_mu=log_mu,
+                checked=entries.get("checked", False),
             )
             c = self.ratio_clip
             rho = (log_pi.detach() - log_mu).exp()
@@ -569,36 +627,45 @@ class ACERLoss(LossModule):
     def _critic_error(self, target, prediction):
         return distance_loss(target, prediction, loss_function=self.loss_critic_type)
 
-    def _outputs(self, terms, data, time_dim, last) -> TensorDictBase:
+    def _outputs(self, terms, data, time_dim, last, masked) -> TensorDictBase:
         losses = {"loss_objective": -terms["objective"]}
         if self.critic_coeff is not None:
             losses["loss_critic"] = self.critic_coeff * terms["critic"]
         losses["loss_entropy"] = -self.entropy_coeff * terms["entropy"]
-        td_out = TensorDict(losses, [])
-        for name, value in list(td_out.items()):
-            reduced = self._reduce_loss(value, data).squeeze(-1)
+        out = {}
+        for name, value in losses.items():
+            reduced = self._reduce(value, data, masked).squeeze(-1)
             if reduced.ndim and time_dim != last:
                 reduced = reduced.transpose(time_dim, last)
-            td_out.set(name, reduced)
+            out[name] = reduced
+        out.update(self._diagnostics(terms, data, masked))
+        return TensorDict(out, [])
 
-        def mean(x):
-            return self._reduce_loss(x.detach(), data, reduction="mean")
-
+    @torch.no_grad()
+    def _diagnostics(self, terms, data, masked) -> dict[str, torch.Tensor]:
         rho = terms["rho"]
+        names = ("entropy", "kl_avg", "rho_mean", "rho_clip_fraction")
+        per_step = (
+            terms["entropy"],
+            terms["kl_avg"],
+            rho,
+            (rho > self.ratio_clip).to(rho.dtype),
+        )
+        if masked:
+            means = [
+                self._reduce_loss(x.detach(), data, reduction="mean") for x in per_step
+            ]
+        else:
+            # one reduction for the four means (a row each, reduced as alone)
+            means = torch.stack([x.detach() for x in per_step]).flatten(1).mean(1)
         target = terms["value_target"]
         residual = target - terms["action_value"].detach()
-        td_out.update(
-            {
-                "entropy": mean(terms["entropy"]),
-                "kl_avg": mean(terms["kl_avg"]),
-                "rho_mean": mean(rho),
-                "rho_clip_fraction": mean((rho > self.ratio_clip).to(rho.dtype)),
-                "explained_variance": 1 - residual.var() / target.var(),
-            }
-        )
-        return td_out
+        return {
+            **dict(zip(names, means, strict=True)),
+            "explained_variance": 1 - residual.var() / target.var(),
+        }
 
-    def _behaviour_log_probs(self, data, shape):
+    def _behaviour_log_probs(self, data, shape, checks=None):
         key = self.tensor_keys.behavior_logits
         owner = type(self).__name__
         logits = get_entry(
@@ -616,9 +683,11 @@ class ACERLoss(LossModule):
         if self.value_estimator.check_values:
             # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
             # correction would silently switch off
-            check_finite(
-                logits, repr(key), owner, "the behaviour policy's logits are corrupted"
-            )
+            what = "the behaviour policy's logits are corrupted"
+            if checks is None:
+                check_finite(logits, repr(key), owner, what)
+            else:
+                checks.finite(logits, repr(key), owner, what)
         return logits.log_softmax(-1)
 
     def _behaviour_gaussian(self, data, shape):
@@ -666,6 +735,7 @@ class ACERLoss(LossModule):
                     scale,
                     valid,
                     on_stats=self._set_trust_region_stats,
+                    stats_key=id(self),
                 )
             )
 
@@ -707,6 +777,11 @@ class ACERLoss(LossModule):
         if learned:
             return stats[..., :d], stats[..., d:]
         return stats, scale
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        # a copy (copy.deepcopy, pickle) gets its compiled hooks' statistics too
+        register_stats_callback(self._set_trust_region_stats)
 
     def _set_trust_region_stats(self, stats: TrustRegionStats) -> None:
         self._trust_region_stats = stats

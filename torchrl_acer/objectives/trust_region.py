@@ -23,6 +23,8 @@ effective delta ``delta * batch size`` and the trust region inert).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from tensordict import TensorDict
 
@@ -33,6 +35,7 @@ __all__ = [
     "gaussian_kl_gradient",
     "kl_gradient",
     "project",
+    "register_stats_callback",
 ]
 
 TRUST_REGION_SPACES = ("logits", "log_probs", "probs")
@@ -150,6 +153,50 @@ class TrustRegionStats:
         return self._reduced
 
 
+# key -> weak reference to a statistics callback, for hooks traced by torch.compile
+_STATS_CALLBACKS: dict[int, weakref.WeakMethod] = {}
+
+
+def register_stats_callback(callback) -> int:
+    """Registers a bound method to receive :class:`TrustRegionStats` from hooks
+    compiled by ``torch.compile``; returns the key to give the hook (the id of
+    the method's object). Dead entries are dropped as new ones come."""
+    for key in [k for k, ref in _STATS_CALLBACKS.items() if ref() is None]:
+        del _STATS_CALLBACKS[key]
+    key = id(callback.__self__)
+    _STATS_CALLBACKS[key] = weakref.WeakMethod(callback)
+    return key
+
+
+# A gradient hook traced by torch.compile must be a pure function of tensors (a
+# Python side effect in it breaks the graph), so there the statistics leave the
+# hook through this op, which the compiler does not look into. The tensors are
+# copied: a compiled graph may reuse their memory once the op returns.
+# named after the package that defines it, so that copies of this module in two
+# packages (this one and TorchRL) can be imported together
+@torch.library.custom_op(
+    f"{__name__.partition('.')[0]}::acer_trust_region_stats", mutates_args=()
+)
+def _send_stats(
+    z: torch.Tensor,
+    k: torch.Tensor,
+    g: torch.Tensor,
+    coefficient: torch.Tensor,
+    valid: torch.Tensor,
+    key: int,
+) -> torch.Tensor:
+    ref = _STATS_CALLBACKS.get(key)
+    callback = None if ref is None else ref()
+    if callback is not None:
+        callback(TrustRegionStats(k.clone(), g.clone(), coefficient.clone(), valid))
+    return z.clone()
+
+
+@_send_stats.register_fake
+def _(z, k, g, coefficient, valid, key):
+    return torch.empty_like(z)
+
+
 class TrustRegionHook:
     """Projects, per step, the gradient arriving at the policy statistics.
 
@@ -165,19 +212,27 @@ class TrustRegionHook:
         valid: ``[..., 1]`` weights of the steps that count (1 valid, 0 padding),
             for the statistics only.
         on_stats: called with the projection's :class:`TrustRegionStats`.
+        stats_key: the key :func:`register_stats_callback` gave ``on_stats``,
+            used instead of it when the hook is compiled by ``torch.compile``
+            (``None``: no statistics there).
     """
 
-    def __init__(self, k, delta, scale, valid, on_stats):
+    def __init__(self, k, delta, scale, valid, on_stats, stats_key=None):
         self.k = k
         self.delta = delta
         self.scale = scale
         self.valid = valid
         self.on_stats = on_stats
+        self.stats_key = stats_key
 
     def __call__(self, grad: torch.Tensor) -> torch.Tensor:
         g = -grad * self.scale
         z, coefficient = project(g, self.k, self.delta)
-        self.on_stats(
-            TrustRegionStats(self.k, g.detach(), coefficient.detach(), self.valid)
-        )
+        if torch.compiler.is_compiling():
+            if self.stats_key is not None:
+                z = _send_stats(z, self.k, g, coefficient, self.valid, self.stats_key)
+        else:
+            self.on_stats(
+                TrustRegionStats(self.k, g.detach(), coefficient.detach(), self.valid)
+            )
         return -z / self.scale

@@ -21,7 +21,10 @@ def reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.T
     Equivalently ``A_t = sum_{k >= t} (prod_{j=t..k-1} decay_j) delta_k``. Time is the
     first dimension of both tensors (``[T, *rest]``, broadcastable to each other).
 
-    Short sequences use a Hillis-Steele parallel scan: ``ceil(log2 T)`` vectorised
+    Short windows (``T <= 32``, at most ``2**22`` elements in the ``[T, T, ...]``
+    matrix) are one weighted sum: the products of decays from every ``t`` to every
+    ``k`` come from one cumulative product, in a fixed number of operations. Longer
+    sequences use a Hillis-Steele parallel scan: ``ceil(log2 T)`` vectorised
     steps, each composing every segment with the one ``offset`` steps ahead of it.
     Long and large ones (``T >= 64`` and ``2**17`` elements or more) are cut
     into about ``sqrt(T)`` blocks of about
@@ -39,11 +42,48 @@ def reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.T
             f"and {tuple(decay.shape)}"
         )
     delta, decay = torch.broadcast_tensors(delta, decay)
+    T = delta.shape[0]
+    # short windows (ACER's T = 20) in a handful of ops on a [T, T, ...] matrix:
+    # per-call overhead, not arithmetic, is what costs there
+    if T <= _MATRIX_MAX_T and T * delta.numel() <= _MATRIX_MAX_NUMEL:
+        return _matrix_scan(delta, decay)
     # blocks pay off where the scan's log T extra work outweighs the block loop's
     # Python steps (measured in bench/retrace.py)
-    if delta.shape[0] >= 64 and delta.numel() >= 2**17:
+    if T >= 64 and delta.numel() >= 2**17:
         return _blocked_scan(delta, decay)
     return _hillis_steele_scan(delta, decay)
+
+
+_MATRIX_MAX_T = 32
+_MATRIX_MAX_NUMEL = 2**22
+# (T, ndim, device) -> the [T, T, 1, ...] masks k > t and k >= t of the matrix form
+_MASKS: dict = {}
+
+
+def _matrix_masks(T: int, ndim: int, device: torch.device):
+    key = (T, ndim, device)
+    masks = None if torch.compiler.is_compiling() else _MASKS.get(key)
+    if masks is None:
+        t = torch.arange(T, device=device)
+        shape = (T, T) + (1,) * (ndim - 1)
+        after = (t[None, :] > t[:, None]).reshape(shape)
+        from_t = (t[None, :] >= t[:, None]).reshape(shape)
+        masks = (after, from_t)
+        if not torch.compiler.is_compiling():
+            _MASKS[key] = masks
+    return masks
+
+
+def _matrix_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+    # A_t = sum_{k >= t} M[t, k] delta_k with M[t, k] = prod_{j=t..k-1} decay_j: a
+    # cumulative product along k of decay_{k-1} (1 for k <= t), kept for k >= t.
+    # Products and sums only, so episode ends (zeros) stay exact.
+    T = delta.shape[0]
+    after, from_t = _matrix_masks(T, delta.ndim, delta.device)
+    previous = torch.cat([torch.ones_like(decay[:1]), decay[:-1]])
+    weights = torch.where(after, previous.unsqueeze(0), 1).cumprod(1)
+    # masked after the product: a non-finite delta_k must not reach the t > k
+    return torch.where(from_t, weights * delta.unsqueeze(0), 0).sum(1)
 
 
 def _hillis_steele_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_acer.modules.sdn import StochasticDuelingNetwork
 from torchrl_acer.objectives._checks import (
+    ValueChecks,
     action_index,
     as_step_tensor,
     check_finite,
@@ -406,11 +407,18 @@ class RetraceEstimator(ValueEstimatorBase):
         actor_params: TensorDictBase | None = None,
         critic_params: TensorDictBase | None = None,
         detach_shared: bool = False,
+        read_entries=None,
     ) -> DiscreteSteps | GaussianSteps:
         """Runs the networks once over ``data`` (``[*B, T]``, time last).
 
         Returns the per-step quantities Retrace and ACER need, see
         :class:`DiscreteSteps` and :class:`GaussianSteps`.
+
+        ``read_entries(checks, logits_shape)`` (categorical policies) is called
+        after the action is read, for a caller's own entries: with
+        ``check_values`` it adds their value checks to ``checks`` (a
+        :class:`ValueChecks` holding the action's check first, else ``None``),
+        and all are read back at once, before the actions are used.
         """
         owner = type(self).__name__
         check_not_empty(data, owner)
@@ -440,7 +448,7 @@ class RetraceEstimator(ValueEstimatorBase):
         )
         try:
             params, out = self.evaluator(
-                window.inputs,
+                window.tensors,
                 output_key=output_key,
                 actor_params=actor_params,
                 critic_params=critic_params,
@@ -466,6 +474,9 @@ class RetraceEstimator(ValueEstimatorBase):
                 f"{tuple(out.shape)} where the policy's logits have "
                 f"{tuple(logits.shape)}; the critic must output one value per action"
             )
+        checks = (
+            ValueChecks() if read_entries is not None and self.check_values else None
+        )
         action = action_index(
             action,
             data.batch_size,
@@ -473,7 +484,12 @@ class RetraceEstimator(ValueEstimatorBase):
             one_hot=self.one_hot,
             owner=owner,
             check_values=self.check_values,
+            checks=checks,
         )
+        if read_entries is not None:
+            read_entries(checks, (*data.batch_size, logits.shape[-1]))
+            if checks is not None:
+                checks.run()
         return DiscreteSteps(window, logits, out, action)
 
     def _gaussian_outputs(self, data, steps, actor_params, critic_params):
@@ -565,6 +581,8 @@ class RetraceEstimator(ValueEstimatorBase):
         next_state_value: torch.Tensor,
         trace_power: float = 1.0,
         unit_traces: bool = False,
+        log_mu: torch.Tensor | None = None,
+        checked: bool = False,
     ) -> torch.Tensor:
         """The Retrace target from network outputs already computed.
 
@@ -580,6 +598,10 @@ class RetraceEstimator(ValueEstimatorBase):
                 \\rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
                 ``d``-dimensional actions.
             unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
+            log_mu: :meth:`behaviour_log_prob` of ``tensordict``, if the caller
+                has it already.
+            checked: the reward and ``log_mu`` were value-checked already
+                (:meth:`add_value_checks`).
         """
         owner = type(self).__name__
         keys = self.tensor_keys
@@ -590,35 +612,25 @@ class RetraceEstimator(ValueEstimatorBase):
             return as_step_tensor(value, batch, str(key), owner)
 
         reward = step_entry(("next", keys.reward), "the reward of each step")
-        if self.check_values:
-            check_finite(
-                reward,
-                repr(("next", keys.reward)),
-                owner,
-                "a non-finite reward would make every target, and after one update "
-                "every parameter, non-finite",
-            )
+        check = self.check_values and not checked
+        if check:
+            check_finite(reward, *self._reward_check(owner))
         done, terminated = self.done_flags(tensordict)
-        lmbda, c_thresh = self.lmbda, self.c_thresh
+        gamma, lmbda, c_thresh = self._hyperparameters(action_value.dtype)
         if unit_traces:
             # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1); the
             # behaviour policy does not enter
             log_pi = log_mu = torch.zeros_like(action_value)
             lmbda, c_thresh = 1.0, 1.0
         else:
-            log_mu = self.behaviour_log_prob(tensordict)
-            if self.check_values:
-                check_finite(
-                    log_mu,
-                    repr(keys.sample_log_prob),
-                    owner,
-                    "a behaviour log-probability of -inf or NaN for an action that "
-                    "was taken means corrupted data; it is not clipped",
-                )
+            if log_mu is None:
+                log_mu = self.behaviour_log_prob(tensordict)
+            if check:
+                check_finite(log_mu, *self._log_mu_check(owner))
             if trace_power != 1.0:
                 log_pi, log_mu = log_pi * trace_power, log_mu * trace_power
         return retrace_lambda_return_estimate(
-            self.gamma,
+            gamma,
             lmbda,
             log_pi,
             log_mu,
@@ -630,6 +642,56 @@ class RetraceEstimator(ValueEstimatorBase):
             time_dim=-2,
             c_thresh=c_thresh,
         )
+
+    def _reward_check(self, owner):
+        return (
+            repr(("next", self.tensor_keys.reward)),
+            owner,
+            "a non-finite reward would make every target, and after one update "
+            "every parameter, non-finite",
+        )
+
+    def _log_mu_check(self, owner):
+        return (
+            repr(self.tensor_keys.sample_log_prob),
+            owner,
+            "a behaviour log-probability of -inf or NaN for an action that "
+            "was taken means corrupted data; it is not clipped",
+        )
+
+    def add_value_checks(
+        self, checks: ValueChecks, tensordict: TensorDictBase, log_mu: torch.Tensor
+    ) -> None:
+        """Adds :meth:`value_estimate`'s checks (finite rewards and behaviour
+        log-probabilities) to ``checks``; pass ``checked=True`` to it then."""
+        if not self.check_values:
+            return
+        owner = type(self).__name__
+        key = ("next", self.tensor_keys.reward)
+        reward = get_entry(tensordict, key, owner, "the reward of each step")
+        reward = as_step_tensor(reward, tensordict.batch_size, str(key), owner)
+        checks.finite(reward, *self._reward_check(owner))
+        checks.finite(log_mu, *self._log_mu_check(owner))
+
+    def _hyperparameters(self, dtype: torch.dtype):
+        """``gamma``, ``lmbda`` and ``c_thresh`` in ``dtype``, cast once per dtype
+        and value (each cast is a kernel launch, every call)."""
+        buffers = (self.gamma, self.lmbda, self.c_thresh)
+        if torch.compiler.is_compiling():
+            return tuple(b.to(dtype) for b in buffers)
+        # the buffers themselves (held, so their ids cannot be reused) and their
+        # versions: new tensors and in-place changes both invalidate the cast
+        versions = tuple(b._version for b in buffers)
+        cached = self.__dict__.get("_cast_hyperparameters")
+        if (
+            cached is None
+            or cached[0] != dtype
+            or cached[2] != versions
+            or any(a is not b for a, b in zip(cached[1], buffers, strict=True))
+        ):
+            cached = (dtype, buffers, versions, tuple(b.to(dtype) for b in buffers))
+            self.__dict__["_cast_hyperparameters"] = cached
+        return cached[3]
 
 
 class DiscreteSteps:
