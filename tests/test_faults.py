@@ -5,6 +5,7 @@ Tiny CartPole runs (2 envs, T = 5, no evaluation); the trainer's API directly,
 except for the signals, which are sent to ``examples/acer_gym.py`` in a subprocess.
 """
 
+import os
 import signal
 import subprocess
 import sys
@@ -83,6 +84,11 @@ class Inject(gym.Wrapper):
             elif Inject.what == "raise":
                 Inject.armed = False
                 raise RuntimeError("the simulator crashed")
+            elif Inject.what in ("sigint", "sigint_twice"):
+                # Ctrl-C arriving in the middle of an environment's step
+                Inject.armed = Inject.what == "sigint_twice"
+                Inject.what = "sigint"
+                os.kill(os.getpid(), signal.SIGINT)
         return obs, reward, terminated, truncated, info
 
 
@@ -629,4 +635,23 @@ def test_copies_of_the_actor_do_not_carry_the_trainer(tmp_path):
         assert len(copied) == len(hooks)
         assert all(getattr(h, "trainer", None) is None for h in copied)
     assert len(pickle.dumps(actor)) < 100_000
+    trainer.close()
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_ctrl_c_while_collecting(tmp_path, signals):
+    """A first Ctrl-C in the middle of collecting waits for the batch, which is
+    trained on before the stop (interrupted inside a step, a vector environment
+    of worker processes was left mid-step: closing it hung or broke its pipes);
+    a second one stops the collection at once."""
+    trainer = build(tmp_path, wrappers=[Inject], **{"checkpoint.interval": None})
+    batches(trainer, 2)
+    frames = trainer.frames
+    Inject.what = "sigint" if signals == 1 else "sigint_twice"
+    Inject.armed = True
+    trainer.train()
+    assert trainer.interrupted and trainer.stop_signal == signal.SIGINT
+    # one signal: the batch it arrived in is trained on; two: it is dropped
+    assert trainer.frames == (frames + 10 if signals == 1 else frames)
+    assert _frames_in(tmp_path / "checkpoints" / "last.pt") == trainer.frames
     trainer.close()

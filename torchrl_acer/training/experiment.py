@@ -377,6 +377,10 @@ def final_summary(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
     128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
     if trainer.interrupted:
         signum = trainer.stop_signal or signal.SIGINT
+        # stopped and saved: a signal during the exit (whose hooks may take
+        # seconds) would only print a traceback over the resume hint
+        for other in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(other, signal.SIG_IGN)
         print(
             f"interrupted ({signal.Signals(signum).name}) at {trainer.frames} frames; "
             f"checkpoint written to {trainer.last_checkpoint}\n"

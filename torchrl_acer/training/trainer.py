@@ -507,6 +507,7 @@ class ACERTrainer:
             _PolicyInputCheck(self), with_kwargs=True
         )
         self._defer_signals = 0  # > 0: a signal waits (mid-iteration, saving)
+        self._collecting_deferred = False
         self._pending_signal: int | None = None
         self._stopping = False
         self._last_save_time = time.monotonic()
@@ -600,7 +601,7 @@ class ACERTrainer:
         iterator = iter(self.collector)
         while True:
             try:
-                with self._policy_acting("collecting"):
+                with self._collection_deferred(), self._policy_acting("collecting"):
                     batch = next(iterator)
             except StopIteration:
                 return
@@ -656,7 +657,6 @@ class ACERTrainer:
         finally:
             self._envs_unsaved_reason = None
 
-
     def _check_policy_inputs(self, module, args, kwargs) -> None:
         """Refuses non-finite observations while the policy acts (a forward
         pre-hook on the actor): acting on them would fail inside the action
@@ -705,6 +705,14 @@ class ACERTrainer:
         if self._defer_signals > 0 or self._stopping:
             if self._pending_signal is None and not self._stopping:
                 message = "stopping once the current iteration or checkpoint is done"
+            elif self._collecting_deferred and not self._stopping:
+                # a second signal does not wait for a collection that may hang
+                print(
+                    f"\n{name}: second signal; stopping the collection now",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                raise KeyboardInterrupt
             else:
                 message = (
                     "already stopping; the checkpoint being written is completed "
@@ -714,6 +722,20 @@ class ACERTrainer:
             self._pending_signal = signum
             return
         raise KeyboardInterrupt
+
+    @contextmanager
+    def _collection_deferred(self):
+        """Collecting a batch: a first signal waits for the batch, which is then
+        trained on before the stop (interrupted inside an environment's step, a
+        vector environment of worker processes was left mid-step: closing it hung
+        or broke its pipes); a second one stops the collection at once."""
+        self._defer_signals += 1
+        self._collecting_deferred = True
+        try:
+            yield
+        finally:
+            self._defer_signals -= 1
+            self._collecting_deferred = False
 
     @contextmanager
     def _signals_deferred(self):
