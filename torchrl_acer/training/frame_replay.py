@@ -97,6 +97,12 @@ class FrameStackReplayBuffer:
         self._cursor = 0  # next slot to write
         self._written = 0  # slots written so far
 
+    @property
+    def required_keys(self) -> tuple:
+        """The entries it reads from a stored batch besides those the loss reads:
+        the frames and the game's done flag (where frame stacks restart)."""
+        return (self.pixels_key, ("next", self.pixels_key), self.done_key)
+
     # -- storage -----------------------------------------------------------------
 
     def _init_storage(self, batch: TensorDictBase) -> None:

@@ -29,7 +29,6 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import set_composite_lp_aggregate
-from tensordict.utils import unravel_key
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers import ReplayBuffer, TensorStorage
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
@@ -52,6 +51,7 @@ from torchrl_acer.training.env_state import (
     restart_episodes,
     resume_seed,
 )
+from torchrl_acer.training.soft_update import ForeachSoftUpdate
 
 __all__ = [
     "ACERTrainer",
@@ -452,7 +452,7 @@ class ACERTrainer:
         loss_module.value_estimator  # noqa: B018
         self.optimizer = optimizer
         if target_updater is None:
-            target_updater = SoftUpdate(loss_module, eps=target_eps)
+            target_updater = ForeachSoftUpdate(loss_module, eps=target_eps)
         self.target_updater = target_updater
         self.replay_buffer = replay_buffer
         self.replay_ratio = replay_ratio
@@ -475,13 +475,13 @@ class ACERTrainer:
         self.episode_end_key = episode_end_key
         self.seed = seed
         self._rng = torch.Generator().manual_seed(seed)
-        # policy outputs the loss does not read (a shared trunk's features) are
-        # recomputed from observations at update time: not worth replay memory
-        needed = {unravel_key(k) for k in loss_module.in_keys}
-        self._transient_keys = [
-            k
-            for k in loss_module.actor_network.out_keys
-            if unravel_key(k) not in needed
+        # replay keeps what the loss reads; the rest of a batch (episode returns,
+        # trajectory ids, root-level flags, a shared trunk's features) would
+        # cost memory and the time to store and sample it
+        self._replay_keys = [
+            *loss_module.in_keys,
+            # what a replay reads itself (FrameStackReplayBuffer: frames, game ends)
+            *getattr(replay_buffer, "required_keys", ()),
         ]
         self._params = [p for p in loss_module.parameters() if p.requires_grad]
         self.device = _module_device(loss_module) or torch.device("cpu")
@@ -782,7 +782,9 @@ class ACERTrainer:
                 self.update(batch, tag="on_policy")
             if self.replay_buffer is not None:
                 if fresh:
-                    self.replay_buffer.extend(batch.exclude(*self._transient_keys))
+                    self.replay_buffer.extend(
+                        batch.select(*self._replay_keys, strict=False)
+                    )
                 if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
                     rate = torch.tensor(float(self.replay_ratio))
                     for _ in range(int(torch.poisson(rate, generator=self._rng))):
