@@ -22,6 +22,7 @@ its replay start; and Atari (``bench/throughput.py``'s setup: ALE/Breakout-v5,
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -30,7 +31,6 @@ from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
-from torchrl.collectors import Collector
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
@@ -38,7 +38,11 @@ sys.path.insert(0, str(ROOT / "examples"))
 from _common import interleaved_medians, save  # noqa: E402
 from utils_gym import make_env, make_models  # noqa: E402
 
-from torchrl_acer.training.experiment import make_loss, make_optimizer  # noqa: E402
+from torchrl_acer.training.experiment import (  # noqa: E402
+    make_collector,
+    make_loss,
+    make_optimizer,
+)
 from torchrl_acer.training.trainer import (  # noqa: E402
     ACERTrainer,
     _batch_is_finite,
@@ -56,12 +60,8 @@ def cartpole_trainer(check_health: bool) -> ACERTrainer:
     actor, critic = make_models(cfg, env)
     loss = make_loss(cfg.loss, actor, critic)
     T, num_envs = cfg.collector.T, cfg.env.num_envs
-    collector = Collector(
-        env,
-        actor,
-        frames_per_batch=T * num_envs,
-        total_frames=-1,
-        auto_register_policy_transforms=False,
+    collector = make_collector(
+        cfg, functools.partial(make_env, cfg), actor, device="cpu", env=env
     )
     return ACERTrainer(
         collector=collector,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import statistics
 import sys
 import time
@@ -45,7 +46,6 @@ from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
-from torchrl.collectors import Collector
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
@@ -53,7 +53,11 @@ sys.path.insert(0, str(ROOT / "examples"))
 from _common import save  # noqa: E402
 from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay  # noqa: E402
 
-from torchrl_acer.training.experiment import make_loss, make_optimizer  # noqa: E402
+from torchrl_acer.training.experiment import (  # noqa: E402
+    make_collector,
+    make_loss,
+    make_optimizer,
+)
 from torchrl_acer.training.trainer import ACERTrainer  # noqa: E402
 
 
@@ -70,17 +74,11 @@ def make_trainer(game, num_envs, T, device="cpu"):
     actor, critic = actor.to(device), critic.to(device)
     loss = make_loss(cfg.loss, actor, critic)
     loss.set_keys(**TRAINING_KEYS)
+    OmegaConf.update(cfg, "env.num_envs", num_envs)
+    OmegaConf.update(cfg, "collector.T", T)
     # on a GPU the policy runs there and batches come back to host memory
-    placement = {}
-    if device.type != "cpu":
-        placement = {"policy_device": device, "storing_device": "cpu"}
-    collector = Collector(
-        env,
-        actor,
-        frames_per_batch=T * num_envs,
-        total_frames=-1,
-        auto_register_policy_transforms=False,
-        **placement,
+    collector = make_collector(
+        cfg, functools.partial(make_env, cfg), actor, device=device, env=env
     )
     return ACERTrainer(
         collector=collector,

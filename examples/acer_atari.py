@@ -18,10 +18,11 @@ writes the logs and checkpoints. The run directory, resume and the final summary
 are shared with the other examples (:mod:`torchrl_acer.training.experiment`).
 """
 
+import functools
+
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torchrl.collectors import Collector
 from torchrl.objectives import SoftUpdate
 from torchrl.record.loggers import get_logger
 from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay
@@ -30,6 +31,7 @@ from torchrl_acer.training.experiment import (
     check_config,
     final_summary,
     get_device,
+    make_collector,
     make_loss,
     make_optimizer,
     resume,
@@ -70,14 +72,10 @@ def main(cfg: DictConfig) -> None:
     optimizer = make_optimizer(cfg.optim, loss.parameters())
 
     # -- collector: [num_envs, T] batches, with the behaviour log-probabilities ------
-    collector = Collector(
-        env,
-        actor,
-        frames_per_batch=cfg.collector.T * cfg.env.num_envs,
-        total_frames=-1,  # endless: the trainer counts frames
-        policy_device=device,
-        storing_device="cpu",  # the replay stays in host memory
-        auto_register_policy_transforms=False,
+    # collector.backend: this process, or num_workers processes or Ray actors, each
+    # stepping num_envs envs with a copy of the policy the trainer keeps updated
+    collector = make_collector(
+        cfg, functools.partial(make_env, cfg), actor, device=device, env=env
     )
 
     # -- replay: segments of T steps, each frame stored once -------------------------
@@ -128,6 +126,8 @@ def main(cfg: DictConfig) -> None:
         check_health=cfg.health.check,  # skip and count non-finite updates
         max_nonfinite_in_a_row=cfg.health.max_nonfinite_in_a_row,
         config=OmegaConf.to_container(cfg, resolve=True),  # in each checkpoint
+        weight_update_interval=cfg.collector.weight_update_interval,
+        max_policy_lag=cfg.collector.max_policy_lag,  # drop batches staler than this
     )
     if cfg.resume:
         resume(trainer, cfg.resume)

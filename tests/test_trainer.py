@@ -6,7 +6,6 @@ import torch
 from builders import run_example
 from omegaconf import OmegaConf
 from tensordict import TensorDict
-from torchrl.collectors import Collector
 from torchrl.record.loggers import get_logger
 
 from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
@@ -15,6 +14,7 @@ from torchrl_acer.training.envs import make_env
 from torchrl_acer.training.experiment import (
     check_config,
     get_device,
+    make_collector,
     make_loss,
     make_optimizer,
 )
@@ -67,13 +67,7 @@ def make_trainer(run_dir, **overrides):
         )
     loss = make_loss(cfg.loss, actor, critic)
     T, num_envs = cfg.collector.T, cfg.env.num_envs
-    collector = Collector(
-        env,
-        actor,
-        frames_per_batch=T * num_envs,
-        total_frames=-1,
-        auto_register_policy_transforms=False,
-    )
+    collector = make_collector(cfg, None, actor, device="cpu", env=env)
     replay = None
     if cfg.replay.ratio > 0:
         replay = make_segment_replay_buffer(

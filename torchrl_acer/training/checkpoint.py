@@ -67,6 +67,11 @@ SAFE_CONFIG_CHANGES = (
     "device",
     "compile",
     "env.num_threads",
+    # where the environments run; a resume then starts fresh episodes
+    "collector.backend",
+    "collector.num_workers",
+    "collector.sync",
+    "ray.*",
 )
 
 

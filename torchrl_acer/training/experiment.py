@@ -9,8 +9,11 @@ choice, resume, and the summary printed at the end.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
+import os
 import re
 import signal
 import sys
@@ -24,7 +27,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.training.checkpoint import read_header
-from torchrl_acer.training.trainer import ACERTrainer
+from torchrl_acer.training.trainer import ACERTrainer, VersionedPolicy
 
 __all__ = [
     "check_config",
@@ -32,6 +35,7 @@ __all__ = [
     "cut_csv_logs",
     "final_summary",
     "get_device",
+    "make_collector",
     "make_optimizer",
     "resume",
     "run_dir_for",
@@ -105,6 +109,17 @@ _SETTINGS: dict[str, _Setting] = {
     "env.num_threads": _int_at_least(0),  # the ALE's; 0: its own choice
     "collector.T": _int_at_least(1),
     "collector.total_frames": _int_at_least(1),
+    "collector.backend": _one_of("single", "multiprocess", "ray"),
+    "collector.num_workers": _int_at_least(1),
+    "collector.sync": _BOOL,
+    "collector.weight_update_interval": _int_at_least(1),
+    "collector.max_policy_lag": _int_at_least(0, null="no bound"),
+    "ray.address": _Setting(
+        "a Ray address (a string: auto, host:port, ray://...)",
+        lambda v: isinstance(v, str),
+        null="a local Ray started by the run",
+    ),
+    "ray.num_cpus": _int_at_least(1, null="all of this machine's"),
     "model.num_cells": _Setting(
         "a list of integers >= 1",
         lambda v: (
@@ -320,13 +335,137 @@ def make_loss(loss: DictConfig, actor, critic) -> ACERLoss:
     return module
 
 
+# collector.backend -> the backend of TorchRL's Collector(backend=...)
+_TORCHRL_BACKENDS = {"multiprocess": "process", "ray": "ray"}
+
+
+def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
+    """The collector ``cfg.collector.backend`` names, running ``actor``.
+
+    ``single`` (the default): one :class:`~torchrl.collectors.Collector` in this
+    process, stepping ``env`` (or ``make_env(num_envs, seed=cfg.seed)``) with the
+    learner's own actor: ``[num_envs, T]`` batches, no lag, nothing to push.
+
+    ``multiprocess`` and ``ray``: ``collector.num_workers`` collectors, each
+    stepping ``make_env(num_envs, seed=cfg.seed + i * num_envs)`` in its own
+    process (TorchRL's ``MultiSyncCollector`` / ``MultiAsyncCollector``) or Ray
+    actor (``RayCollector``), through ``Collector(backend=..., num_collectors=...,
+    sync=...)``. With ``collector.sync`` a batch is every worker's
+    ``[num_envs, T]`` together; without, each worker's batch as it comes. Each
+    worker acts with its own copy of the policy on the CPU, a
+    :class:`~torchrl_acer.training.trainer.VersionedPolicy` that the trainer
+    updates every ``collector.weight_update_interval`` batches through TorchRL's
+    weight-sync schemes (``update_policy_weights_``), and that writes the
+    version of its weights with every step: the trainer measures the policy lag
+    from it. ``env`` (built for its specs) is closed.
+
+    ``make_env(num_envs, seed=...)`` must pickle (a module-level function or a
+    ``functools.partial`` of one) for the workers to build their environments.
+    Ray is started from the config's ``ray`` section (a local cluster unless
+    ``ray.address`` names one) when it is not running already.
+    """
+    c = cfg.collector
+    T, num_envs = c.T, cfg.env.num_envs
+    backend = c.get("backend", "single")
+    if backend == "single":
+        from torchrl.collectors import Collector
+
+        return Collector(
+            env if env is not None else make_env(num_envs, seed=cfg.seed),
+            actor,
+            frames_per_batch=T * num_envs,
+            total_frames=-1,  # endless: the trainer counts frames
+            policy_device=device,
+            storing_device="cpu",  # the replay stays in host memory
+            auto_register_policy_transforms=False,
+        )
+    if backend not in _TORCHRL_BACKENDS:
+        raise ValueError(f"bad config: collector.backend={backend!r}")
+    if env is not None:
+        env.close()
+    from torchrl.collectors import Collector
+
+    workers, sync = c.num_workers, c.sync
+    env_fns = [
+        functools.partial(make_env, num_envs, seed=cfg.seed + i * num_envs)
+        for i in range(workers)
+    ]
+    # The workers act with copies: TorchRL moves a CPU policy's parameters into
+    # shared memory, and workers acting with the learner's own (or one shared
+    # copy) would act with weights changing under them, at no known version.
+    acting = VersionedPolicy(copy.deepcopy(actor).to("cpu").requires_grad_(False))
+    per_worker = T * num_envs
+    worker_kwargs = {
+        "policy_device": "cpu",
+        "storing_device": "cpu",
+        "auto_register_policy_transforms": False,
+    }
+    if backend == "multiprocess":
+        from torchrl.weight_update import MultiProcessWeightSyncScheme
+
+        backend_kwargs = {
+            **worker_kwargs,
+            "total_frames": -1,
+            # each worker deep-copies the template into a policy of its own, and
+            # applies pushed weights (sent through a pipe) from a background
+            # thread: VersionedPolicy tells which weights acted. sync=False: a
+            # push does not wait for acknowledgements, which a dead worker would
+            # never send (collecting finds it dead instead)
+            "policy_factory": functools.partial(copy.deepcopy, copy.deepcopy(acting)),
+            "weight_sync_schemes": {"policy": MultiProcessWeightSyncScheme(sync=False)},
+        }
+    else:
+        backend_kwargs = {
+            "collector_kwargs": worker_kwargs,
+            # RayCollector stops at total_frames (-1 would be no batch at all)
+            "total_frames": 2**62,
+            "ray_init_config": _ray_init_config(cfg, make_env),
+            # collectors on the CPU, whatever the learner's machine has
+            "remote_configs": {"num_cpus": 1, "num_gpus": 0, "memory": 2 * 1024**3},
+        }
+    return Collector(
+        env_fns,
+        acting,
+        backend=_TORCHRL_BACKENDS[backend],
+        num_collectors=workers,
+        sync=sync,
+        # sync: every worker's [num_envs, T] in one batch; async: one worker's
+        frames_per_batch=per_worker * workers if sync else per_worker,
+        **backend_kwargs,
+    )
+
+
+def _ray_init_config(cfg: DictConfig, make_env) -> dict:
+    """``ray.init``'s arguments from the config's ``ray`` section. A local Ray's
+    workers also get the folder of ``make_env``'s module on their path (the
+    examples' ``utils_*.py`` are on the driver's path only)."""
+    ray_cfg = cfg.get("ray") or {}
+    address = ray_cfg.get("address")
+    config = {
+        "address": address,
+        "num_cpus": None if address else ray_cfg.get("num_cpus"),
+        "include_dashboard": False,
+        "ignore_reinit_error": True,
+    }
+    if not address:
+        func = getattr(make_env, "func", make_env)
+        name = getattr(func, "__module__", "") or ""
+        module = sys.modules.get(name)
+        paths = []
+        if module is not None and "." not in name and getattr(module, "__file__", None):
+            paths.append(str(Path(module.__file__).resolve().parent))  # a script's
+        paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        config["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}
+    return config
+
+
 def make_optimizer(optim: DictConfig, params) -> torch.optim.Optimizer:
     """Adam or RMSProp as the config's ``optim`` section says.
 
     Adam runs fused (one kernel over every parameter) where torch has the kernel,
     RMSProp over lists of tensors (``foreach``; it has no fused kernel): for the
-    small networks here the per-tensor loop of the default cost 4x the fused step
-    (``bench/loop.py``). Results agree with the default up to float rounding."""
+    small networks here the default's per-tensor loop costs several times the
+    fused step. Results agree with the default up to float rounding."""
     params = list(params)
     if optim.name == "adam":
         fused = all(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -28,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import set_composite_lp_aggregate
+from tensordict.nn import TensorDictModuleBase, set_composite_lp_aggregate
+from torchrl.collectors import BaseCollector, Collector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers import ReplayBuffer, TensorStorage
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
@@ -55,6 +57,8 @@ from torchrl_acer.training.soft_update import ForeachSoftUpdate
 
 __all__ = [
     "ACERTrainer",
+    "CollectorWorkerError",
+    "VersionedPolicy",
     "GreedyEvaluator",
     "NonFiniteTrainingError",
     "load_replay_state_dict",
@@ -241,6 +245,114 @@ def _resumed_schedule(saved: int | None, frames: int, interval: int | None):
     return _next_multiple(frames, interval)
 
 
+class _Version(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("version", torch.zeros((), dtype=torch.long))
+
+
+class VersionedPolicy(TensorDictModuleBase):
+    """A collector worker's policy: ``policy``, and the version of its weights,
+    written under ``"policy_version"`` with every action it takes.
+
+    The version is pushed with the weights (:meth:`ACERTrainer._push_policy_weights`
+    sends :meth:`weights`), so a step's version is that of the weights that chose
+    its action and computed its stored log-probabilities. (TorchRL's
+    ``track_policy_version`` tags steps from an environment transform, which can
+    be one step off the weights around an update.)
+
+    Weights may land while the policy acts: TorchRL's multi-process scheme
+    applies them from a background thread of the worker. So the version is
+    written twice, ``begin`` before the weights and ``end`` after them (the order
+    the weights are copied in: the module's), and a forward that read ``end``
+    before and ``begin`` after with the same value used that version's weights
+    only; otherwise it runs again (a seqlock).
+    """
+
+    def __init__(self, policy):
+        super().__init__()
+        # registration order is the copy order: begin, the weights, end
+        self.begin = _Version()
+        self.policy = policy
+        self.end = _Version()
+        self.in_keys = list(policy.in_keys)
+        self.out_keys = [*policy.out_keys, "policy_version"]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for _ in range(1000):
+            version = int(self.end.version)
+            tensordict = self.policy(tensordict)
+            if int(self.begin.version) == version:
+                break
+        else:  # a writer that never finishes
+            raise RuntimeError("the policy's weights kept changing while it acted")
+        tensordict.set("policy_version", torch.full(tensordict.batch_size, version))
+        return tensordict
+
+    @staticmethod
+    def weights(policy_weights: TensorDictBase, version: int) -> TensorDictBase:
+        """A :class:`VersionedPolicy`'s weights: ``policy_weights`` (from
+        ``TensorDict.from_module(policy)``) at ``version``, in copy order."""
+        stamp = TensorDict({"version": torch.tensor(version)}, [])
+        return TensorDict(
+            {"begin": stamp, "policy": policy_weights, "end": stamp.clone()}, []
+        )
+
+
+class CollectorWorkerError(RuntimeError):
+    """Training stopped: a collector worker (a process of a multi-process
+    collector, a Ray actor) died. The message names the worker; the trainer's
+    state, replay included, is in the checkpoint written before it is raised."""
+
+
+def _worker_failure(err: Exception, collector, pids) -> str | None:
+    """Which collector worker died, when collecting raised ``err``, or ``None``
+    when no worker died.
+
+    TorchRL's multi-process collectors check their processes when a batch is
+    late or has come; finding one dead, they terminate the others and raise
+    ``RuntimeError("At least one process failed: worker i (exit code c)...")``
+    (or, in 0.14, a ``ValueError`` from closing a worker still exiting). Ray
+    raises ``ActorDiedError`` (a ``RayActorError``) from ``ray.get``."""
+    index = code = None
+    found = re.search(r"worker (\d+) \(exit code (-?\d+)\)", str(err))
+    if found is not None:
+        index, code = int(found.group(1)), int(found.group(2))
+    else:
+        exits = []
+        for i, proc in enumerate(getattr(collector, "procs", None) or []):
+            try:
+                if proc.exitcode is not None:
+                    exits.append((i, proc.exitcode))
+            except ValueError:  # closed: one TorchRL terminated
+                continue
+        # the one that died first, not one TorchRL terminated after it (SIGTERM)
+        exits = [e for e in exits if e[1] != -signal.SIGTERM] or exits
+        if exits:
+            index, code = exits[0]
+    if index is not None:
+        pid = f", pid {pids[index]}" if index < len(pids) else ""
+        how = (
+            f"killed by {signal.Signals(-code).name}"
+            if code < 0 and -code in signal.valid_signals()
+            else f"exit code {code}"
+        )
+        return f"collector worker {index} ({type(collector).__name__}{pid}, {how})"
+    if any(k.__name__ in ("RayActorError", "ActorDiedError") for k in type(err).mro()):
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return f"a Ray collector actor ({type(err).__name__}: {first})"
+    return None
+
+
+def _lag_bucket(lag: int) -> str:
+    """``0``, ``1``, ``2-3``, ``4-7``, ...: the policy lags whose importance
+    ratios are logged together."""
+    if lag < 2:
+        return str(lag)
+    low = 1 << (lag.bit_length() - 1)
+    return f"{low}-{2 * low - 1}"
+
+
 class NonFiniteTrainingError(RuntimeError):
     """Training stopped: too many updates (or collected batches) in a row were
     non-finite. The message names the first non-finite term, the frame count and
@@ -384,6 +496,21 @@ class ACERTrainer:
         config (dict, optional): the run's resolved config, stored in each
             checkpoint's header; :meth:`load_checkpoint` compares it with the
             stored one.
+        weight_update_interval (int): collected batches between two pushes of
+            the learner's policy weights to a collector whose workers act with
+            their own copy (TorchRL's multi-process and Ray collectors:
+            ``update_policy_weights_``), each after the batch's updates. An
+            in-process :class:`~torchrl.collectors.Collector` acts with the
+            learner's own policy and gets none. Defaults to 1.
+        max_policy_lag (int, optional): a batch whose policy lag (learner updates
+            since the weights that acted on its oldest step were pushed, read
+            from the steps' ``"policy_version"``) exceeds this gets no
+            on-policy update and is not stored in replay; dropped batches are
+            counted (``collector/dropped_batches``). ``None``: no bound. The lag
+            and the on-policy update's importance ratios by lag are logged
+            (``collector/policy_lag``, ``collector/rho_mean_lag<a-b>``,
+            ``collector/rho_clip_fraction_lag<a-b>``) whenever batches carry
+            versions.
     """
 
     def __init__(
@@ -414,6 +541,8 @@ class ACERTrainer:
         check_health: bool = True,
         max_nonfinite_in_a_row: int = 10,
         config: dict | None = None,
+        weight_update_interval: int = 1,
+        max_policy_lag: int | None = None,
     ):
         if total_frames <= 0:
             raise ValueError(f"total_frames must be positive, got {total_frames}")
@@ -442,6 +571,12 @@ class ACERTrainer:
                 raise ValueError(f"{name} must be positive, got {value}")
         if eval_interval is not None and evaluator is None:
             raise ValueError("eval_interval is set but there is no evaluator")
+        if not weight_update_interval >= 1:
+            raise ValueError(
+                f"weight_update_interval must be >= 1, got {weight_update_interval}"
+            )
+        if max_policy_lag is not None and not max_policy_lag >= 0:
+            raise ValueError(f"max_policy_lag must be >= 0, got {max_policy_lag}")
         if not max_nonfinite_in_a_row >= 1:
             raise ValueError(
                 f"max_nonfinite_in_a_row must be >= 1, got {max_nonfinite_in_a_row}"
@@ -517,6 +652,20 @@ class ACERTrainer:
         self._next_eval = 0 if eval_interval else None
         self._next_checkpoint = checkpoint_interval
         self._metrics: dict = defaultdict(list)
+        # Weights go to collectors whose workers act with a copy of the policy
+        # (TorchRL's multi-process and Ray collectors); an in-process Collector
+        # acts with the learner's own modules.
+        self.weight_update_interval = weight_update_interval
+        self.max_policy_lag = max_policy_lag
+        self._push_weights = isinstance(collector, BaseCollector) and not isinstance(
+            collector, Collector
+        )
+        # _pushed_at[v]: the learner's update count when policy version v was
+        # pushed; version 0 is the weights the collector was built with
+        self._pushed_at: list[int] = [0]
+        self._batches_since_push = 0
+        self.dropped_batches = 0  # beyond max_policy_lag
+        self._worker_pids: list[int] = []
 
     # -- the loop ------------------------------------------------------------
 
@@ -549,6 +698,9 @@ class ACERTrainer:
         try:
             if self.frames >= self.total_frames:
                 return
+            if self._push_weights and self._pushed_at[-1] != self.updates:
+                # resumed: the workers hold the weights they were built with
+                self._push_policy_weights()
             for batch in self._collected_batches():
                 try:
                     self.train_on_batch(batch)
@@ -602,9 +754,30 @@ class ACERTrainer:
         while True:
             try:
                 with self._collection_deferred(), self._policy_acting("collecting"):
-                    batch = next(iterator)
+                    try:
+                        batch = next(iterator)
+                    except Exception as err:
+                        if isinstance(err, StopIteration):
+                            raise
+                        worker = _worker_failure(err, self.collector, self._worker_pids)
+                        if worker is None:
+                            raise
+                        raise CollectorWorkerError(
+                            f"{worker} died after {self.frames} frames; training "
+                            f"stopped. What was trained on, the replay included, "
+                            f"is in the checkpoint; the batches the workers had "
+                            f"collected but not delivered are lost. Find why it "
+                            f"died (out of memory: the kernel log; an environment "
+                            f"error: the worker's output above), then resume "
+                            f"(collector.num_workers may change on resume)"
+                        ) from err
             except StopIteration:
                 return
+            if not self._worker_pids:
+                # to name a dead worker by its pid (TorchRL closes the other
+                # workers' handles when it finds one dead)
+                procs = getattr(self.collector, "procs", None) or []
+                self._worker_pids = [proc.pid for proc in procs]
             yield batch
 
     @contextmanager
@@ -756,9 +929,14 @@ class ACERTrainer:
         """One iteration: an on-policy update, storage, replayed updates, logging.
 
         With :attr:`check_health`, a batch holding non-finite values gets no
-        on-policy update and is not stored (its replayed updates still happen)."""
+        on-policy update and is not stored (its replayed updates still happen);
+        so does one beyond :attr:`max_policy_lag`. Every
+        :attr:`weight_update_interval` batches the policy's weights go to the
+        collector's workers."""
         if batch.ndim == 1:
             batch = batch.unsqueeze(0)
+        elif batch.ndim > 2:  # [workers, num_envs, T] from a synchronous collector
+            batch = batch.reshape(-1, batch.shape[-1])
         if self.segment_length is None:
             self.segment_length = batch.shape[-1]
         # a signal here waits for the end of the iteration's updates and storage
@@ -778,8 +956,18 @@ class ACERTrainer:
                         f"{_describe_batch(read)}"
                     ),
                 )
+            lag = self._policy_lag(batch)
+            if lag is not None and self.max_policy_lag is not None:
+                if lag > self.max_policy_lag:
+                    fresh = False  # no on-policy update, not stored
+                    self.dropped_batches += 1
+                    self._metrics["collector/dropped_batches"].append(1)
             if self.on_policy_updates and fresh:
-                self.update(batch, tag="on_policy")
+                out = self.update(batch, tag="on_policy")
+                if lag is not None:  # how far the lagging behaviour policy is off
+                    bucket = _lag_bucket(lag)
+                    for key in ("rho_mean", "rho_clip_fraction"):
+                        self._metrics[f"collector/{key}_lag{bucket}"].append(out[key])
             if self.replay_buffer is not None:
                 if fresh:
                     self.replay_buffer.extend(
@@ -789,6 +977,10 @@ class ACERTrainer:
                     rate = torch.tensor(float(self.replay_ratio))
                     for _ in range(int(torch.poisson(rate, generator=self._rng))):
                         self.update(self.replay_buffer.sample(), tag="off_policy")
+            if self._push_weights:
+                self._batches_since_push += 1
+                if self._batches_since_push >= self.weight_update_interval:
+                    self._push_policy_weights()
             self._metrics["time/iteration"].append(time.perf_counter() - tick)
             self._metrics["time/frames"].append(batch.numel())
             # schedules run on multiples of their interval, whatever the batch size
@@ -815,6 +1007,48 @@ class ACERTrainer:
             save = True
         if save:
             self.save_checkpoint()
+
+    def _push_policy_weights(self) -> None:
+        """Sends the learner's policy weights to the collector's workers
+        (TorchRL's weight-sync scheme) as version ``len(_pushed_at)`` of their
+        :class:`VersionedPolicy`."""
+        for proc in getattr(self.collector, "procs", None) or []:
+            try:
+                alive = proc.is_alive()
+            except ValueError:  # closed by TorchRL
+                alive = False
+            if not alive:
+                # it would never acknowledge the weights: the push would wait
+                # forever. Collecting next finds it dead and says which.
+                return
+        # a copy: the pushed tensors may be sent later, or shared with the
+        # workers, and must not follow the learner's next updates
+        weights = TensorDict.from_module(self.loss_module.actor_network).data.clone()
+        weights = VersionedPolicy.weights(weights, len(self._pushed_at))
+        self.collector.update_policy_weights_(weights)
+        self._pushed_at.append(self.updates)
+        self._batches_since_push = 0
+
+    def _policy_lag(self, batch: TensorDictBase) -> int | None:
+        """Learner updates since the weights that acted on the batch's oldest
+        step were pushed (``None`` when the collector acts with the learner's own
+        policy). Each step's ``"policy_version"`` was written by the
+        :class:`VersionedPolicy` that acted."""
+        if not self._push_weights:
+            return None
+        versions = batch.get("policy_version", None)
+        if versions is None:
+            return None
+        oldest = int(versions.min())
+        if not 0 <= oldest < len(self._pushed_at):
+            raise RuntimeError(
+                f"a batch carries policy version {oldest}, but the trainer pushed "
+                f"versions 0 to {len(self._pushed_at) - 1} only: the collector "
+                f"was given weights by someone else"
+            )
+        lag = self.updates - self._pushed_at[oldest]
+        self._metrics["collector/policy_lag"].append(lag)
+        return lag
 
     def update(self, batch: TensorDictBase, tag: str = "update") -> TensorDictBase:
         """One optimizer step on ``batch``, then the averaged-policy update.
@@ -963,6 +1197,14 @@ class ACERTrainer:
             scalars[f"train/{tag}_updates"] = len(
                 metrics.pop(f"train/{tag}_updates", [])
             )
+        lags = metrics.pop("collector/policy_lag", [])
+        if lags:
+            scalars["collector/policy_lag"] = float(np.mean(lags))
+            scalars["collector/policy_lag_max"] = max(lags)
+        if self.max_policy_lag is not None:  # dropped since the last log
+            scalars["collector/dropped_batches"] = len(
+                metrics.pop("collector/dropped_batches", [])
+            )
         if self.check_health:  # skipped since the last log
             for kind in ("updates", "batches"):
                 scalars[f"train/nonfinite_{kind}"] = len(
@@ -1024,6 +1266,7 @@ class ACERTrainer:
                 # accumulated since the last training log, logged at the next one
                 "metrics": {key: list(values) for key, values in self._metrics.items()},
                 # a streak goes on across a resume: the run stops where it would have
+                "dropped_batches": self.dropped_batches,
                 "nonfinite": {
                     "updates": self.nonfinite_updates,
                     "batches": self.nonfinite_batches,
@@ -1092,6 +1335,7 @@ class ACERTrainer:
             self._metrics[key] = [
                 v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values
             ]
+        self.dropped_batches = counters.get("dropped_batches", 0)
         nonfinite = counters.get("nonfinite")  # absent in checkpoints older than it
         if nonfinite is not None:
             self.nonfinite_updates = nonfinite["updates"]
