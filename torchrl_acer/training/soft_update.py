@@ -3,8 +3,8 @@
 TorchRL's :class:`~torchrl.objectives.SoftUpdate` walks its parameter
 TensorDicts and lerps each of them on every step: for the small networks of
 ACER's classic-control and MinAtar runs that walk costs more than the
-arithmetic (0.7 ms against 0.04 ms for one ``torch._foreach_lerp_`` over the
-same tensors, ``bench/loop.py``), and the averaged policy is updated after every
+arithmetic of one ``torch._foreach_lerp_`` over the same tensors (about 15x
+on the CartPole networks), and the averaged policy is updated after every
 optimizer step. :class:`ForeachSoftUpdate` does the same update with the tensor
 lists gathered once. It is a drop-in :class:`SoftUpdate` (same arguments, same
 ``state_dict``); the change would fit TorchRL's ``TargetNetUpdater.step``.
