@@ -462,3 +462,17 @@ def retrace(gamma, lmbda, x, **kwargs):
         x["terminated"],
         **kwargs,
     )
+
+
+def gym_config(settings: dict, **overrides):
+    """``examples/config_gym.yaml`` as Hydra composes it (without its ``hydra`` and
+    ``defaults`` sections), with ``settings`` and then ``overrides`` (dotted keys)
+    applied."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(Path(__file__).parents[1] / "examples" / "config_gym.yaml")
+    cfg.pop("hydra")
+    cfg.pop("defaults")
+    for key, value in {**settings, **overrides}.items():
+        OmegaConf.update(cfg, key, value)
+    return cfg

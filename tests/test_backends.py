@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders import run_example
+from builders import gym_config, run_example
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
@@ -27,33 +27,27 @@ from torchrl_acer.training.trainer import (
     make_segment_replay_buffer,
 )
 
-ROOT = Path(__file__).parents[1]
-CONFIG = ROOT / "examples" / "config_gym.yaml"
+SMALL = {
+    "env.num_envs": 2,
+    "collector.T": 5,
+    "collector.total_frames": 200,
+    "collector.backend": "multiprocess",
+    "collector.num_workers": 2,
+    "collector.sync": False,
+    "collector.max_policy_lag": None,
+    "replay.ratio": 2.0,
+    "replay.start": 0,
+    "replay.capacity": 400,
+    "logger.backend": None,
+    "logger.progress_bar": False,
+    "logger.log_interval": 10_000,
+    "model.num_cells": [16],
+    "threads": 1,
+}
 
 
 def small_config(**overrides):
-    cfg = OmegaConf.load(CONFIG)
-    cfg.pop("hydra")
-    base = {
-        "env.num_envs": 2,
-        "collector.T": 5,
-        "collector.total_frames": 200,
-        "collector.backend": "multiprocess",
-        "collector.num_workers": 2,
-        "collector.sync": False,
-        "collector.max_policy_lag": None,
-        "replay.ratio": 2.0,
-        "replay.start": 0,
-        "replay.capacity": 400,
-        "logger.backend": None,
-        "logger.progress_bar": False,
-        "logger.log_interval": 10_000,
-        "model.num_cells": [16],
-        "threads": 1,
-    }
-    base.update(overrides)
-    for key, value in base.items():
-        OmegaConf.update(cfg, key, value)
+    cfg = gym_config(SMALL, **overrides)
     check_config(cfg)
     return cfg
 

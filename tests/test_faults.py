@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from builders import gym_config
 from omegaconf import OmegaConf
 from torchrl.collectors import Collector
 
@@ -51,12 +52,7 @@ SMALL = {
 
 
 def small_config(**overrides):
-    cfg = OmegaConf.load(ROOT / "examples" / "config_gym.yaml")
-    cfg.pop("hydra")
-    cfg.pop("defaults")  # as Hydra composes it
-    for key, value in {**SMALL, **overrides}.items():
-        OmegaConf.update(cfg, key, value)
-    return cfg
+    return gym_config(SMALL, **overrides)
 
 
 class Inject(gym.Wrapper):

@@ -3,8 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders import run_example
-from omegaconf import OmegaConf
+from builders import gym_config, run_example
 from tensordict import TensorDict
 from torchrl.record.loggers import get_logger
 
@@ -24,31 +23,24 @@ from torchrl_acer.training.trainer import (
     make_segment_replay_buffer,
 )
 
-ROOT = Path(__file__).parents[1]
-CONFIG = ROOT / "examples" / "config_gym.yaml"
+SMALL = {
+    "env.num_envs": 2,
+    "collector.T": 5,
+    "collector.total_frames": 100,
+    "replay.ratio": 2.0,
+    "replay.start": 0,
+    "replay.capacity": 200,
+    "eval.interval": 50,
+    "eval.episodes": 2,
+    "eval.max_steps": 30,
+    "logger.backend": None,
+    "logger.progress_bar": False,
+    "model.num_cells": [16],
+}
 
 
 def small_config(**overrides):
-    cfg = OmegaConf.load(CONFIG)
-    cfg.pop("hydra")
-    base = {
-        "env.num_envs": 2,
-        "collector.T": 5,
-        "collector.total_frames": 100,
-        "replay.ratio": 2.0,
-        "replay.start": 0,
-        "replay.capacity": 200,
-        "eval.interval": 50,
-        "eval.episodes": 2,
-        "eval.max_steps": 30,
-        "logger.backend": None,
-        "logger.progress_bar": False,
-        "model.num_cells": [16],
-    }
-    base.update(overrides)
-    for key, value in base.items():
-        OmegaConf.update(cfg, key, value)
-    return cfg
+    return gym_config(SMALL, **overrides)
 
 
 def make_trainer(run_dir, **overrides):
