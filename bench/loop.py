@@ -68,7 +68,7 @@ class Timers:
         self._undo.clear()
 
 
-def time_loop(trainer, batches: int, breakdown: bool) -> dict:
+def time_loop(trainer, iterator, batches: int, breakdown: bool) -> dict:
     """Env steps per second over ``batches`` iterations of the trainer's loop;
     with ``breakdown``, where the time went (the timers' own cost included)."""
     timers = Timers()
@@ -80,7 +80,6 @@ def time_loop(trainer, batches: int, breakdown: bool) -> dict:
         timers.wrap(trainer.replay_buffer, "extend", "replay extend")
         timers.wrap(trainer.replay_buffer, "sample", "replay sample")
     frames, updates = trainer.frames, trainer.updates
-    iterator = trainer._batches
     collect = 0.0
     start = time.perf_counter()
     for _ in range(batches):
@@ -195,12 +194,13 @@ def main():
     num_envs = trainer.collector.env.batch_size.numel()
     T = trainer.collector.frames_per_batch // num_envs
     batch_segments = trainer.replay_buffer._batch_size
-    trainer._batches = trainer._collected_batches()
+    # the trainer's own iteration: the policy's inputs are checked there
+    iterator = trainer._collected_batches()
     for _ in range(8):  # past replay.start (1 000 steps)
-        trainer.train_on_batch(next(trainer._batches))
+        trainer.train_on_batch(next(iterator))
     rounds = []
     for r in range(args.repeats):
-        loop = time_loop(trainer, args.batches, breakdown=False)
+        loop = time_loop(trainer, iterator, args.batches, breakdown=False)
         bound = compute_bound(trainer, loop, num_envs, T, batch_segments)
         gym_rate = gymnasium_steps_per_s(num_envs)
         rounds.append(
@@ -219,7 +219,7 @@ def main():
             f"{bound['steps_per_s']:.0f}, ratio {rounds[-1]['loop_over_bound']:.3f}",
             flush=True,
         )
-    breakdown = time_loop(trainer, args.batches, breakdown=True)
+    breakdown = time_loop(trainer, iterator, args.batches, breakdown=True)
     trainer.close()
 
     def median(key):
