@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -44,6 +44,10 @@ minatar_more() {  # the other three games; run again to continue stopped seeds
   minatar_run minatar_asterix Asterix
   minatar_run minatar_freeway Freeway
   minatar_run minatar_seaquest Seaquest
+}
+minatar_multiprocess() {  # #16: learning unchanged by the backend (2 async worker processes)
+  minatar_run minatar_breakout_multiprocess Breakout \
+    collector.backend=multiprocess collector.num_workers=2 collector.sync=false
 }
 minatar_ablations() {
   for game in Breakout SpaceInvaders; do
