@@ -192,11 +192,15 @@ def main():
     warnings.filterwarnings("ignore")
     trainer = cartpole_trainer(True)
     num_envs = trainer.collector.env.batch_size.numel()
-    T = trainer.collector.frames_per_batch // num_envs
     batch_segments = trainer.replay_buffer._batch_size
     # the trainer's own iteration: the policy's inputs are checked there
     iterator = trainer._collected_batches()
-    for _ in range(8):  # past replay.start (1 000 steps)
+    # T from a collected batch ([num_envs, T]): TorchRL's collectors keep
+    # frames_per_batch per environment, not the total they were given
+    batch = next(iterator)
+    T = batch.shape[-1]
+    trainer.train_on_batch(batch)
+    for _ in range(7):  # past replay.start (1 000 steps)
         trainer.train_on_batch(next(iterator))
     rounds = []
     for r in range(args.repeats):
