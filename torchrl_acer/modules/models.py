@@ -22,6 +22,8 @@ from torchrl.modules import (
     ProbabilisticActor,
 )
 
+from torchrl_acer.modules.actors import CategoricalActor
+
 __all__ = [
     "atari_actor_critic",
     "gaussian_actor_sdn",
@@ -90,7 +92,8 @@ def mlp_actor_critic(
             activation_class=activation_class,
         )
 
-    actor = ProbabilisticActor(
+    # samples with plain tensors when collecting (same draws as ProbabilisticActor)
+    actor = CategoricalActor(
         TensorDictModule(mlp(), [obs_key], ["logits"]),
         in_keys=["logits"],
         spec=action_spec,

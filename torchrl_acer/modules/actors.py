@@ -1,0 +1,142 @@
+"""A categorical actor that samples without building a distribution object.
+
+Collecting runs the policy once per environment step on a handful of
+observations, where the network is a few microseconds and TensorDict's
+probabilistic-module machinery (building a ``Categorical``, validating its
+arguments, looking up the interaction mode, wrapping the sample) is most of the
+call. :class:`CategoricalActor` is a :class:`~torchrl.modules.ProbabilisticActor`
+that, when it samples, does the same arithmetic with plain tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModule, skip_existing
+from tensordict.nn.probabilistic import interaction_type
+from torch import distributions as D
+from torchrl.modules import OneHotCategorical, ProbabilisticActor
+
+__all__ = ["CategoricalActor"]
+
+
+class CategoricalActor(ProbabilisticActor):
+    """A :class:`~torchrl.modules.ProbabilisticActor` over categorical logits
+    whose sampling call skips the distribution object.
+
+    Built like a ``ProbabilisticActor`` whose module is one
+    :class:`~tensordict.nn.TensorDictModule` writing the logits, with
+    ``distribution_class`` :class:`~torchrl.modules.OneHotCategorical` or
+    :class:`torch.distributions.Categorical` and ``return_log_prob=True``. When it
+    samples (``InteractionType.RANDOM``, as collectors run it), it computes, as
+    those distributions do,
+
+    .. math::
+
+        \\bar{\\ell} = \\ell - \\log \\sum_a e^{\\ell_a}, \\quad
+        a \\sim \\mathrm{multinomial}(\\mathrm{softmax}(\\bar{\\ell})), \\quad
+        \\log \\pi(a) = \\bar{\\ell}_a,
+
+    with the same random draws (``torch.multinomial`` on the same probabilities),
+    so its actions, log-probabilities and the random state it leaves are those of
+    the ``ProbabilisticActor`` it replaces, bit for bit. Every other call
+    (deterministic or mode evaluation, ``tensordict_out``, skip-existing, NaN
+    logits, another structure) runs ``ProbabilisticActor.forward``. Hooks on the
+    actor run as usual.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import InteractionType, TensorDictModule, set_interaction_type
+        >>> from torchrl.modules import OneHotCategorical
+        >>> from torchrl_acer.modules.actors import CategoricalActor
+        >>> actor = CategoricalActor(
+        ...     TensorDictModule(torch.nn.Linear(4, 2), ["observation"], ["logits"]),
+        ...     in_keys=["logits"],
+        ...     distribution_class=OneHotCategorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> td = TensorDict({"observation": torch.randn(8, 4)}, [8])
+        >>> with set_interaction_type(InteractionType.RANDOM):
+        ...     out = actor(td)
+        >>> out["action"].shape, out["action_log_prob"].shape
+        (torch.Size([8, 2]), torch.Size([8]))
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._lean = self._lean_plan()
+
+    def _lean_plan(self) -> tuple | None:
+        """``(network, in_key, logits_key, action_key, log_prob_key, one_hot)``
+        when the structure allows sampling with plain tensors, else ``None``."""
+        modules = list(self.module)
+        if len(modules) != 2:
+            return None
+        net, head = modules
+        if type(net) is not TensorDictModule or len(net.in_keys) != 1:
+            return None
+        if head.distribution_class not in (OneHotCategorical, D.Categorical):
+            return None
+        lean_head = (
+            head.return_log_prob
+            and not head.distribution_kwargs
+            and head.num_samples is None
+            and not getattr(head, "safe", False)
+            and getattr(head, "_generator", None) is None
+            and getattr(head, "_generator_key", None) is None
+            and list(head.in_keys) == list(net.out_keys)
+            and len(net.out_keys) == 1
+            and head.dist_params_keys == ["logits"]
+            and len(head.dist_sample_keys) == 1
+        )
+        if not lean_head:
+            return None
+        return (
+            net.module,
+            net.in_keys[0],
+            net.out_keys[0],
+            head.dist_sample_keys[0],
+            head.log_prob_key,
+            head.distribution_class is OneHotCategorical,
+        )
+
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        tensordict_out: TensorDictBase | None = None,
+        **kwargs,
+    ) -> TensorDictBase:
+        plan = self._lean
+        if (
+            plan is None
+            or tensordict_out is not None
+            or kwargs
+            or interaction_type() is not InteractionType.RANDOM
+            or skip_existing()
+            or self._has_inner_hooks()
+        ):
+            return super().forward(tensordict, tensordict_out, **kwargs)
+        network, in_key, logits_key, action_key, log_prob_key, one_hot = plan
+        logits = network(tensordict.get(in_key))
+        n = logits.shape[-1]
+        # a single action or NaN logits: the distribution's own path (and errors)
+        if n < 2 or torch.isnan(logits).any():
+            return super().forward(tensordict, tensordict_out, **kwargs)
+        normalized = logits - logits.logsumexp(dim=-1, keepdim=True)
+        probs = torch.softmax(normalized, dim=-1)
+        index = torch.multinomial(probs.reshape(-1, n), 1, True).T
+        index = index.reshape(logits.shape[:-1])
+        log_prob = normalized.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        tensordict.set(logits_key, logits)
+        tensordict.set(
+            action_key, torch.nn.functional.one_hot(index, n) if one_hot else index
+        )
+        tensordict.set(log_prob_key, log_prob)
+        return tensordict
+
+    def _has_inner_hooks(self) -> bool:
+        # hooks on the inner modules would be skipped by the plain-tensor path
+        return any(
+            m._forward_hooks or m._forward_pre_hooks for m in self.module.children()
+        )
