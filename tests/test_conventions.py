@@ -20,7 +20,7 @@ from tensordict.nn import (
 from torch import distributions as D
 from torch import nn
 from torchrl.collectors import Collector
-from torchrl.modules import GRUModule, LSTMModule, ProbabilisticActor
+from torchrl.modules import ProbabilisticActor
 from torchrl.testing.mocking_classes import ContinuousActionVecMockEnv
 
 from torchrl_acer import ACERLoss, RetraceEstimator
@@ -242,38 +242,13 @@ class TestLoss:
                 assert f"{field.name} (NestedKey)" in doc, (cls.__name__, field.name)
 
 
-def lstm_actor():
-    lstm = LSTMModule(input_size=3, hidden_size=8, in_key="observation", out_key="h")
-    return ProbabilisticActor(
-        TensorDictSequential(
-            lstm, TensorDictModule(nn.Linear(8, 4), ["h"], ["logits"])
-        ),
-        in_keys=["logits"],
-        distribution_class=D.Categorical,
-    )
-
-
 class TestRefused:
-    def test_recurrent_policy_is_refused_naming_the_module(self):
-        _, critic = discrete_actor_critic(dtype=torch.float32)
-        with pytest.raises(TypeError, match="LSTMModule"):
-            ACERLoss(lstm_actor(), critic)
-        with pytest.raises(TypeError, match="LSTMModule"):
-            RetraceEstimator(
-                gamma=0.9, actor_network=lstm_actor(), value_network=critic
-            )
-
-    @pytest.mark.parametrize("rnn", ["gru", "nn.LSTM"])
-    def test_recurrent_critic_is_refused(self, rnn):
+    def test_a_bare_torch_rnn_critic_is_refused(self):
+        # TorchRL's LSTMModule / GRUModule are accepted (tests/test_recurrent.py);
+        # a bare nn.LSTM would be run on independent steps
         actor, _ = discrete_actor_critic(dtype=torch.float32)
-        if rnn == "gru":
-            core = GRUModule(
-                input_size=3, hidden_size=8, in_key="observation", out_key="h"
-            )
-            name = "GRUModule"
-        else:
-            core = TensorDictModule(nn.LSTM(3, 8), ["observation"], ["h"])
-            name = "LSTM"
+        core = TensorDictModule(nn.LSTM(3, 8), ["observation"], ["h"])
+        name = "LSTM"
         critic = TensorDictSequential(
             core, TensorDictModule(nn.Linear(8, 4), ["h"], ["action_value"])
         )

@@ -14,6 +14,9 @@ input: their next value is multiplied by zero. This is TorchRL's ``shifted=True`
 With ``shifted=False`` (TorchRL's default meaning) the window makes no assumption
 about ``s'_t``: the networks see the ``B T`` observations and the ``B T`` next
 observations, still in one call.
+
+Networks holding TorchRL's recurrent modules cannot take independent observations;
+the estimator runs them over sequences instead (``_recurrent.py``).
 """
 
 from __future__ import annotations
@@ -318,11 +321,14 @@ class PolicyCriticEvaluator:
     ):
         self.actor_network = actor_network
         self.critic_network = critic_network
+        #: whether a network holds TorchRL recurrent modules: then the estimator
+        #: runs them over sequences (see ``_recurrent.py``), not on this window
+        self.recurrent = False
         for name, network in (
             ("actor_network", actor_network),
             ("critic", critic_network),
         ):
-            refuse_recurrent(network, name)
+            self.recurrent |= is_recurrent(network, name)
         # (id(params), id(module)) -> (weak refs to both, whether params are the
         # module's own); lives and dies with this evaluator
         self._own_params = {}
@@ -555,21 +561,31 @@ def _skip_existing_set_to(mode: bool):
     return set_skip_existing(mode)
 
 
-def refuse_recurrent(network, name: str) -> None:
-    """Raises for recurrent modules, which the window would run as independent steps.
+def is_recurrent(network, name: str) -> bool:
+    """Whether ``network`` holds TorchRL recurrent modules (``LSTMModule``,
+    ``GRUModule``); raises for a bare ``torch.nn`` RNN.
 
-    The window flattens ``[*B, T]`` into independent observations (and appends the
-    next observations of mid-row truncations after the last row), so an LSTM or a
-    GRU would see neither its sequence nor its stored hidden state: the result
-    would be silently wrong.
+    The window flattens ``[*B, T]`` into independent observations, so recurrent
+    networks are run over sequences instead, with their stored hidden states and
+    ``is_init`` resets; that needs the hidden-state keys TorchRL's modules
+    declare. A bare ``nn.LSTM`` / ``nn.GRU`` (in a plain ``TensorDictModule``) has
+    none: it would see neither its sequence nor its stored state, silently wrong.
     """
+    wrapped = set()
+    recurrent = False
+    for module in network.modules():
+        if isinstance(module, (LSTMModule, GRUModule)):
+            recurrent = True
+            wrapped.update(id(m) for m in module.modules())
     for sub_name, module in network.named_modules():
-        if isinstance(module, (LSTMModule, GRUModule, torch.nn.RNNBase)):
+        if isinstance(module, torch.nn.RNNBase) and id(module) not in wrapped:
             where = f" at {sub_name!r}" if sub_name else ""
             raise TypeError(
-                f"{name} contains a recurrent module{where} "
-                f"({type(module).__name__}); ACER's loss and Retrace estimator do not "
-                f"support recurrent policies or critics yet: they would evaluate "
-                f"each step without its hidden state. Use a feed-forward network "
-                f"(or stack frames in the environment)."
+                f"{name} contains a bare recurrent module{where} "
+                f"({type(module).__name__}); ACER's loss and Retrace estimator run "
+                f"recurrent networks over sequences from their stored hidden state, "
+                f"which needs TorchRL's LSTMModule or GRUModule (they declare the "
+                f"hidden-state keys and reset at is_init). Wrap it in one of them, "
+                f"or use a feed-forward network."
             )
+    return recurrent

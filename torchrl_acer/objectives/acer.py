@@ -129,6 +129,43 @@ class ACERLoss(LossModule):
     on a copy of the actor holding the target parameters (not a submodule: the
     state dict is unchanged), without swapping parameters in and out.
 
+    **Recurrent networks** (TorchRL's :class:`~torchrl.modules.LSTMModule` and
+    :class:`~torchrl.modules.GRUModule`, in the actor, the critic or a trunk they
+    share; categorical policies). Each row of the ``[*B, T]`` segment is run as one
+    sequence in recurrent mode. With :math:`h_t` the state entering step ``t``
+    (every module's), :math:`f` the recurrent core and :math:`h^{stored}_0` the
+    state stored with the segment's first step (the collector stores the state
+    each step started from):
+
+    .. math::
+
+        h_0 &= \begin{cases} h^{stored}_0 & \text{recurrent\_state="stored"} \\
+                              0 & \text{recurrent\_state="zero"} \end{cases}, \qquad
+        h_{t+1} = f(s_t, h_t), \qquad
+        h_t \leftarrow 0 \text{ if } \mathrm{is\_init}_t \lor \mathrm{done}_{t-1}
+
+    and the networks' outputs at :math:`s_t` come from :math:`(s_t, h_t)`, those at
+    the next observation :math:`s'_t` (:math:`V(s'_t)` of the Retrace target, at the
+    last step and at mid-row truncations alike) from :math:`(s'_t, h_{t+1})`: the
+    state that continues the sequence. The averaged policy runs the same way with
+    its own parameters, from the same stored states. ``"zero"`` is OpenAI
+    baselines' replay; ``"stored"`` (default) replays from the behaviour policy's
+    state, which is stale by as many updates as the data is old.
+
+    With ``burn_in=k`` (R2D2, Kapturowski et al., ICLR 2019,
+    https://openreview.net/forum?id=r1lyTjAqYX) the networks first run over steps
+    ``0 .. k-1`` without gradient, only to compute :math:`h_k`; the three loss terms
+    and the Retrace targets cover steps ``k .. T-1``. Retrace on the burn-in steps:
+    none is computed (:math:`G_t` depends only on the steps from ``t`` on, so the
+    targets of steps ``t >= k`` are those of the whole segment; no target, trace
+    or bootstrap reads a burn-in step). The mean reduction is over the
+    ``B (T - k)`` remaining steps, ``reduction="none"`` returns ``[*B, T - k]``,
+    and segments must be longer than ``k``.
+
+    The loss's :attr:`in_keys` then hold ``is_init`` and, with ``"stored"``,
+    every module's hidden-state keys: a replay that keeps the loss's ``in_keys``
+    keeps what recurrence needs.
+
     With ``check_values=False`` on the estimator, ``torch.compile(loss)`` traces
     the whole forward, trust-region hook included, as one graph. Shapes must not
     depend on the data there, so the window holds the next observations of at
@@ -165,6 +202,12 @@ class ACERLoss(LossModule):
             critic are trained by the policy terms only. Defaults to ``False``.
         reduction (str, optional): ``"none"``, ``"mean"`` or ``"sum"``. ``None``
             (default) means ``"mean"``.
+        recurrent_state (str): with recurrent networks, the state a replayed
+            segment starts from: ``"stored"`` (default, the state stored with the
+            segment's first step) or ``"zero"``. Ignored for feed-forward networks.
+        burn_in (int): with recurrent networks, the number of steps at the start of
+            each segment that only warm the state (no loss terms, no gradient).
+            Defaults to ``0``.
 
     ``ratio_clip``, ``entropy_coeff`` and ``critic_coeff`` are buffers that can be
     scheduled by assignment (``loss.entropy_coeff = 0.001``).
@@ -213,6 +256,28 @@ class ACERLoss(LossModule):
         >>> sorted(loss.trust_region_stats.keys())
         ['active_fraction', 'k_dot_g', 'k_norm']
         >>> updater.step()
+
+    A recurrent actor and critic sharing an LSTM, replayed from the stored state
+    with a burn-in of two steps:
+
+        >>> from tensordict.nn import TensorDictSequential
+        >>> from torchrl.modules import LSTMModule
+        >>> lstm = LSTMModule(
+        ...     input_size=n_obs, hidden_size=8, in_key="observation", out_key="embed")
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictSequential(
+        ...         lstm, TensorDictModule(torch.nn.Linear(8, n_act), ["embed"], ["logits"])),
+        ...     in_keys=["logits"], distribution_class=Categorical, return_log_prob=True)
+        >>> critic = TensorDictSequential(
+        ...     lstm, TensorDictModule(torch.nn.Linear(8, n_act), ["embed"], ["action_value"]))
+        >>> loss = ACERLoss(actor, critic, burn_in=2, reduction="none")
+        >>> [key for key in loss.in_keys if key in ("is_init", "recurrent_state_h", "recurrent_state_c")]
+        ['recurrent_state_h', 'recurrent_state_c', 'is_init']
+        >>> data["is_init"] = torch.zeros(B, T, 1, dtype=torch.bool)
+        >>> data["recurrent_state_h"] = torch.randn(B, T, 1, 8)  # [*B, T, layers, hidden]
+        >>> data["recurrent_state_c"] = torch.randn(B, T, 1, 8)
+        >>> loss(data)["loss_objective"].shape  # the T - 2 steps after the burn-in
+        torch.Size([2, 3])
     """
 
     @dataclass
@@ -287,6 +352,8 @@ class ACERLoss(LossModule):
         loss_critic_type: str = "l2",
         separate_losses: bool = False,
         reduction: str | None = None,
+        recurrent_state: str = "stored",
+        burn_in: int = 0,
         gamma: float | None = None,
     ):
         if gamma is not None:
@@ -344,10 +411,17 @@ class ACERLoss(LossModule):
         # the estimator validates the policy and finds its keys; the loss uses its
         # network evaluation so both see the same window
         probe = RetraceEstimator(
-            gamma=0.99, actor_network=actor_network, value_network=critic_network
+            gamma=0.99,
+            actor_network=actor_network,
+            value_network=critic_network,
+            recurrent_state=recurrent_state,
+            burn_in=burn_in,
         )
         self._evaluator = probe.evaluator
         self._family = probe.family
+        self.recurrent_state = recurrent_state
+        self.burn_in = burn_in
+        self._recurrent = probe._recurrent
         behavior = {
             f"behavior_{name}": key
             for name, key in probe.evaluator.dist_param_keys.items()
@@ -371,6 +445,8 @@ class ACERLoss(LossModule):
             if self._family == "gaussian"
             else [keys.behavior_logits]
         )
+        if self._recurrent is not None:
+            return [*self._recurrent.in_keys(keys), *behavior]
         return [*transition_in_keys(self._evaluator.in_keys, keys), *behavior]
 
     @property
@@ -402,13 +478,27 @@ class ACERLoss(LossModule):
         """
         if value_type is None:
             value_type = self.default_value_estimator
+        for name in ("recurrent_state", "burn_in"):
+            if name in hyperparams:
+                raise TypeError(
+                    f"{name} is an option of ACERLoss(...), which passes it to its "
+                    f"estimator; do not pass it to make_value_estimator"
+                )
+        recurrent = {"recurrent_state": self.recurrent_state, "burn_in": self.burn_in}
         if isinstance(value_type, RetraceEstimator):
+            theirs = {name: getattr(value_type, name) for name in recurrent}
+            if theirs != recurrent:
+                raise ValueError(
+                    f"the estimator's {theirs} differ from the loss's {recurrent}"
+                )
             self._value_estimator = value_type
             self.value_type = type(value_type)
         elif isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
             hyperparams.setdefault("device", self._default_device)
             hyperparams.setdefault("shifted", True)
-            self._value_estimator = value_type.for_loss(self, **hyperparams)
+            self._value_estimator = value_type.for_loss(
+                self, **hyperparams, **recurrent
+            )
             self.value_type = value_type
         elif isinstance(value_type, ValueEstimatorBase) or isinstance(value_type, type):
             raise NotImplementedError(
@@ -421,6 +511,7 @@ class ACERLoss(LossModule):
                 value_type,
                 supported=(ACERValueEstimators.Retrace,),
                 **hyperparams,
+                **recurrent,
             )
         self._forward_value_estimator_keys()
         return self
@@ -436,6 +527,10 @@ class ACERLoss(LossModule):
         data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
         categorical = self._family != "gaussian"
         entries = {}
+        full, prefix = data, None
+        if estimator._recurrent is not None:
+            # burn-in steps only warm the recurrent state: no loss terms on them
+            prefix, data = estimator._recurrent.split_burn_in(data, type(self).__name__)
         steps = estimator.evaluate(
             data,
             actor_params=self.actor_network_params,
@@ -446,15 +541,24 @@ class ACERLoss(LossModule):
                 if categorical
                 else None
             ),
+            prefix=prefix,
         )
-        with torch.no_grad():
-            average = self._evaluator.dist_params_only(
-                {
-                    key: steps.window.current_tensors[key]
-                    for key in self.actor_network.in_keys
-                },
+        if estimator._recurrent is not None:
+            average = estimator._recurrent.average_dist_params(
+                full,
+                estimator.done_flags(full)[0],
                 self.target_actor_network_params,
+                owner=type(self).__name__,
             )
+        else:
+            with torch.no_grad():
+                average = self._evaluator.dist_params_only(
+                    {
+                        key: steps.window.current_tensors[key]
+                        for key in self.actor_network.in_keys
+                    },
+                    self.target_actor_network_params,
+                )
         log_mu = entries.get("log_mu")
         if log_mu is None:
             log_mu = estimator.behaviour_log_prob(data)

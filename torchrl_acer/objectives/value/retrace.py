@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -25,6 +26,7 @@ from torchrl_acer.objectives._checks import (
     explain_dtype_error,
     get_entry,
 )
+from torchrl_acer.objectives._recurrent import RECURRENT_STATES, RecurrentEvaluator
 from torchrl_acer.objectives._window import (
     ObservationWindow,
     PolicyCriticEvaluator,
@@ -91,6 +93,18 @@ class RetraceEstimator(ValueEstimatorBase):
     :math:`Q_{opc}` (the same recursion with every trace 1) is also written, under
     ``value_target_opc``.
 
+    **Recurrent networks** (TorchRL's ``LSTMModule`` / ``GRUModule``, categorical
+    policies): each row runs as one sequence in recurrent mode, from the state
+    stored with its first step (``recurrent_state="stored"``) or zero (``"zero"``),
+    reset to zero at ``is_init`` (and after ``done``); :math:`V(s'_t)` is evaluated
+    from the state after step ``t``, so a mid-row truncation bootstraps from the
+    state that continues its episode. With ``burn_in=k`` the first ``k`` steps of
+    each row run without gradient only to warm the state. Retrace treats them as
+    not being there: it runs on steps ``k .. T-1`` alone, which gives those steps
+    the targets of the whole segment (:math:`G_t` reads only steps ``>= t``), and
+    the burn-in steps get ``NaN`` as target, advantage and state value. See
+    :class:`~torchrl_acer.ACERLoss` for the equations.
+
     The functional form is :func:`~torchrl_acer.retrace_lambda_return_estimate`.
 
     Keyword Args:
@@ -132,6 +146,11 @@ class RetraceEstimator(ValueEstimatorBase):
         time_dim (int, optional): the time dimension of inputs; defaults to the
             dimension named ``"time"``, else the last one.
         device (torch.device, optional): device of the hyper-parameter buffers.
+        recurrent_state (str): with recurrent networks, ``"stored"`` (default) or
+            ``"zero"``: the state a segment starts from. Ignored otherwise.
+        burn_in (int): with recurrent networks, the steps at the start of each
+            segment that only warm the state (their targets are ``NaN``).
+            Defaults to ``0``.
 
     Examples:
         >>> import torch
@@ -242,6 +261,8 @@ class RetraceEstimator(ValueEstimatorBase):
         time_dim: int | None = None,
         device: torch.device | None = None,
         critic_network=None,
+        recurrent_state: str = "stored",
+        burn_in: int = 0,
     ):
         if critic_network is not None:
             if value_network is not None:
@@ -287,6 +308,7 @@ class RetraceEstimator(ValueEstimatorBase):
                 actor_network, value_network, ("logits",)
             )
         self.__dict__["actor_network"] = actor_network
+        self._recurrent = self._recurrent_evaluator(recurrent_state, burn_in)
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
             # float64 buffers: the target is computed in the data's dtype, and a
             # float32 0.99 would cap float64 data at float32 precision
@@ -296,6 +318,36 @@ class RetraceEstimator(ValueEstimatorBase):
         self.check_values = check_values
         self.time_dim = time_dim
         self.one_hot = self.family == "one_hot"
+
+    def _recurrent_evaluator(self, recurrent_state, burn_in):
+        """The sequence evaluator for networks holding recurrent modules, else
+        ``None`` (the feed-forward window)."""
+        if recurrent_state not in RECURRENT_STATES:
+            raise ValueError(
+                f"recurrent_state must be one of {RECURRENT_STATES}, got "
+                f"{recurrent_state!r}"
+            )
+        if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
+            raise ValueError(f"burn_in must be an integer >= 0, got {burn_in!r}")
+        self.recurrent_state = recurrent_state
+        self.burn_in = burn_in
+        if not self.evaluator.recurrent:
+            if burn_in:
+                raise ValueError(
+                    f"burn_in={burn_in} warms the state of recurrent networks, but "
+                    f"neither the actor nor the critic holds an LSTMModule or a "
+                    f"GRUModule"
+                )
+            return None
+        if self.family == "gaussian":
+            raise TypeError(
+                "recurrent networks (LSTMModule, GRUModule) are supported for "
+                "categorical policies; a Gaussian policy with a stochastic dueling "
+                "critic must be feed-forward"
+            )
+        return RecurrentEvaluator(
+            self.evaluator, recurrent_state=recurrent_state, burn_in=burn_in
+        )
 
     @property
     def critic_network(self):
@@ -329,6 +381,8 @@ class RetraceEstimator(ValueEstimatorBase):
 
     @property
     def in_keys(self):
+        if self._recurrent is not None:
+            return self._recurrent.in_keys(self.tensor_keys)
         return transition_in_keys(self.evaluator.in_keys, self.tensor_keys)
 
     @property
@@ -376,8 +430,13 @@ class RetraceEstimator(ValueEstimatorBase):
             # gradients reach the data, never the networks' parameters
             actor_params = _detached(actor_params, self.actor_network)
             params = _detached(params, self.value_network)
+        prefix = None
+        if self._recurrent is not None:
+            prefix, data = self._recurrent.split_burn_in(data, type(self).__name__)
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
-            steps = self.evaluate(data, actor_params=actor_params, critic_params=params)
+            steps = self.evaluate(
+                data, actor_params=actor_params, critic_params=params, prefix=prefix
+            )
             if self.family == "gaussian":
                 outputs = self._gaussian_outputs(data, steps, actor_params, params)
             else:
@@ -395,6 +454,17 @@ class RetraceEstimator(ValueEstimatorBase):
                     self.tensor_keys.value: value,
                 }
         for key, value in outputs.items():
+            if prefix is not None:
+                # burn-in steps get no target: NaN, so that no use of them passes
+                value = torch.cat(
+                    [
+                        value.new_full(
+                            (*prefix.batch_size, *value.shape[last + 1 :]), math.nan
+                        ),
+                        value,
+                    ],
+                    last,
+                )
             if time_dim != last:
                 value = value.transpose(time_dim, last)
             tensordict.set(key, value)
@@ -408,6 +478,7 @@ class RetraceEstimator(ValueEstimatorBase):
         critic_params: TensorDictBase | None = None,
         detach_shared: bool = False,
         read_entries=None,
+        prefix: TensorDictBase | None = None,
     ) -> DiscreteSteps | GaussianSteps:
         """Runs the networks once over ``data`` (``[*B, T]``, time last).
 
@@ -419,6 +490,9 @@ class RetraceEstimator(ValueEstimatorBase):
         ``check_values`` it adds their value checks to ``checks`` (a
         :class:`ValueChecks` holding the action's check first, else ``None``),
         and all are read back at once, before the actions are used.
+
+        With recurrent networks, ``prefix`` holds the burn-in steps that come
+        before ``data`` (see :class:`RetraceEstimator`), or ``None``.
         """
         owner = type(self).__name__
         check_not_empty(data, owner)
@@ -427,6 +501,18 @@ class RetraceEstimator(ValueEstimatorBase):
         output_key = (
             self.value_network.value_key if gaussian else self.tensor_keys.action_value
         )
+        if self._recurrent is not None:
+            window, params, out = self._run_recurrent(
+                data,
+                prefix,
+                done=done,
+                terminated=terminated,
+                output_key=output_key,
+                actor_params=actor_params,
+                critic_params=critic_params,
+                detach_shared=detach_shared,
+            )
+            return self._discrete_steps(data, window, params, out, read_entries)
         in_keys = self.evaluator.in_keys
         skip = skip_existing() if self.skip_existing is None else self.skip_existing
         # the critic's outputs travel through the window like observations, so the
@@ -460,13 +546,48 @@ class RetraceEstimator(ValueEstimatorBase):
                 error, window.inputs, (self.actor_network, self.value_network), owner
             )
             raise
-        action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
         if gaussian:
+            action = get_entry(
+                data, self.tensor_keys.action, owner, "the stored action"
+            )
             loc, scale = params["loc"], params["scale"]
             check_gaussian(
                 action, loc, scale, data.batch_size, owner, self.check_values
             )
             return GaussianSteps(window, loc, scale, out, action)
+        return self._discrete_steps(data, window, params, out, read_entries)
+
+    def _run_recurrent(self, data, prefix, *, done, terminated, output_key, **kwargs):
+        """Runs recurrent networks over the segment's sequences (``_recurrent.py``)."""
+        owner = type(self).__name__
+        prefix_done = None if prefix is None else self.done_flags(prefix)[0]
+        window = self._recurrent.window(
+            data,
+            prefix,
+            done=done,
+            terminated=terminated,
+            prefix_done=prefix_done,
+            output_key=output_key,
+            actor_params=kwargs["actor_params"],
+            critic_params=kwargs["critic_params"],
+            like=self._recurrent.parameter(),
+            owner=owner,
+        )
+        try:
+            params, out = self._recurrent.run(
+                window.inputs, output_key=output_key, **kwargs
+            )
+        except RuntimeError as error:
+            explain_dtype_error(
+                error, window.inputs, (self.actor_network, self.value_network), owner
+            )
+            raise
+        return window, params, out
+
+    def _discrete_steps(self, data, window, params, out, read_entries):
+        """Checks the categorical outputs and the stored actions; the steps."""
+        owner = type(self).__name__
+        action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
         logits = params["logits"]
         if out.shape != logits.shape:
             raise ValueError(

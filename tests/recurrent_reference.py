@@ -1,0 +1,227 @@
+"""A plain reference for recurrent ACER: the networks unrolled one step at a time.
+
+Nothing here imports torchrl_acer. The LSTM and GRU cells are written from their
+equations (PyTorch's gate order), the rows are walked in a Python loop, and the
+ACER math is ``tests/reference.py``'s (the Retrace backward loop and the discrete
+ACER gradients), fed with the per-step outputs of the unroll.
+
+The recurrent semantics the reference encodes:
+
+- the state entering step 0 is the stored one (or zero), zero if the step starts an
+  episode; it is reset to zero at every step with ``is_init`` or after ``done``;
+- ``s_t`` is evaluated from the state entering step ``t``; ``s'_t`` from the state
+  after step ``t`` (the state that continues the sequence);
+- with a burn-in of ``k`` steps, steps ``0 .. k-1`` run without gradient and give
+  no outputs: the state after step ``k-1`` enters step ``k`` as a constant.
+"""
+
+from __future__ import annotations
+
+import torch
+from reference import acer_discrete_reference, retrace_backward_loop
+
+
+def lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh):
+    """One LSTM step: ``(output, new state)``; ``state = (h, c)``, vectors."""
+    h, c = state
+    i, f, g, o = (w_ih @ x + b_ih + w_hh @ h + b_hh).chunk(4)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    h = torch.sigmoid(o) * torch.tanh(c)
+    return h, (h, c)
+
+
+def gru_cell(x, state, w_ih, w_hh, b_ih, b_hh):
+    """One GRU step: ``(output, new state)``; ``state = (h,)``."""
+    (h,) = state
+    r_x, z_x, n_x = (w_ih @ x + b_ih).chunk(3)
+    r_h, z_h, n_h = (w_hh @ h + b_hh).chunk(3)
+    r = torch.sigmoid(r_x + r_h)
+    z = torch.sigmoid(z_x + z_h)
+    n = torch.tanh(n_x + r * n_h)
+    h = (1 - z) * n + z * h
+    return h, (h,)
+
+
+class RecurrentNet:
+    """Cores (recurrent cells with their weights) and linear heads on their outputs.
+
+    Args:
+        cores: ``{name: (cell, [w_ih, w_hh, b_ih, b_hh], state_keys)}``.
+        heads: ``{output name: (core name, weight, bias)}``.
+    """
+
+    def __init__(self, cores, heads):
+        self.cores = cores
+        self.heads = heads
+
+    def step(self, x, states):
+        """``({output name: tensor}, new states)`` for one observation."""
+        outputs, new = {}, {}
+        for name, (cell, weights, _) in self.cores.items():
+            outputs[name], new[name] = cell(x, states[name], *weights)
+        heads = {
+            key: weight @ outputs[core] + bias
+            for key, (core, weight, bias) in self.heads.items()
+        }
+        return heads, new
+
+
+def unroll(net, data, *, stored_state: bool, burn_in: int = 0):
+    """Runs ``net`` over every row of ``data`` (``[B, T]``), step by step.
+
+    Returns ``(now, next)``: ``{output name: [B, T - burn_in, F]}`` at ``s_t`` and at
+    ``s'_t``, in the graph of the net's weights.
+    """
+    B, T = data.batch_size
+    done = data["next", "done"][..., 0]
+    is_init = data["is_init"][..., 0]
+    now = {key: [] for key in net.heads}
+    nxt = {key: [] for key in net.heads}
+    for b in range(B):
+        states = {}
+        for name, (_, _, keys) in net.cores.items():
+            states[name] = tuple(
+                data[key][b, 0, 0]
+                if stored_state
+                else torch.zeros_like(data[key][b, 0, 0])
+                for key in keys
+            )
+        row_now = {key: [] for key in net.heads}
+        row_next = {key: [] for key in net.heads}
+        for t in range(T):
+            if is_init[b, t] or (t > 0 and done[b, t - 1]):
+                states = {
+                    name: tuple(torch.zeros_like(s) for s in state)
+                    for name, state in states.items()
+                }
+            with torch.set_grad_enabled(t >= burn_in):
+                out, after = net.step(data["observation"][b, t], states)
+                out_next, _ = net.step(data["next", "observation"][b, t], after)
+            states = after
+            if t >= burn_in:
+                for key in net.heads:
+                    row_now[key].append(out[key])
+                    row_next[key].append(out_next[key])
+        for key in net.heads:
+            now[key].append(torch.stack(row_now[key]))
+            nxt[key].append(torch.stack(row_next[key]))
+    return (
+        {key: torch.stack(v) for key, v in now.items()},
+        {key: torch.stack(v) for key, v in nxt.items()},
+    )
+
+
+def recurrent_acer_reference(
+    net,
+    average_net,
+    data,
+    *,
+    gamma,
+    ratio_clip,
+    entropy_coeff,
+    critic_coeff,
+    delta,
+    stored_state=True,
+    burn_in=0,
+):
+    r"""Discrete ACER with recurrent networks on a ``[B, T]`` segment.
+
+    ``net`` writes ``"logits"`` and ``"action_value"``; ``average_net`` writes
+    ``"logits"`` (the averaged policy, unrolled over the whole segment from the same
+    states). The loss terms and the Retrace targets cover steps ``burn_in ..
+    T-1``.
+
+    Back-propagates the ACER gradients (mean reduction) into ``net``'s weights and
+    returns ``(values, Retrace targets [B, T - burn_in, 1])``, the values as
+    ``{"loss_objective", "loss_entropy", "loss_critic", "kl_avg"}`` (the mean
+    :math:`KL(\pi_{avg} \| \pi)`).
+    """
+    now, nxt = unroll(net, data, stored_state=stored_state, burn_in=burn_in)
+    with torch.no_grad():
+        average, _ = unroll(
+            average_net, data, stored_state=stored_state, burn_in=burn_in
+        )
+    part = data[:, burn_in:]
+    B, T = part.batch_size
+    A = now["logits"].shape[-1]
+    action = part["action"]
+    log_mu = part["action_log_prob"]
+    reward = part["next", "reward"][..., 0]
+    done = part["next", "done"][..., 0]
+    terminated = part["next", "terminated"][..., 0]
+
+    # the Retrace targets from the backward loop
+    log_pi = now["logits"].detach().log_softmax(-1)
+    q = now["action_value"].detach()
+    next_v = (nxt["logits"].detach().softmax(-1) * nxt["action_value"].detach()).sum(
+        -1, keepdim=True
+    )
+    G = retrace_backward_loop(
+        gamma,
+        1.0,
+        log_pi.gather(-1, action[..., None]),
+        log_mu[..., None],
+        q.gather(-1, action[..., None]),
+        next_v,
+        reward[..., None],
+        done[..., None],
+        terminated[..., None],
+    )
+
+    # the loss values, step by step
+    objective = entropy = critic = kl = 0.0
+    mu = part["logits"].softmax(-1)
+    for b in range(B):
+        for t in range(T):
+            a = action[b, t]
+            lp = log_pi[b, t]
+            p = lp.exp()
+            v = float((p * q[b, t]).sum())
+            rho = float((lp[a] - log_mu[b, t]).exp())
+            J = min(ratio_clip, rho) * (float(G[b, t, 0]) - v) * float(lp[a])
+            for a2 in range(A):
+                rho2 = float(p[a2] / mu[b, t, a2])
+                weight = max(0.0, 1.0 - ratio_clip / rho2)
+                J += weight * float(p[a2]) * (float(q[b, t, a2]) - v) * float(lp[a2])
+            objective -= J
+            entropy += entropy_coeff * float((p * lp).sum())
+            critic += critic_coeff * (float(G[b, t, 0]) - float(q[b, t, a])) ** 2
+            avg_lp = average["logits"][b, t].log_softmax(-1)
+            kl += float((avg_lp.exp() * (avg_lp - lp)).sum())
+    n = B * T
+    values = {
+        "loss_objective": objective / n,
+        "loss_entropy": entropy / n,
+        "loss_critic": critic / n,
+        "kl_avg": kl / n,
+    }
+
+    # the gradients at each step's outputs, carried back through the unroll: the
+    # outputs at s_t and s'_t are the rows of a table, step (b, t) reading row
+    # b T + t and its next observation row B T + b T + t
+    ids = torch.arange(n).reshape(B, T)
+    logits_table = torch.cat([now["logits"].reshape(n, A), nxt["logits"].reshape(n, A)])
+    q_table = torch.cat(
+        [now["action_value"].reshape(n, A), nxt["action_value"].reshape(n, A)]
+    )
+    average_table = torch.cat([average["logits"].reshape(n, A)] * 2)
+    grad_logits, grad_q = acer_discrete_reference(
+        logits_table,
+        q_table,
+        average_table,
+        ids,
+        ids + n,
+        action,
+        part["logits"],
+        log_mu,
+        reward,
+        done,
+        terminated,
+        gamma=gamma,
+        ratio_clip=ratio_clip,
+        entropy_coeff=entropy_coeff,
+        critic_coeff=critic_coeff,
+        delta=delta,
+    )
+    torch.autograd.backward([logits_table, q_table], [grad_logits, grad_q])
+    return values, G

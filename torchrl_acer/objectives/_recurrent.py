@@ -1,0 +1,416 @@
+r"""Running recurrent policies and critics over replayed ``[*B, T]`` segments.
+
+A network holding TorchRL's :class:`~torchrl.modules.LSTMModule` or
+:class:`~torchrl.modules.GRUModule` cannot see a segment as independent
+observations (the feed-forward window of :mod:`._window`): it must run over each row
+in order, from a hidden state, resetting at episode starts. Here each row is one
+sequence, run in TorchRL's recurrent mode (:class:`~torchrl.modules.set_recurrent_mode`)
+in one call per network:
+
+- the state entering step ``0`` is the state stored with the segment's first step
+  (``recurrent_state="stored"``, the state the behaviour policy had there) or zero
+  (``"zero"``, OpenAI baselines' replay); either is zeroed if the step starts an
+  episode;
+- the state is reset to zero at every step ``t`` that starts an episode:
+  ``is_init_t`` (TorchRL's :class:`~torchrl.envs.InitTracker`) or ``done_{t-1}``;
+- the next observation :math:`s'_t` of a mid-row truncation (``done`` and not
+  ``terminated`` before the last step) is inserted in the row right after
+  :math:`s_t`, so it is evaluated with the state after step ``t``; the reset at
+  :math:`s_{t+1}` then discards whatever it did to the state. The last next
+  observation :math:`s'_{T-1}` follows :math:`s_{T-1}`. Rows get ``T + 1 + K_b``
+  entries (``K_b`` mid-row truncations of row ``b``), padded to the longest after
+  their end, where padding cannot reach any output that is read;
+- with a burn-in of ``k`` steps (R2D2, Kapturowski et al., ICLR 2019) the networks
+  first run without gradient over steps ``0 .. k-1`` from the state above; the
+  states after step ``k-1`` start the window over steps ``k .. T-1``.
+
+Every recurrent module of the actor and of the critic is run this way (a trunk they
+share runs once); the averaged policy runs over the whole segment, burn-in
+included, from the same stored states with its own parameters.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey, unravel_key
+from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
+
+from torchrl_acer.objectives._checks import as_step_tensor, get_entry
+from torchrl_acer.objectives._window import (
+    PolicyCriticEvaluator,
+    _next,
+    _skip_existing_set_to,
+    transition_in_keys,
+)
+
+#: the replay modes of the initial recurrent state
+RECURRENT_STATES = ("stored", "zero")
+#: the episode-start flag TorchRL's recurrent modules read (a fixed name there)
+IS_INIT = "is_init"
+
+
+def recurrent_modules(network) -> list[LSTMModule | GRUModule]:
+    """The :class:`~torchrl.modules.LSTMModule` and
+    :class:`~torchrl.modules.GRUModule` inside ``network``, in order."""
+    return [m for m in network.modules() if isinstance(m, (LSTMModule, GRUModule))]
+
+
+def state_shapes(module: LSTMModule | GRUModule) -> dict[NestedKey, tuple[int, ...]]:
+    """``{state key: per-step shape}`` of a recurrent module's hidden state, as its
+    ``make_tensordict_primer`` declares it: ``(num_layers * directions, size)``."""
+    rnn = module.lstm if isinstance(module, LSTMModule) else module.gru
+    layers = rnn.num_layers * (2 if rnn.bidirectional else 1)
+    keys = [unravel_key(k) for k in module.in_keys[1:-1]]
+    if isinstance(module, LSTMModule):
+        h_size = rnn.proj_size if rnn.proj_size > 0 else rnn.hidden_size
+        return {keys[0]: (layers, h_size), keys[1]: (layers, rnn.hidden_size)}
+    return {keys[0]: (layers, rnn.hidden_size)}
+
+
+class RecurrentEvaluator:
+    """Runs a policy and a critic holding recurrent modules over ``[*B, T]`` segments.
+
+    Args:
+        evaluator (PolicyCriticEvaluator): the feed-forward evaluator of the same
+            networks (it finds the distribution keys and a trunk shared by the actor
+            and the critic).
+
+    Keyword Args:
+        recurrent_state (str): ``"stored"`` or ``"zero"``, the state entering a
+            segment (see the module docstring).
+        burn_in (int): steps at the start of each segment that only warm the state.
+    """
+
+    def __init__(
+        self,
+        evaluator: PolicyCriticEvaluator,
+        *,
+        recurrent_state: str = "stored",
+        burn_in: int = 0,
+    ):
+        self.evaluator = evaluator
+        self.recurrent_state = recurrent_state
+        self.burn_in = burn_in
+        modules = {}
+        for network in (evaluator.actor_network, evaluator.critic_network):
+            for module in recurrent_modules(network):
+                modules[id(module)] = module
+        self.modules = list(modules.values())
+        self.actor_modules = recurrent_modules(evaluator.actor_network)
+        # {state key: (module, per-step shape)}; the output key carrying the state
+        # after each step is the module's matching out_key
+        self.states = {}
+        self._state_out = {}
+        for module in self.modules:
+            shapes = state_shapes(module)
+            for key, out_key in zip(shapes, module.out_keys[1:], strict=True):
+                if key in self.states and self.states[key][0] is not module:
+                    raise ValueError(
+                        f"two recurrent modules read the hidden state {key!r}; give "
+                        f"each LSTMModule / GRUModule its own in_keys"
+                    )
+                self.states[key] = (module, shapes[key])
+                self._state_out[key] = unravel_key(out_key)
+        hidden = {*self.states, IS_INIT}
+        self.obs_keys = [
+            key for key in evaluator.in_keys if unravel_key(key) not in hidden
+        ]
+
+    def parameter(self) -> torch.Tensor:
+        """A parameter of the recurrent modules: the dtype and device of states."""
+        return next(p for m in self.modules for p in m.parameters())
+
+    def in_keys(self, tensor_keys) -> list[NestedKey]:
+        """What a segment must hold: the transitions, ``is_init`` and, with
+        ``recurrent_state="stored"``, each module's hidden state."""
+        stored = list(self.states) if self.recurrent_state == "stored" else []
+        return [*transition_in_keys(self.obs_keys, tensor_keys), *stored, IS_INIT]
+
+    def split_burn_in(
+        self, data: TensorDictBase, owner: str
+    ) -> tuple[TensorDictBase | None, TensorDictBase]:
+        """``(steps 0 .. k-1, steps k .. T-1)`` of a ``[*B, T]`` segment (time
+        last); ``(None, data)`` without burn-in."""
+        k = self.burn_in
+        if not k:
+            return None, data
+        T = data.batch_size[-1]
+        if k >= T:
+            raise ValueError(
+                f"{owner}: burn_in={k} leaves no step to learn from in segments of "
+                f"{T} steps; sample segments longer than the burn-in"
+            )
+        return data[..., :k], data[..., k:]
+
+    def resets(
+        self,
+        data: TensorDictBase,
+        done: torch.Tensor,
+        owner: str,
+        done_before: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``[*B, T]`` booleans: the steps whose incoming state is zero
+        (``is_init_t`` or ``done_{t-1}``; ``done_before`` is the ``done`` of the
+        step before the first)."""
+        is_init = get_entry(
+            data,
+            IS_INIT,
+            owner,
+            "the episode-start flag of each step (TorchRL's InitTracker writes it); "
+            "recurrent networks reset their state there",
+        )
+        reset = as_step_tensor(is_init, data.batch_size, repr(IS_INIT), owner)
+        reset = reset.squeeze(-1).bool()
+        after_done = torch.cat(
+            [
+                done[..., :1] & False
+                if done_before is None
+                else done_before[..., None],
+                done[..., :-1],
+            ],
+            -1,
+        )
+        return reset | after_done
+
+    def initial_states(
+        self, data: TensorDictBase, like: torch.Tensor, owner: str
+    ) -> dict[NestedKey, torch.Tensor]:
+        """``{state key: [R, *shape]}``, the state entering the segment's first step
+        (``R`` rows), before any reset, in ``like``'s dtype and device (a parameter
+        of the networks)."""
+        batch = tuple(data.batch_size)
+        rows = math.prod(batch[:-1])
+        out = {}
+        for key, (module, shape) in self.states.items():
+            if self.recurrent_state == "zero":
+                out[key] = like.new_zeros(rows, *shape)
+                continue
+            value = get_entry(
+                data,
+                key,
+                owner,
+                f"the hidden state of {type(module).__name__} stored with each step "
+                f"(the collector stores it when the environment has the module's "
+                f"make_tensordict_primer()); or use recurrent_state='zero'",
+            )
+            expected = (*batch, *shape)
+            if tuple(value.shape) != expected:
+                raise ValueError(
+                    f"{owner}: hidden state {key!r} has shape {tuple(value.shape)}, "
+                    f"expected {expected}: the [*B, T] batch, then "
+                    f"(num_layers * directions, size) = {shape} of its "
+                    f"{type(module).__name__}"
+                )
+            out[key] = value[..., 0, :, :].reshape(rows, *shape).to(like)
+        return out
+
+    def run(
+        self,
+        inputs: TensorDictBase,
+        *,
+        output_key: NestedKey,
+        actor_params=None,
+        critic_params=None,
+        detach_shared: bool = False,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Runs the actor (to its distribution parameters) and the critic over
+        ``inputs`` (``[R, L]`` sequences) in recurrent mode, writing their outputs
+        (hidden states included) into ``inputs``."""
+        ev = self.evaluator
+        with set_recurrent_mode(True), _skip_existing_set_to(False):
+            with ev.params_context(actor_params, ev.actor_network):
+                ev.actor_network.get_dist_params(inputs)
+            params = {name: inputs.get(key) for name, key in ev.dist_param_keys.items()}
+            if detach_shared:
+                for key in ev.shared_out_keys:
+                    inputs.set(key, inputs.get(key).detach())
+            with ev.params_context(critic_params, ev.critic_network):
+                ev.critic_tail(inputs)
+        return params, inputs.get(output_key)
+
+    def window(
+        self,
+        data: TensorDictBase,
+        prefix: TensorDictBase | None,
+        *,
+        done: torch.Tensor,
+        terminated: torch.Tensor,
+        prefix_done: torch.Tensor | None = None,
+        output_key: NestedKey,
+        actor_params=None,
+        critic_params=None,
+        like: torch.Tensor,
+        owner: str,
+    ) -> SequenceWindow:
+        """The sequences over ``data`` (the steps after the burn-in ``prefix``,
+        whose ``done`` flags are ``prefix_done``), with the states entering them."""
+        if prefix is None:
+            states = self.initial_states(data, like, owner)
+            done_before = None
+        else:
+            with torch.no_grad():
+                warm = SequenceWindow(
+                    prefix,
+                    self.obs_keys,
+                    self.initial_states(prefix, like, owner),
+                    self.resets(prefix, prefix_done, owner),
+                    owner=owner,
+                )
+                self.run(
+                    warm.inputs,
+                    output_key=output_key,
+                    actor_params=actor_params,
+                    critic_params=critic_params,
+                )
+            states = {
+                key: warm.inputs.get(out_key)[:, -1]
+                for key, out_key in self._state_out.items()
+            }
+            done_before = prefix_done[..., -1]
+        return SequenceWindow(
+            data,
+            self.obs_keys,
+            states,
+            self.resets(data, done, owner, done_before),
+            done=done,
+            terminated=terminated,
+            owner=owner,
+        )
+
+    def average_dist_params(
+        self,
+        full: TensorDictBase,
+        done: torch.Tensor,
+        params,
+        *,
+        owner: str,
+    ) -> dict[str, torch.Tensor]:
+        """The averaged policy's distribution parameters at steps ``burn_in ..
+        T-1`` of ``full`` (the whole segment), ``[*B, T - burn_in, ...]``: the
+        actor with ``params``, run over the whole segment from the same states."""
+        ev = self.evaluator
+        like = self.parameter()
+        window = SequenceWindow(
+            full,
+            self.obs_keys,
+            {
+                k: v
+                for k, v in self.initial_states(full, like, owner).items()
+                if self.states[k][0] in self.actor_modules
+            },
+            self.resets(full, done, owner),
+            owner=owner,
+        )
+        inputs = window.inputs
+        with (
+            torch.no_grad(),
+            set_recurrent_mode(True),
+            _skip_existing_set_to(False),
+            ev.params_context(params, ev.actor_network),
+        ):
+            ev.actor_network.get_dist_params(inputs)
+        k = self.burn_in
+        return {
+            name: window.current(inputs.get(key))[..., k:, :]
+            for name, key in ev.dist_param_keys.items()
+        }
+
+
+class SequenceWindow:
+    """The observations of a ``[*B, T]`` segment (time last) as ``R`` sequences.
+
+    Row ``b`` holds ``s_0 .. s_{T-1}`` in order with the real next observation of
+    each mid-row truncation inserted after its step and ``s'_{T-1}`` after the last
+    step (with ``done`` and ``terminated``), or the ``T`` observations alone
+    (without them). ``inputs`` is the ``[R, L]`` TensorDict the networks run on:
+    observations, ``is_init`` (the resets) and each hidden state, zero except at
+    the first entry, where the state entering the row is.
+
+    Attributes:
+        inputs: the ``[R, L]`` TensorDict.
+        positions: ``[R, T]``, where step ``t`` of each row is in ``inputs``; its
+            next observation's output is at ``positions + 1``.
+    """
+
+    def __init__(
+        self,
+        data: TensorDictBase,
+        obs_keys: list[NestedKey],
+        states: dict[NestedKey, torch.Tensor],
+        reset: torch.Tensor,
+        *,
+        done: torch.Tensor | None = None,
+        terminated: torch.Tensor | None = None,
+        owner: str,
+    ):
+        self.batch_shape = data.batch_size[:-1]
+        T = self.T = data.batch_size[-1]
+        R = self.rows = math.prod(self.batch_shape)
+        device = reset.device
+        steps = torch.arange(T, device=device).expand(R, T)
+        self._row_index = torch.arange(R, device=device)[:, None].expand(R, T)
+        with_next = done is not None
+        if with_next:
+            truncation = (done & ~terminated).reshape(R, T).clone()
+            truncation[:, -1] = False
+            extra = truncation.long()
+            # step t moves right by the number of truncations before it
+            self.positions = steps + extra.cumsum(1) - extra
+            length = T + 1 + int(extra.sum(1).max())
+            has_next = truncation
+            has_next[:, -1] = True
+            next_rows, next_steps = has_next.nonzero(as_tuple=True)
+            next_positions = self.positions[next_rows, next_steps] + 1
+        else:
+            self.positions = steps
+            length = T
+        index = (self._row_index, self.positions)
+        tensors = {}
+        for key in obs_keys:
+            obs = get_entry(data, key, owner, "an input of the policy or critic")
+            obs = obs.reshape(R, T, *obs.shape[len(self.batch_shape) + 1 :])
+            seq = obs.new_zeros(R, length, *obs.shape[2:]).index_put(index, obs)
+            if with_next:
+                next_obs = get_entry(
+                    data,
+                    _next(key),
+                    owner,
+                    "the next observation of each step, read at the last step and "
+                    "at mid-row truncations",
+                )
+                next_obs = next_obs.reshape(obs.shape)
+                seq = seq.index_put(
+                    (next_rows, next_positions), next_obs[next_rows, next_steps]
+                )
+            tensors[key] = seq
+        reset = reset.reshape(R, T)
+        # padding after a row's end continues it: no split, no output read
+        tensors[IS_INIT] = (
+            torch.zeros(R, length, dtype=torch.bool, device=device)
+            .index_put(index, reset)
+            .unsqueeze(-1)
+        )
+        for key, state in states.items():
+            first = torch.where(
+                reset[:, 0].reshape(R, *(1,) * (state.ndim - 1)),
+                torch.zeros_like(state),
+                state,
+            )
+            seq = state.new_zeros(R, length, *state.shape[1:])
+            tensors[key] = torch.cat([first.unsqueeze(1), seq[:, 1:]], 1)
+        self.inputs = TensorDict(tensors, [R, length])
+
+    def current(self, values: torch.Tensor) -> torch.Tensor:
+        """Outputs on ``inputs`` (``[R, L, *F]``) at ``s_t``, ``[*B, T, *F]``."""
+        out = values[self._row_index, self.positions]
+        return out.reshape(*self.batch_shape, self.T, *values.shape[2:])
+
+    def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each
+        ``[*B, T, *F]``."""
+        nxt = values[self._row_index, self.positions + 1]
+        nxt = nxt.reshape(*self.batch_shape, self.T, *values.shape[2:])
+        return self.current(values), nxt
