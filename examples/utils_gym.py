@@ -2,24 +2,45 @@
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+import functools
 
-from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
-from torchrl_acer.training.envs import is_minatar
+from omegaconf import DictConfig
+from torchrl.envs import InitTracker
+
+from torchrl_acer.modules.models import (
+    minatar_actor_critic,
+    mlp_actor_critic,
+    recurrent_primer,
+)
+from torchrl_acer.training.envs import SelectObservation, is_minatar
 from torchrl_acer.training.envs import make_env as make_gym_env
 
 
 def make_env(cfg: DictConfig, num_envs: int, seed: int):
     """``num_envs`` copies of ``cfg.env.name`` stepped as one batched env (on the CPU),
-    with each episode's return under ``("next", "episode_reward")``."""
-    return make_gym_env(
+    with each episode's return under ``("next", "episode_reward")``; only the
+    observation entries ``env.observation_indices`` if set; with a recurrent model,
+    ``is_init`` flags (``InitTracker``) and the core's hidden-state entries."""
+    indices = cfg.env.get("observation_indices")
+    wrappers = (
+        []
+        if indices is None
+        else [functools.partial(SelectObservation, indices=list(indices))]
+    )
+    env = make_gym_env(
         cfg.env.name,
         num_envs=num_envs,
         parallel=cfg.env.parallel,
         seed=seed,
         max_episode_steps=cfg.env.max_episode_steps,
         action_space="discrete",
+        wrappers=wrappers,
     )
+    recurrent = cfg.model.get("recurrent")
+    if recurrent is not None:
+        env.append_transform(InitTracker())
+        env.append_transform(recurrent_primer(recurrent, cfg.model.recurrent_size))
+    return env
 
 
 def make_models(cfg: DictConfig, env):
@@ -28,8 +49,14 @@ def make_models(cfg: DictConfig, env):
     obs_shape = env.observation_spec["observation"].shape[env.batch_dims :]
     num_actions = env.action_spec.shape[-1]
     action_spec = env.action_spec[(0,) * env.batch_dims]
+    recurrent = {
+        "recurrent": cfg.model.get("recurrent"),
+        "recurrent_size": cfg.model.get("recurrent_size"),
+    }
     if is_minatar(cfg.env.name):
-        return minatar_actor_critic(obs_shape[-1], num_actions, action_spec=action_spec)
+        return minatar_actor_critic(
+            obs_shape[-1], num_actions, action_spec=action_spec, **recurrent
+        )
     return mlp_actor_critic(
         obs_shape[-1],
         num_actions,
@@ -37,4 +64,5 @@ def make_models(cfg: DictConfig, env):
         shared=cfg.model.shared,
         activation=cfg.model.activation,
         action_spec=action_spec,
+        **recurrent,
     )

@@ -43,3 +43,55 @@ def test_action_space_is_checked_before_wrappers_that_assume_it():
             action_space="continuous",
             wrappers=(gym.wrappers.ClipAction,),
         )
+
+
+def test_selected_observation_entries_are_the_kept_ones():
+    """CartPole without its velocities: entries 0 and 2 of what the same env
+    without the wrapper observes, step after step, resets included."""
+    import functools
+
+    import torch
+
+    from torchrl_acer.training.envs import SelectObservation
+
+    kept = make_env(
+        "CartPole-v1",
+        num_envs=2,
+        seed=5,
+        wrappers=[functools.partial(SelectObservation, indices=[0, 2])],
+    )
+    full = make_env("CartPole-v1", num_envs=2, seed=5)
+    actions = torch.nn.functional.one_hot(torch.tensor([0, 1]), 2)
+    a, b = kept.reset(), full.reset()
+    assert a["observation"].shape == (2, 2)
+    for _ in range(40):  # long enough for episodes to end
+        assert torch.equal(a["observation"], b["observation"][:, [0, 2]])
+        a["action"], b["action"] = actions, actions
+        a, b = kept.step_and_maybe_reset(a)[1], full.step_and_maybe_reset(b)[1]
+
+
+@pytest.mark.parametrize("indices", [[4], [0, 0], []])
+def test_bad_observation_indices_are_named(indices):
+    import functools
+
+    from torchrl_acer.training.envs import SelectObservation
+
+    with pytest.raises(ValueError, match="observation_indices"):
+        make_env(
+            "CartPole-v1",
+            wrappers=[functools.partial(SelectObservation, indices=indices)],
+        )
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_the_primer_declares_the_cores_state(kind):
+    from tensordict.nn import TensorDictModule
+    from torch import nn
+
+    from torchrl_acer.modules.models import recurrent_core, recurrent_primer
+
+    trunk, _ = recurrent_core(
+        TensorDictModule(nn.Linear(3, 5), ["x"], ["embed"]), 5, kind, 7
+    )
+    core = trunk[-1]
+    assert recurrent_primer(kind, 7).primers == core.make_tensordict_primer().primers

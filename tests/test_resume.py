@@ -45,6 +45,20 @@ RUNS = {
             "logger.log_interval": 25,
         },
     ),
+    # a recurrent policy on CartPole without velocities: the hidden states the
+    # collector carries between batches are in the checkpoint, and a burn-in
+    "CartPole-v1 (LSTM)": (
+        100,
+        {
+            "replay.start": 20,
+            "eval.interval": 30,
+            "logger.log_interval": 30,
+            "model.recurrent": "lstm",
+            "model.recurrent_size": 8,
+            "env.observation_indices": [0, 2],
+            "loss.burn_in": 2,
+        },
+    ),
 }
 
 
@@ -79,7 +93,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, env_name, capsys
     total, extra = RUNS[env_name]
     half = total // 2
     overrides = {
-        "env.name": env_name,
+        "env.name": env_name.split(" ")[0],
         "collector.total_frames": total,
         "logger.backend": "csv",
         **extra,

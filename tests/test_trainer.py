@@ -1,4 +1,5 @@
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,15 +49,29 @@ def make_trainer(run_dir, **overrides):
     cfg = small_config(**overrides)
     check_config(cfg)
     torch.manual_seed(cfg.seed)
-    env = make_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
-    spec = env.action_spec[(0,) * env.batch_dims]
-    obs = env.observation_spec["observation"].shape[-1]
-    if cfg.env.name.startswith("MinAtar/"):
-        actor, critic = minatar_actor_critic(obs, spec.shape[-1], action_spec=spec)
+    if cfg.model.recurrent or cfg.env.observation_indices:
+        # the example's own builders: env transforms and models made for each other
+        examples = str(Path(__file__).parent.parent / "examples")
+        if examples not in sys.path:
+            sys.path.insert(0, examples)
+        import utils_gym
+
+        def build_env(name, num_envs, seed):
+            return utils_gym.make_env(cfg, num_envs, seed)
+
+        env = build_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
+        actor, critic = utils_gym.make_models(cfg, env)
     else:
-        actor, critic = mlp_actor_critic(
-            obs, spec.shape[-1], num_cells=cfg.model.num_cells, action_spec=spec
-        )
+        build_env = make_env
+        env = build_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
+        spec = env.action_spec[(0,) * env.batch_dims]
+        obs = env.observation_spec["observation"].shape[-1]
+        if cfg.env.name.startswith("MinAtar/"):
+            actor, critic = minatar_actor_critic(obs, spec.shape[-1], action_spec=spec)
+        else:
+            actor, critic = mlp_actor_critic(
+                obs, spec.shape[-1], num_cells=cfg.model.num_cells, action_spec=spec
+            )
     loss = make_loss(cfg.loss, actor, critic)
     T, num_envs = cfg.collector.T, cfg.env.num_envs
     collector = make_collector(cfg, None, actor, device="cpu", env=env)
@@ -65,7 +80,7 @@ def make_trainer(run_dir, **overrides):
         replay = make_segment_replay_buffer(
             cfg.replay.capacity, T, cfg.replay.batch_segments or num_envs
         )
-    eval_env = make_env(
+    eval_env = build_env(
         cfg.env.name, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000
     )
     logger = None

@@ -11,13 +11,15 @@ runs the trunk once per update.
 from __future__ import annotations
 
 import torch
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import distributions as D
 from torch import nn
 from torchrl.data import OneHot
 from torchrl.modules import (
     MLP,
     ActorValueOperator,
+    GRUModule,
+    LSTMModule,
     OneHotCategorical,
     ProbabilisticActor,
 )
@@ -29,13 +31,20 @@ __all__ = [
     "gaussian_actor_sdn",
     "minatar_actor_critic",
     "mlp_actor_critic",
+    "recurrent_core",
+    "recurrent_primer",
 ]
 
 
 def _actor_critic(trunk, trunk_out, num_actions, action_spec, obs_key):
-    """Wraps a trunk and two linear heads, shared through an ActorValueOperator."""
+    """Wraps a trunk and two linear heads, shared through an ActorValueOperator.
+    ``trunk`` is an ``nn.Module`` on ``obs_key``, or a TensorDict module writing
+    ``"hidden"``."""
     one_hot = action_spec is None or isinstance(action_spec, OneHot)
-    common = TensorDictModule(trunk, [obs_key], ["hidden"])
+    if isinstance(trunk, TensorDictModuleBase):
+        common = trunk
+    else:
+        common = TensorDictModule(trunk, [obs_key], ["hidden"])
     policy_head = ProbabilisticActor(
         TensorDictModule(nn.Linear(trunk_out, num_actions), ["hidden"], ["logits"]),
         in_keys=["logits"],
@@ -59,6 +68,8 @@ def mlp_actor_critic(
     activation: str = "relu",
     action_spec=None,
     obs_key="observation",
+    recurrent: str | None = None,
+    recurrent_size: int | None = None,
 ):
     """MLPs for vector observations.
 
@@ -67,12 +78,33 @@ def mlp_actor_critic(
     linear layer. ``activation`` is ``"relu"`` (default) or ``"tanh"`` (about 15
     times slower than ReLU on the 2-core CPUs this was measured on, where it
     dominated small networks' time).
+
+    With ``recurrent="lstm"`` or ``"gru"`` the hidden layers are followed by a
+    recurrent core of ``recurrent_size`` units (default: the last hidden layer's
+    width, see :func:`recurrent_core`), and the policy and the critic share all of
+    it (``shared`` is implied): the critic must run with the state the policy
+    stored while acting.
     """
     activations = {"relu": nn.ReLU, "tanh": nn.Tanh}
     if activation not in activations:
         raise ValueError(f"activation must be 'relu' or 'tanh', got {activation!r}")
     activation_class = activations[activation]
     num_cells = list(num_cells)
+    if recurrent is not None:
+        encoder = MLP(
+            in_features=obs_dim,
+            out_features=num_cells[-1],
+            num_cells=num_cells[:-1],
+            activation_class=activation_class,
+            activate_last_layer=True,
+        )
+        trunk, trunk_out = recurrent_core(
+            TensorDictModule(encoder, [obs_key], ["embed"]),
+            num_cells[-1],
+            recurrent,
+            recurrent_size,
+        )
+        return _actor_critic(trunk, trunk_out, num_actions, action_spec, obs_key)
     if shared:
         trunk = MLP(
             in_features=obs_dim,
@@ -149,11 +181,18 @@ def atari_actor_critic(num_actions: int, *, frames: int = 4, action_spec=None):
 
 
 def minatar_actor_critic(
-    in_channels: int, num_actions: int, *, action_spec=None, obs_key="observation"
+    in_channels: int,
+    num_actions: int,
+    *,
+    action_spec=None,
+    obs_key="observation",
+    recurrent: str | None = None,
+    recurrent_size: int | None = None,
 ):
     """The MinAtar paper's small conv net (16 3x3 filters, 128 hidden units) on
     ``[*B, 10, 10, C]`` boolean grids (as MinAtar's gymnasium envs return them),
-    shared by a policy head and a Q head."""
+    shared by a policy head and a Q head; with ``recurrent="lstm"`` or ``"gru"``,
+    followed by a recurrent core (see :func:`recurrent_core`)."""
     layers = nn.Sequential(
         nn.Conv2d(in_channels, 16, 3, stride=1),
         nn.ReLU(),
@@ -161,13 +200,42 @@ def minatar_actor_critic(
         nn.Linear(16 * 8 * 8, 128),
         nn.ReLU(),
     )
-    return _actor_critic(
-        _BatchedConv(layers, None, channels_last=True),
-        128,
-        num_actions,
-        action_spec,
-        obs_key,
+    conv = _BatchedConv(layers, None, channels_last=True)
+    if recurrent is not None:
+        trunk, trunk_out = recurrent_core(
+            TensorDictModule(conv, [obs_key], ["embed"]), 128, recurrent, recurrent_size
+        )
+        return _actor_critic(trunk, trunk_out, num_actions, action_spec, obs_key)
+    return _actor_critic(conv, 128, num_actions, action_spec, obs_key)
+
+
+#: the recurrent cores ``recurrent_core`` builds, by name
+RECURRENT_CORES = {"lstm": LSTMModule, "gru": GRUModule}
+
+
+def recurrent_core(
+    encoder: TensorDictModule, encoder_out: int, kind: str, size: int | None = None
+) -> tuple[TensorDictSequential, int]:
+    """``encoder`` (writing ``"embed"``) followed by a one-layer TorchRL
+    :class:`~torchrl.modules.LSTMModule` (``kind="lstm"``) or
+    :class:`~torchrl.modules.GRUModule` (``"gru"``) of ``size`` units (default
+    ``encoder_out``) writing ``"hidden"``; returns it and its output width.
+
+    The core reads its state from ``"recurrent_state_h"`` and
+    ``"recurrent_state_c"`` (LSTM) or ``"recurrent_state"`` (GRU), ``[*B, 1, size]``,
+    and resets it where ``"is_init"`` is set: the environment needs TorchRL's
+    :class:`~torchrl.envs.InitTracker` and the core's
+    ``make_tensordict_primer()`` (see ``examples/utils_gym.py``)."""
+    if kind not in RECURRENT_CORES:
+        raise ValueError(
+            f"model.recurrent must be one of {sorted(RECURRENT_CORES)} or null, "
+            f"got {kind!r}"
+        )
+    size = size or encoder_out
+    core = RECURRENT_CORES[kind](
+        input_size=encoder_out, hidden_size=size, in_key="embed", out_key="hidden"
     )
+    return TensorDictSequential(encoder, core), size
 
 
 class _GaussianHead(nn.Module):
@@ -269,3 +337,19 @@ def gaussian_actor_sdn(
     )
     critic = StochasticDuelingNetwork(value, advantage, num_samples=num_samples)
     return actor, critic
+
+
+def recurrent_primer(kind: str, size: int):
+    """The :class:`~torchrl.envs.TensorDictPrimer` that gives an environment the
+    hidden-state entries of :func:`recurrent_core`'s ``kind`` core of ``size``
+    units (zeros at reset; the collector then carries the core's
+    ``("next", state)`` outputs), from the core's own ``make_tensordict_primer``."""
+    if kind not in RECURRENT_CORES:
+        raise ValueError(
+            f"model.recurrent must be one of {sorted(RECURRENT_CORES)} or null, "
+            f"got {kind!r}"
+        )
+    core = RECURRENT_CORES[kind](
+        input_size=1, hidden_size=size, in_key="embed", out_key="hidden"
+    )
+    return core.make_tensordict_primer()

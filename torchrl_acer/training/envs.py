@@ -7,10 +7,17 @@ import os
 import signal
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torchrl.envs import DoubleToFloat, EnvBase, GymWrapper, RewardSum
 
-__all__ = ["check_env_id", "check_spaces", "is_minatar", "make_env"]
+__all__ = [
+    "SelectObservation",
+    "check_env_id",
+    "check_spaces",
+    "is_minatar",
+    "make_env",
+]
 
 
 def is_minatar(env_id: str) -> bool:
@@ -91,6 +98,40 @@ def check_spaces(
             f"env.name={env_id!r} has the action space {act}, but this example "
             f"trains a {action_space} policy{hint}"
         )
+
+
+class SelectObservation(gym.ObservationWrapper):
+    """Keeps the entries ``indices`` of a vector observation: a partially observed
+    task, such as CartPole's cart position and pole angle without their
+    velocities (``indices=[0, 2]``)."""
+
+    def __init__(self, env: gym.Env, indices):
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ValueError(
+                f"env.observation_indices needs a vector observation (a Box of one "
+                f"dimension), got {space}"
+            )
+        indices = np.asarray(list(indices), dtype=np.int64)
+        n = space.shape[0]
+        if (
+            indices.ndim != 1
+            or not len(indices)
+            or len(set(indices.tolist())) != len(indices)
+            or ((indices < 0) | (indices >= n)).any()
+        ):
+            raise ValueError(
+                f"env.observation_indices must be distinct entries of the "
+                f"{n}-entry observation (0 to {n - 1}), got {indices.tolist()}"
+            )
+        self.indices = indices
+        self.observation_space = gym.spaces.Box(
+            space.low[indices], space.high[indices], dtype=space.dtype
+        )
+
+    def observation(self, observation):
+        return observation[..., self.indices]
 
 
 def make_env(

@@ -330,6 +330,9 @@ def make_loss(loss: DictConfig, actor, critic) -> ACERLoss:
         trust_region_space=loss.trust_region_space,
         entropy_coeff=loss.entropy_coeff,
         critic_coeff=loss.critic_coeff,
+        # recurrent networks only (the gym example's model.recurrent)
+        recurrent_state=loss.get("recurrent_state", "stored"),
+        burn_in=loss.get("burn_in", 0),
     )
     module.make_value_estimator(gamma=loss.gamma, lmbda=1.0, c_thresh=1.0)
     return module
