@@ -3,7 +3,9 @@ collectors feeding the trainer, policy versions and lag, a dead worker."""
 
 import functools
 import os
+import queue
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -275,3 +277,35 @@ def test_ray_collectors_train_the_gym_example(tmp_path):
     lags = (tmp_path / "logs" / "scalars" / "collector" / "policy_lag.csv").read_text()
     assert len(lags.splitlines()) >= 2
     assert "final greedy evaluation" in proc.stdout
+
+
+def test_workers_wait_for_weights_sent_late(tmp_path, monkeypatch):
+    """The learner sends the workers' first weights 15 s after starting them (as
+    on a loaded machine, where a run died at its start with a worker's
+    ``_queue.Empty``: TorchRL's transport waits 10 s). Workers wait up to
+    ``collector.worker_start_timeout``: with 3 s they give up and the collector
+    fails to start; with the default the run trains."""
+    from torchrl.weight_update import MultiProcessWeightSyncScheme
+
+    send = MultiProcessWeightSyncScheme._setup_connection_and_weights_on_sender_impl
+
+    def late(self, *args, **kwargs):
+        time.sleep(15)
+        return send(self, *args, **kwargs)
+
+    # the learner's side only: the spawned workers import the original
+    monkeypatch.setattr(
+        MultiProcessWeightSyncScheme,
+        "_setup_connection_and_weights_on_sender_impl",
+        late,
+    )
+    settings = {"collector.total_frames": 20, "replay.ratio": 0.0}
+    impatient = small_config(**settings, **{"collector.worker_start_timeout": 3})
+    with pytest.raises(queue.Empty):  # the worker's error, raised again here
+        make_trainer(impatient, tmp_path / "impatient").close()
+    trainer = make_trainer(small_config(**settings), tmp_path / "patient")
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    assert trainer.frames >= 20

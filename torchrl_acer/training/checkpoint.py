@@ -71,6 +71,7 @@ SAFE_CONFIG_CHANGES = (
     "collector.backend",
     "collector.num_workers",
     "collector.sync",
+    "collector.worker_start_timeout",
     "ray.*",
 )
 

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.training.checkpoint import read_header
@@ -114,6 +115,7 @@ _SETTINGS: dict[str, _Setting] = {
     "collector.sync": _BOOL,
     "collector.weight_update_interval": _int_at_least(1),
     "collector.max_policy_lag": _int_at_least(0, null="no bound"),
+    "collector.worker_start_timeout": _finite("> 0", lambda v: v > 0),
     "ray.address": _Setting(
         "a Ray address (a string: auto, host:port, ray://...)",
         lambda v: isinstance(v, str),
@@ -132,6 +134,22 @@ _SETTINGS: dict[str, _Setting] = {
     "model.num_samples": _int_at_least(1),
     "model.bound_mean": _BOOL,
     "model.dueling": _BOOL,
+    "model.recurrent": _Setting(
+        "'lstm' or 'gru'", lambda v: v in ("lstm", "gru"), null="feed-forward"
+    ),
+    "model.recurrent_size": _int_at_least(1),
+    "env.observation_indices": _Setting(
+        "a list of distinct integers >= 0",
+        lambda v: (
+            isinstance(v, (list, ListConfig))
+            and len(v) > 0
+            and all(_is_int(i) and i >= 0 for i in v)
+            and len(set(v)) == len(v)
+        ),
+        null="the whole observation",
+    ),
+    "loss.recurrent_state": _one_of("stored", "zero"),
+    "loss.burn_in": _int_at_least(0),
     "loss.gamma": _finite("in (0, 1]", lambda v: 0 < v <= 1),
     "loss.ratio_clip": _Setting(
         "a number > 0 (inf: no truncation)", lambda v: _is_number(v) and v > 0
@@ -213,6 +231,16 @@ def check_config(cfg: DictConfig) -> None:
         need(setting.test(value), f"{key}={shown} must be {setting.expect}{or_null}")
 
     get_device(cfg.device)
+    burn_in = OmegaConf.select(cfg, "loss.burn_in", default=0)
+    need(
+        not burn_in or OmegaConf.select(cfg, "model.recurrent", default=None),
+        f"loss.burn_in={burn_in} needs a recurrent model (model.recurrent)",
+    )
+    need(
+        burn_in < cfg.collector.T,
+        f"loss.burn_in={burn_in} must be smaller than collector.T="
+        f"{cfg.collector.T}: no step of a segment would be trained on",
+    )
     need(
         cfg.replay.on_policy_updates or cfg.replay.ratio > 0,
         "replay.on_policy_updates=false needs replay.ratio > 0",
@@ -342,6 +370,36 @@ def make_loss(loss: DictConfig, actor, critic) -> ACERLoss:
 _TORCHRL_BACKENDS = {"multiprocess": "process", "ray": "ray"}
 
 
+class PatientWeightSyncScheme(MultiProcessWeightSyncScheme):
+    """TorchRL's :class:`~torchrl.weight_update.MultiProcessWeightSyncScheme`
+    whose workers wait up to ``start_timeout`` seconds for their first weights.
+
+    TorchRL's transport waits 10 seconds (``MPTransport(timeout=10.0)``, not a
+    setting of the scheme); on a loaded machine the learner can take longer to
+    send them after starting the workers (43 s were measured with two runs and
+    benchmarks sharing 2 cores), and the run then died at its start with
+    ``_queue.Empty`` from a worker. Later weight pushes keep TorchRL's timeout.
+    """
+
+    def __init__(self, *args, start_timeout: float = 600.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.start_timeout = start_timeout
+
+    def _setup_connection_and_weights_on_receiver_impl(self, *args, **kwargs):
+        transport = self._receiver_transport
+        if transport is None:
+            return super()._setup_connection_and_weights_on_receiver_impl(
+                *args, **kwargs
+            )
+        default, transport.timeout = transport.timeout, self.start_timeout
+        try:
+            return super()._setup_connection_and_weights_on_receiver_impl(
+                *args, **kwargs
+            )
+        finally:
+            transport.timeout = default
+
+
 def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     """The collector ``cfg.collector.backend`` names, running ``actor``.
 
@@ -404,8 +462,6 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
         "auto_register_policy_transforms": False,
     }
     if backend == "multiprocess":
-        from torchrl.weight_update import MultiProcessWeightSyncScheme
-
         backend_kwargs = {
             **worker_kwargs,
             "total_frames": -1,
@@ -415,7 +471,11 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
             # push does not wait for acknowledgements, which a dead worker would
             # never send (collecting finds it dead instead)
             "policy_factory": functools.partial(copy.deepcopy, copy.deepcopy(acting)),
-            "weight_sync_schemes": {"policy": MultiProcessWeightSyncScheme(sync=False)},
+            "weight_sync_schemes": {
+                "policy": PatientWeightSyncScheme(
+                    sync=False, start_timeout=c.get("worker_start_timeout", 600.0)
+                )
+            },
         }
     else:
         backend_kwargs = {
