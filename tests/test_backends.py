@@ -280,7 +280,7 @@ def test_ray_collectors_train_the_gym_example(tmp_path):
 
 
 def test_workers_wait_for_weights_sent_late(tmp_path, monkeypatch):
-    """The learner sends the workers' first weights 15 s after starting them (as
+    """The learner sends the workers' first weights 25 s after starting them (as
     on a loaded machine, where a run died at its start with a worker's
     ``_queue.Empty``: TorchRL's transport waits 10 s). Workers wait up to
     ``collector.worker_start_timeout``: with 3 s they give up and the collector
@@ -290,7 +290,7 @@ def test_workers_wait_for_weights_sent_late(tmp_path, monkeypatch):
     send = MultiProcessWeightSyncScheme._setup_connection_and_weights_on_sender_impl
 
     def late(self, *args, **kwargs):
-        time.sleep(15)
+        time.sleep(25)
         return send(self, *args, **kwargs)
 
     # the learner's side only: the spawned workers import the original
