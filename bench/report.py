@@ -159,8 +159,68 @@ def speed_and_memory():
         print()
 
 
+TIME_TO_SOLVE_LABELS = {
+    "ours": "ours (`examples/acer_gym.py` defaults)",
+    "sb3_ppo": "Stable-Baselines3 PPO (zoo)",
+    "sb3_a2c": "Stable-Baselines3 A2C (zoo)",
+    "di_acer": "DI-engine 0.5.3 ACER (dizoo)",
+}
+
+
+def time_to_solve():
+    """Env steps and training seconds until the greedy evaluation first reached the
+    threshold, per candidate and task (medians and ranges over the seeds that did)."""
+    path, r = newest("time_to_solve")
+    if r is None:
+        return
+    s = r["settings"]
+    budget = ", ".join(f"{t} {b:,}" for t, b in s["budget_env_steps"].items())
+    cap = f", or {s['max_minutes']:g} min of training" if s.get("max_minutes") else ""
+    print(
+        f"Time to solve, one thread per run, runs interleaved (`{path.name}`, ours "
+        f"from {r.get('ours_code', r['commit'])}; not reached: after {budget} env "
+        f"steps{cap}):"
+    )
+    print()
+    print(
+        "| task | candidate | reached | env steps to threshold, median (range) "
+        "| training s to threshold, median (range) | env steps per training s, "
+        "median | final greedy eval, median |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    order = list(TIME_TO_SOLVE_LABELS)
+    rows = sorted(
+        r["summary"],
+        key=lambda g: (
+            list(s["thresholds"]).index(g["task"]),
+            order.index(g["candidate"]) if g["candidate"] in order else len(order),
+        ),
+    )
+    for g in rows:
+        threshold = s["thresholds"][g["task"]]
+        final = f"{g['final_eval']['median']:.1f}" if g["final_eval"] else "-"
+        # the pace of the training loop alone, over every finished run
+        rates = [
+            run["final_env_steps"] / run["evals"][-1]["train_s"]
+            for run in r["runs"]
+            if (run["candidate"], run["task"]) == (g["candidate"], g["task"])
+            and run["returncode"] == 0
+            and run["evals"]
+        ]
+        rate = f"{np.median(rates):.0f}" if rates else "-"
+        print(
+            f"| {g['task']} → {threshold:g} "
+            f"| {TIME_TO_SOLVE_LABELS.get(g['candidate'], g['candidate'])} "
+            f"| {g['reached']}/{g['seeds']} "
+            f"| {fmt_range(g['env_steps_to_threshold'], 1000, 'k')} "
+            f"| {fmt_range(g['train_s_to_threshold'], 1, ' s')} | {rate} | {final} |"
+        )
+    print()
+
+
 def main():
     speed_and_memory()
+    time_to_solve()
     print(
         "| run | env steps to threshold, median (range) | reached "
         "| final greedy eval, median (range) | final training return, median (range) "

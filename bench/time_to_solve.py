@@ -1,0 +1,781 @@
+"""Time to solve, side by side: ours against the libraries users would pick instead.
+
+    bash bench/peers_setup.sh                     # once: .venv-bench with SB3 and DI-engine
+    python bench/time_to_solve.py                 # both tasks, 5 seeds, every candidate
+    python bench/time_to_solve.py --tasks CartPole-v1 --seeds 0 --budget 20000  # smoke
+
+Each run trains one candidate on one task from one seed, in a process of its own on
+one thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=MKL_NUM_THREADS=1``),
+until the greedy evaluation first reaches the task's threshold (CartPole-v1 500,
+Acrobot-v1 -100) or the env-step budget runs out (not reached). Runs go one at a
+time, round-robin over candidate x seed, the candidates of each round in a shuffled
+order, so that load from elsewhere on the machine hits all of them alike.
+
+The evaluation protocol is the same for every candidate (``PROTOCOL``): the mean
+return of ``episodes`` greedy episodes (the policy's mode: argmax over actions),
+one per environment copy, each copy seeded once from ``seed + 10_000`` and reset
+unseeded afterwards, after the first update (batch of collection and its updates)
+that takes the run's env steps to a multiple of ``interval`` or past it. The
+seconds reported are those of the training loop only (from the call that starts
+training to the start of the evaluation that reached the threshold) less every
+evaluation before it: setup (imports, building networks and environments) and
+evaluation are excluded alike.
+
+Candidates:
+
+- ``ours``: ``examples/acer_gym.py`` at its defaults (``env.name`` switched; the
+  README documents no Acrobot setting), in the project's venv; the bench only sets
+  the budget, the protocol, one thread, no progress bar and no mid-run checkpoints.
+  Timed from a wrapper around ``ACERTrainer.train`` and ``ACERTrainer._evaluate``.
+- ``sb3_ppo``, ``sb3_a2c``: Stable-Baselines3 with rl-baselines3-zoo's tuned
+  hyperparameters (``ZOO``, from rl_zoo3 2.9.2's ``hyperparams/ppo.yml`` and
+  ``a2c.yml``), in ``.venv-bench``. A learning-rate or clip schedule runs over the
+  zoo's ``n_timesteps``, which also ends a run if it is below the budget.
+- ``di_acer``: DI-engine 0.5.3's ACER with dizoo's CartPole config
+  (``dizoo/classic_control/cartpole/config/cartpole_acer_config.py``), its serial
+  off-policy loop (collect ``n_sample`` sequences, push, ``update_per_collect``
+  updates); the environment is gymnasium's task through DI-engine's
+  ``DingEnvWrapper`` (dizoo's own CartPole env is gym's CartPole-v0). DI-engine has
+  no Acrobot ACER config: the CartPole one is used with the observation and action
+  sizes changed, nothing else.
+
+Writes ``bench/results/time_to_solve-<UTC stamp>.json`` after every run (commit,
+machine, settings, protocol, every run with its evaluations, and per candidate and
+task the medians and ranges over the seeds that reached); ``--continue FILE`` adds
+the missing runs to an earlier file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+RUNS = ROOT / "bench" / "runs" / "time_to_solve"
+
+THRESHOLDS = {"CartPole-v1": 500.0, "Acrobot-v1": -100.0}
+CANDIDATES = ("ours", "sb3_ppo", "sb3_a2c", "di_acer")
+PROTOCOL = {
+    # env steps between greedy evaluations; Acrobot's first episodes run 500 steps
+    # each, so its evaluations cost more
+    "interval": {"CartPole-v1": 1_000, "Acrobot-v1": 2_000},
+    "episodes": 10,  # greedy episodes per evaluation, one per environment copy
+    "max_steps": 500,  # both tasks' own time limit
+}
+DEFAULT_BUDGET = 500_000  # env steps per run; not reached after it
+
+# rl-baselines3-zoo 2.9.2 (rl_zoo3/hyperparams/ppo.yml and a2c.yml); anything not
+# listed is SB3's default. ("linear", x): x times the remaining fraction of
+# n_timesteps (the zoo's lin_x); normalize: VecNormalize of observations and rewards.
+ZOO = {
+    ("sb3_ppo", "CartPole-v1"): {
+        "n_envs": 8,
+        "n_timesteps": 100_000,
+        "n_steps": 32,
+        "batch_size": 256,
+        "gae_lambda": 0.8,
+        "gamma": 0.98,
+        "n_epochs": 20,
+        "ent_coef": 0.0,
+        "learning_rate": ("linear", 1e-3),
+        "clip_range": ("linear", 0.2),
+    },
+    ("sb3_ppo", "Acrobot-v1"): {
+        "normalize": True,
+        "n_envs": 16,
+        "n_timesteps": 1_000_000,
+        "n_steps": 256,
+        "gae_lambda": 0.94,
+        "gamma": 0.99,
+        "n_epochs": 4,
+        "ent_coef": 0.0,
+    },
+    ("sb3_a2c", "CartPole-v1"): {
+        "n_envs": 8,
+        "n_timesteps": 500_000,
+        "ent_coef": 0.0,
+    },
+    ("sb3_a2c", "Acrobot-v1"): {
+        "normalize": True,
+        "n_envs": 16,
+        "n_timesteps": 500_000,
+        "ent_coef": 0.0,
+    },
+}
+
+# DI-engine's ACER: what dizoo's cartpole_acer_config.py sets (the rest is
+# ACERPolicy's default config); for Acrobot only the two sizes differ.
+DI_ACER = {
+    "collector_env_num": 8,
+    "encoder_hidden_size_list": [64, 64],
+    "unroll_len": 32,
+    "update_per_collect": 4,
+    "batch_size": 16,
+    "learning_rate_actor": 0.0005,
+    "learning_rate_critic": 0.0005,
+    "entropy_weight": 0.0,
+    "discount_factor": 0.9,
+    "trust_region": True,
+    "c_clip_ratio": 10,
+    "n_sample": 16,
+    "replay_buffer_size": 10_000,
+}
+DI_SIZES = {"CartPole-v1": (4, 2), "Acrobot-v1": (6, 3)}
+
+
+# -- the worker: one run, in the candidate's venv ------------------------------------
+
+
+class Recorder:
+    """Evaluations of one run with the training loop's clock: ``train_s`` of an
+    evaluation is the time since training started, less every evaluation before."""
+
+    def __init__(self, task, budget, max_minutes):
+        self.threshold, self.budget = THRESHOLDS[task], budget
+        self.max_s = None if max_minutes is None else 60 * max_minutes
+        self.start = None
+        self.eval_s = 0.0
+        self.evals = []
+        self.reached = None
+        self.interval = PROTOCOL["interval"][task]
+        self.next_eval = self.interval
+
+    def begin(self):
+        self.start = time.perf_counter()
+
+    def due(self, steps):
+        return steps >= self.next_eval
+
+    def evaluate(self, steps, fn):
+        tick = time.perf_counter()
+        value = float(fn())
+        tock = time.perf_counter()
+        entry = {
+            "env_steps": int(steps),
+            "return": value,
+            "train_s": tick - self.start - self.eval_s,
+            "eval_s": tock - tick,
+        }
+        self.eval_s += tock - tick
+        self.evals.append(entry)
+        if self.reached is None and value >= self.threshold:
+            self.reached = entry
+        self.next_eval = (steps // self.interval + 1) * self.interval
+        return value
+
+    def stop_reason(self, steps):
+        if self.reached is not None:
+            return "threshold"
+        if steps >= self.budget:
+            return "budget"
+        if (
+            self.max_s is not None
+            and self.evals
+            and self.evals[-1]["train_s"] > self.max_s
+        ):
+            return "time cap"
+        return None
+
+    def result(self, steps, stopped):
+        reached = self.reached
+        eval_before = (
+            sum(e["eval_s"] for e in self.evals[: self.evals.index(reached)])
+            if reached
+            else None
+        )
+        return {
+            "reached": reached is not None,
+            "env_steps_to_threshold": reached["env_steps"] if reached else None,
+            "train_s_to_threshold": reached["train_s"] if reached else None,
+            "eval_s_before_threshold": eval_before,
+            "eval_s_total": self.eval_s,
+            "final_eval": self.evals[-1]["return"] if self.evals else None,
+            "final_env_steps": int(steps),
+            "stopped": stopped,
+            "evals": self.evals,
+        }
+
+
+def greedy_return(envs, act, seed, first):
+    """Mean return of one greedy episode per environment copy, stepped together;
+    the copies are seeded on the first call only (as the trainer's evaluator)."""
+    import numpy as np
+
+    obs = np.stack(
+        [
+            env.reset(seed=seed + 10_000 + i if first else None)[0]
+            for i, env in enumerate(envs)
+        ]
+    )
+    returns = np.zeros(len(envs))
+    done = np.zeros(len(envs), dtype=bool)
+    for _ in range(PROTOCOL["max_steps"]):
+        actions = act(obs)
+        for i, env in enumerate(envs):
+            if done[i]:
+                continue
+            obs[i], reward, terminated, truncated, _ = env.step(int(actions[i]))
+            returns[i] += reward
+            done[i] = terminated or truncated
+        if done.all():
+            break
+    return returns.mean()
+
+
+def eval_envs(task):
+    import gymnasium as gym
+
+    return [gym.make(task) for _ in range(PROTOCOL["episodes"])]
+
+
+def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
+    import runpy
+
+    tree = Path(tree)
+    sys.path.insert(0, str(tree))  # before the venv's editable install of ROOT
+    import torchrl
+
+    import torchrl_acer
+    from torchrl_acer.training import trainer as trainer_module
+
+    if Path(torchrl_acer.__file__).parents[1] != tree:
+        raise RuntimeError(
+            f"torchrl_acer came from {torchrl_acer.__file__}, not {tree}"
+        )
+
+    rec = Recorder(task, budget, max_minutes)
+    Trainer = trainer_module.ACERTrainer
+    train, evaluate = Trainer.train, Trainer._evaluate
+    state = {}
+
+    def timed_train(self):
+        rec.begin()
+        return train(self)
+
+    def timed_evaluate(self):
+        result = {}
+
+        def once():
+            result.update(evaluate(self))
+            return result["reward"]
+
+        rec.evaluate(self.frames, once)
+        if rec.stop_reason(self.frames):
+            self.total_frames = self.frames  # the loop ends after this batch
+        state["frames"] = self.frames
+        return result
+
+    Trainer.train, Trainer._evaluate = timed_train, timed_evaluate
+    overrides = [
+        f"env.name={task}",
+        f"seed={seed}",
+        "threads=1",
+        f"collector.total_frames={budget}",
+        f"eval.interval={PROTOCOL['interval'][task]}",
+        f"eval.episodes={PROTOCOL['episodes']}",
+        f"eval.max_steps={PROTOCOL['max_steps']}",
+        "logger.progress_bar=false",
+        f"logger.run_dir={run_dir}",
+        "checkpoint.every_minutes=null",
+    ]
+    sys.path.insert(0, str(tree / "examples"))
+    sys.argv = [str(tree / "examples" / "acer_gym.py"), *overrides]
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as err:  # hydra's exit after main returns
+        if err.code not in (None, 0):
+            raise
+    frames = state.get("frames", 0)
+    out = rec.result(frames, rec.stop_reason(frames) or "budget")
+    out["settings"] = {"overrides": overrides, "tree": str(tree)}
+    out["versions"] = {"torchrl": torchrl.__version__}
+    return out
+
+
+def _schedule(value):
+    if isinstance(value, tuple):
+        _, start = value
+        return lambda remaining: remaining * start
+    return value
+
+
+def run_sb3(algo, task, seed, budget, max_minutes, run_dir):
+    import stable_baselines3
+    from stable_baselines3 import A2C, PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    hp = dict(ZOO[(algo, task)])
+    n_envs, n_timesteps = hp.pop("n_envs"), hp.pop("n_timesteps")
+    normalize = hp.pop("normalize", False)
+    env = make_vec_env(task, n_envs=n_envs, seed=seed)
+    if normalize:
+        env = VecNormalize(env, gamma=hp.get("gamma", 0.99))
+    kwargs = {key: _schedule(value) for key, value in hp.items()}
+    cls = {"sb3_ppo": PPO, "sb3_a2c": A2C}[algo]
+    model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    rec = Recorder(task, budget, max_minutes)
+    envs = eval_envs(task)
+
+    def act(obs):
+        norm = model.get_vec_normalize_env()
+        if norm is not None:  # the training statistics, frozen
+            obs = norm.normalize_obs(obs)
+        return model.predict(obs, deterministic=True)[0]
+
+    def evaluate():
+        return greedy_return(envs, act, seed, first=not rec.evals)
+
+    class Timing(BaseCallback):
+        """Evaluates at the start of a rollout: after the previous one's update."""
+
+        stop = None
+
+        def _on_training_start(self):
+            rec.begin()
+
+        def _on_rollout_start(self):
+            steps = self.num_timesteps
+            if rec.due(steps) or steps >= budget:
+                rec.evaluate(steps, evaluate)
+            self.stop = rec.stop_reason(steps)
+
+        def _on_step(self):
+            return self.stop is None
+
+    timing = Timing()
+    model.learn(total_timesteps=n_timesteps, callback=timing)
+    steps = model.num_timesteps
+    stop = timing.stop
+    if stop is None:  # the zoo's n_timesteps ran out first: one last evaluation
+        if not rec.evals or rec.evals[-1]["env_steps"] != steps:
+            rec.evaluate(steps, evaluate)
+        stop = rec.stop_reason(steps) or "zoo n_timesteps"
+    out = rec.result(steps, stop)
+    out["settings"] = {
+        "algo": cls.__name__,
+        "zoo": ZOO[(algo, task)],
+        "source": f"rl_zoo3 2.9.2 hyperparams/{cls.__name__.lower()}.yml, {task}",
+    }
+    out["versions"] = {"stable_baselines3": stable_baselines3.__version__}
+    return out
+
+
+def run_di_acer(task, seed, budget, max_minutes, run_dir):
+    from functools import partial
+
+    import ding
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from ding.config import compile_config
+    from ding.envs import BaseEnvManager, DingEnvWrapper
+    from ding.policy import create_policy
+    from ding.utils import set_pkg_seed
+    from ding.worker import BaseLearner, create_buffer, create_serial_collector
+    from dizoo.classic_control.cartpole.config.cartpole_acer_config import (
+        create_config,
+        main_config,
+    )
+
+    main_config = main_config.copy()  # EasyDict: nested configs are rebuilt below
+    cfg = compile_config(
+        _di_config(main_config, task, run_dir),
+        seed=seed,
+        auto=True,
+        create_cfg=create_config,
+        save_cfg=False,
+    )
+
+    def make(_=None):
+        return DingEnvWrapper(gym.make(task))
+
+    n = cfg.env.collector_env_num
+    collector_env = BaseEnvManager([partial(make) for _ in range(n)], cfg.env.manager)
+    collector_env.seed(seed, dynamic_seed=True)
+    set_pkg_seed(seed, use_cuda=False)
+    torch.set_num_threads(1)
+    policy = create_policy(cfg.policy, enable_field=["learn", "collect", "eval"])
+    learner = BaseLearner(
+        cfg.policy.learn.learner, policy.learn_mode, None, exp_name=cfg.exp_name
+    )
+    collector = create_serial_collector(
+        cfg.policy.collect.collector,
+        env=collector_env,
+        policy=policy.collect_mode,
+        tb_logger=None,
+        exp_name=cfg.exp_name,
+    )
+    buffer = create_buffer(
+        cfg.policy.other.replay_buffer, tb_logger=None, exp_name=cfg.exp_name
+    )
+    rec = Recorder(task, budget, max_minutes)
+    envs = eval_envs(task)
+
+    def act(obs):
+        out = policy.eval_mode.forward(
+            {i: torch.as_tensor(o, dtype=torch.float32) for i, o in enumerate(obs)}
+        )
+        return np.array([int(out[i]["action"]) for i in range(len(obs))])
+
+    def evaluate():
+        return greedy_return(envs, act, seed, first=not rec.evals)
+
+    learner.call_hook("before_run")
+    rec.begin()
+    stop = None
+    while stop is None:
+        data = collector.collect(train_iter=learner.train_iter)
+        buffer.push(data, cur_collector_envstep=collector.envstep)
+        for _ in range(cfg.policy.learn.update_per_collect):
+            batch = buffer.sample(cfg.policy.learn.batch_size, learner.train_iter)
+            if batch is None:
+                break
+            learner.train(batch, collector.envstep)
+        steps = collector.envstep
+        if rec.due(steps) or steps >= budget:
+            rec.evaluate(steps, evaluate)
+        stop = rec.stop_reason(steps)
+    collector_env.close()
+    out = rec.result(collector.envstep, stop)
+    out["settings"] = {
+        "config": DI_ACER,
+        "obs_and_action_sizes": DI_SIZES[task],
+        "source": "DI-engine 0.5.3 dizoo/classic_control/cartpole/config/"
+        "cartpole_acer_config.py"
+        + ("" if task == "CartPole-v1" else ", sizes changed for Acrobot-v1"),
+    }
+    out["versions"] = {"di_engine": ding.__version__}
+    return out
+
+
+def _di_config(config, task, run_dir):
+    from easydict import EasyDict
+
+    obs, actions = DI_SIZES[task]
+    config = EasyDict(json.loads(json.dumps(config)))
+    # DI-engine prefixes "./" to it: relative to the working directory (ROOT)
+    config.exp_name = os.path.relpath(run_dir, ROOT)
+    config.policy.model.obs_shape = obs
+    config.policy.model.action_shape = actions
+    # the bench's protocol replaces dizoo's evaluator; these only name the task
+    config.env.stop_value = THRESHOLDS[task]
+    return config
+
+
+def worker(args):
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    runner = {
+        "ours": lambda *a: run_ours(*a, tree=args.ours_tree or ROOT),
+        "sb3_ppo": lambda *a: run_sb3("sb3_ppo", *a),
+        "sb3_a2c": lambda *a: run_sb3("sb3_a2c", *a),
+        "di_acer": run_di_acer,
+    }[args.candidate]
+    out = runner(args.task, args.seed, args.budget, args.max_minutes, run_dir)
+    import gymnasium
+
+    out["versions"].update(
+        {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "gymnasium": gymnasium.__version__,
+            "numpy": np.__version__,
+            "torch_threads": torch.get_num_threads(),
+        }
+    )
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+# -- the driver: every run, interleaved, one at a time ---------------------------------
+
+
+def python_for(candidate, bench_venv):
+    if candidate == "ours":
+        return sys.executable
+    python = Path(bench_venv) / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"{python} is missing: run bash bench/peers_setup.sh first")
+    return str(python)
+
+
+def run_one(candidate, task, seed, args):
+    run_dir = RUNS / f"{candidate}-{task}-seed{seed}"
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "PYTHONHASHSEED": str(seed),
+    }
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    cmd = [
+        python_for(candidate, args.bench_venv),
+        str(Path(__file__).resolve()),
+        "--worker",
+        candidate,
+        "--task",
+        task,
+        "--seed",
+        str(seed),
+        "--budget",
+        str(args.budget[task]),
+        "--run-dir",
+        str(run_dir),
+        "--out",
+        str(out),
+    ]
+    if args.max_minutes is not None:
+        cmd += ["--max-minutes", str(args.max_minutes)]
+    if candidate == "ours" and args.ours_tree:
+        cmd += ["--ours-tree", str(args.ours_tree)]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with open(run_dir / "log.txt", "w") as log:
+        proc = subprocess.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+        )
+    record = {
+        "candidate": candidate,
+        "task": task,
+        "seed": seed,
+        "budget": args.budget[task],
+        "returncode": proc.returncode,
+        "process_wall_s": time.time() - start,
+    }
+    if proc.returncode == 0:
+        record.update(json.loads(out.read_text()))
+    else:
+        record["error"] = f"failed: see {run_dir / 'log.txt'}"
+    out.unlink(missing_ok=True)
+    return record
+
+
+def stats(values):
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    return {"median": median, "min": values[0], "max": values[-1], "n": len(values)}
+
+
+def summary(runs):
+    out = {}
+    for run in runs:
+        key = f"{run['candidate']} {run['task']}"
+        out.setdefault(
+            key, {"candidate": run["candidate"], "task": run["task"], "runs": []}
+        )
+        out[key]["runs"].append(run)
+    for group in out.values():
+        every = group.pop("runs")
+        done = [r for r in every if r["returncode"] == 0]
+        group["seeds"] = len(done)
+        group["reached"] = sum(r["reached"] for r in done)
+        group["env_steps_to_threshold"] = stats(
+            [r["env_steps_to_threshold"] for r in done]
+        )
+        group["train_s_to_threshold"] = stats([r["train_s_to_threshold"] for r in done])
+        group["final_eval"] = stats([r["final_eval"] for r in done])
+        group["failed"] = len(every) - len(done)
+    return list(out.values())
+
+
+def export_commit(rev):
+    """A clean copy of commit ``rev`` (its full hash and the copy's path)."""
+    sha = subprocess.run(
+        ["git", "rev-parse", rev], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.strip()
+    tree = RUNS / f"tree-{sha[:12]}"
+    if not (tree / "examples" / "acer_gym.py").exists():
+        tree.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "archive", sha], capture_output=True, check=True, cwd=ROOT
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return sha, tree
+
+
+def machine_info():
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _common import git_commit, machine
+
+    return git_commit(), machine()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--tasks", nargs="+", default=list(THRESHOLDS), choices=list(THRESHOLDS)
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument(
+        "--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES
+    )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=DEFAULT_BUDGET,
+        help="env steps per run (every task); not reached after it",
+    )
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="also stop a run (not reached) once its training loop has taken this long",
+    )
+    parser.add_argument("--order-seed", type=int, default=0, help="seeds the shuffle")
+    parser.add_argument(
+        "--ours-commit",
+        default=None,
+        metavar="REV",
+        help="run ours from this commit (git archive into bench/runs/time_to_solve/), "
+        "not from the working tree, which others may be editing meanwhile",
+    )
+    parser.add_argument("--bench-venv", default=str(ROOT / ".venv-bench"))
+    parser.add_argument(
+        "--continue",
+        dest="resume",
+        default=None,
+        metavar="JSON",
+        help="an earlier result: its runs are kept, the missing ones run and the "
+        "file is rewritten",
+    )
+    # one run, in the candidate's venv (the driver starts these)
+    parser.add_argument(
+        "--worker", default=None, choices=CANDIDATES, help=argparse.SUPPRESS
+    )
+    parser.add_argument("--task", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--ours-tree", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        args.candidate = args.worker
+        return worker(args)
+
+    budget = args.budget
+    args.budget = {task: budget for task in args.tasks}
+    ours_commit = None
+    if args.ours_commit and "ours" in args.candidates:
+        ours_commit, args.ours_tree = export_commit(args.ours_commit)
+    if args.resume:
+        path = Path(args.resume)
+        payload = json.loads(path.read_text())
+        runs = [r for r in payload["runs"] if r["returncode"] == 0]
+    else:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        path = ROOT / "bench" / "results" / f"time_to_solve-{stamp}.json"
+        runs = []
+        payload = {"benchmark": "time_to_solve", "date": stamp}
+    commit, info = machine_info()
+    ours_code = (
+        f"commit {ours_commit} (a clean copy)"
+        if ours_commit
+        else f"working tree at {commit}"
+    )
+    if payload.get("ours_code", ours_code) != ours_code and "ours" in args.candidates:
+        raise SystemExit(
+            f"--continue: the file's runs of ours are of {payload['ours_code']}, these "
+            f"would be of {ours_code} (--ours-commit)"
+        )
+    if "command" in payload:  # a file written before commands were kept
+        payload["commands"] = [payload.pop("command")]
+    payload.update(
+        {
+            "commit": commit,
+            # every invocation that added runs to this file (--continue)
+            "commands": [
+                *payload.get("commands", []),
+                " ".join([Path(sys.executable).name, *sys.argv]),
+            ],
+            "machine": info,
+            "ours_code": ours_code,
+            "settings": {
+                "thresholds": THRESHOLDS,
+                "budget_env_steps": {
+                    **payload.get("settings", {}).get("budget_env_steps", {}),
+                    **args.budget,
+                },
+                "max_minutes": args.max_minutes,
+                "protocol": {
+                    **PROTOCOL,
+                    "text": "greedy (argmax) evaluation: mean return of "
+                    f"{PROTOCOL['episodes']} episodes, one per environment copy "
+                    "(seeded once from seed + 10000), after the first update that "
+                    "takes the env steps to a multiple of the task's interval or "
+                    "past it (ours, on its trainer's schedule, also after its first "
+                    "batch); train seconds: the training loop's time to the start of "
+                    "the evaluation that reached the threshold, less every evaluation "
+                    "before it; setup excluded",
+                },
+                "threads": "torch.set_num_threads(1), OMP/MKL/OPENBLAS_NUM_THREADS=1, "
+                "one run at a time",
+                "order": "round-robin over seeds; in each round every candidate once, "
+                f"in an order shuffled by random.Random({args.order_seed})",
+                "zoo": {f"{a} {t}": hp for (a, t), hp in ZOO.items()},
+                "zoo_source": "rl_zoo3 2.9.2 (rl-baselines3-zoo), rl_zoo3/hyperparams/"
+                "ppo.yml and a2c.yml",
+                "di_acer": DI_ACER,
+                "di_acer_source": "DI-engine 0.5.3, dizoo/classic_control/cartpole/"
+                "config/cartpole_acer_config.py; Acrobot-v1: the same with obs_shape 6, "
+                "action_shape 3 (DI-engine has no Acrobot ACER config)",
+            },
+        }
+    )
+    done = {(r["candidate"], r["task"], r["seed"]) for r in runs}
+    order = random.Random(args.order_seed)
+    plan = []
+    for task in args.tasks:
+        for seed in args.seeds:
+            candidates = list(args.candidates)
+            order.shuffle(candidates)
+            plan += [(c, task, seed) for c in candidates if (c, task, seed) not in done]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for i, (candidate, task, seed) in enumerate(plan):
+        print(f"[{i + 1}/{len(plan)}] {candidate} {task} seed {seed}", flush=True)
+        run = run_one(candidate, task, seed, args)
+        runs.append(run)
+        if run["returncode"] == 0:
+            steps, secs = run["env_steps_to_threshold"], run["train_s_to_threshold"]
+            reached = (
+                f"reached at {steps} env steps, {secs:.1f} s"
+                if run["reached"]
+                else "not reached"
+            )
+            print(
+                f"    {reached} (stopped: {run['stopped']}, final eval "
+                f"{run['final_eval']:.1f}, {run['process_wall_s']:.0f} s in all)",
+                flush=True,
+            )
+        else:
+            print(f"    {run['error']}", flush=True)
+        write(path, payload, runs)
+    write(path, payload, runs)
+    print(f"saved {path}")
+
+
+def write(path, payload, runs):
+    payload["runs"] = runs
+    payload["summary"] = summary(runs)
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
