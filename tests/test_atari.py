@@ -83,3 +83,20 @@ def test_pong_smoke_with_checkpoint_and_resume(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "at 300 frames" in out.stdout and "after 400 env steps" in out.stdout
+
+
+def test_several_workers_with_the_frame_replay_are_refused_at_start(tmp_path):
+    """Batches from several workers' envs cannot feed the frame-lean replay (each
+    stack is rebuilt from the previous segment of the same env): refused before
+    anything is built, naming the settings (not a ValueError from the replay
+    after the first batches, as it was)."""
+    out = run_example(
+        "acer_atari.py",
+        "collector.backend=multiprocess",
+        "collector.num_workers=2",
+        f"logger.run_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert out.returncode != 0
+    assert "collector.num_workers=2" in out.stderr and "replay.ratio" in out.stderr
+    assert not (tmp_path / "run").exists()
