@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|cartpole_pomdp|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -48,6 +48,21 @@ minatar_more() {  # the other three games; run again to continue stopped seeds
 minatar_multiprocess() {  # #16: learning unchanged by the backend (2 async worker processes)
   minatar_run minatar_breakout_multiprocess Breakout \
     collector.backend=multiprocess collector.num_workers=2 collector.sync=false
+}
+cartpole_pomdp() {  # #18: CartPole-v1 without velocities; run again to continue stopped seeds
+  local pomdp=(env.name=CartPole-v1 "env.observation_indices=[0,2]"
+    collector.total_frames=300000 eval.interval=5000 eval.episodes=5 checkpoint.interval=50000)
+  local protocol="CartPole-v1 observing cart position and pole angle only (entries 0, 2), 300k env steps, greedy eval mean of 5 episodes every 5k env steps"
+  local variant name
+  for variant in "lstm_burn_in model.recurrent=lstm loss.burn_in=5" \
+                 "lstm_zero model.recurrent=lstm loss.recurrent_state=zero" \
+                 "feedforward" \
+                 "lstm_stored model.recurrent=lstm"; do
+    read -r name extra <<< "$variant"
+    # shellcheck disable=SC2086  # extra: overrides without brackets, split on purpose
+    $L cartpole_pomdp_$name --seeds 0 1 2 3 4 ${JOBS:+--jobs $JOBS} --threshold 475 \
+      --protocol "$protocol" -- "${pomdp[@]}" $extra
+  done
 }
 minatar_ablations() {
   for game in Breakout SpaceInvaders; do
