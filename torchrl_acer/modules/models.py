@@ -90,30 +90,26 @@ def mlp_actor_critic(
         raise ValueError(f"activation must be 'relu' or 'tanh', got {activation!r}")
     activation_class = activations[activation]
     num_cells = list(num_cells)
-    if recurrent is not None:
-        encoder = MLP(
-            in_features=obs_dim,
-            out_features=num_cells[-1],
-            num_cells=num_cells[:-1],
-            activation_class=activation_class,
-            activate_last_layer=True,
-        )
-        trunk, trunk_out = recurrent_core(
-            TensorDictModule(encoder, [obs_key], ["embed"]),
+    if recurrent is not None or shared:
+        # all hidden layers shared, then (recurrent) a core shared too
+        trunk, trunk_out = (
+            MLP(
+                in_features=obs_dim,
+                out_features=num_cells[-1],
+                num_cells=num_cells[:-1],
+                activation_class=activation_class,
+                activate_last_layer=True,
+            ),
             num_cells[-1],
-            recurrent,
-            recurrent_size,
         )
+        if recurrent is not None:
+            trunk, trunk_out = recurrent_core(
+                TensorDictModule(trunk, [obs_key], ["embed"]),
+                trunk_out,
+                recurrent,
+                recurrent_size,
+            )
         return _actor_critic(trunk, trunk_out, num_actions, action_spec, obs_key)
-    if shared:
-        trunk = MLP(
-            in_features=obs_dim,
-            out_features=num_cells[-1],
-            num_cells=num_cells[:-1],
-            activation_class=activation_class,
-            activate_last_layer=True,
-        )
-        return _actor_critic(trunk, num_cells[-1], num_actions, action_spec, obs_key)
     one_hot = action_spec is None or isinstance(action_spec, OneHot)
 
     def mlp():
