@@ -222,15 +222,8 @@ def recurrent_core(
     and resets it where ``"is_init"`` is set: the environment needs TorchRL's
     :class:`~torchrl.envs.InitTracker` and the core's
     ``make_tensordict_primer()`` (see ``examples/utils_gym.py``)."""
-    if kind not in RECURRENT_CORES:
-        raise ValueError(
-            f"model.recurrent must be one of {sorted(RECURRENT_CORES)} or null, "
-            f"got {kind!r}"
-        )
     size = size or encoder_out
-    core = RECURRENT_CORES[kind](
-        input_size=encoder_out, hidden_size=size, in_key="embed", out_key="hidden"
-    )
+    core = _core(kind, encoder_out, size)
     return TensorDictSequential(encoder, core), size
 
 
@@ -340,12 +333,16 @@ def recurrent_primer(kind: str, size: int):
     hidden-state entries of :func:`recurrent_core`'s ``kind`` core of ``size``
     units (zeros at reset; the collector then carries the core's
     ``("next", state)`` outputs), from the core's own ``make_tensordict_primer``."""
+    return _core(kind, 1, size).make_tensordict_primer()
+
+
+def _core(kind: str, input_size: int, size: int):
+    """The ``kind`` core :func:`recurrent_core` uses, reading ``"embed"``."""
     if kind not in RECURRENT_CORES:
         raise ValueError(
             f"model.recurrent must be one of {sorted(RECURRENT_CORES)} or null, "
             f"got {kind!r}"
         )
-    core = RECURRENT_CORES[kind](
-        input_size=1, hidden_size=size, in_key="embed", out_key="hidden"
+    return RECURRENT_CORES[kind](
+        input_size=input_size, hidden_size=size, in_key="embed", out_key="hidden"
     )
-    return core.make_tensordict_primer()

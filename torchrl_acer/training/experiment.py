@@ -386,18 +386,16 @@ class PatientWeightSyncScheme(MultiProcessWeightSyncScheme):
         self.start_timeout = start_timeout
 
     def _setup_connection_and_weights_on_receiver_impl(self, *args, **kwargs):
-        transport = self._receiver_transport
-        if transport is None:
-            return super()._setup_connection_and_weights_on_receiver_impl(
-                *args, **kwargs
-            )
-        default, transport.timeout = transport.timeout, self.start_timeout
+        transport = self._receiver_transport  # None: TorchRL raises, naming it
+        if transport is not None:
+            default, transport.timeout = transport.timeout, self.start_timeout
         try:
             return super()._setup_connection_and_weights_on_receiver_impl(
                 *args, **kwargs
             )
         finally:
-            transport.timeout = default
+            if transport is not None:
+                transport.timeout = default
 
 
 def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
@@ -425,12 +423,12 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     Ray is started from the config's ``ray`` section (a local cluster unless
     ``ray.address`` names one) when it is not running already.
     """
+    from torchrl.collectors import Collector
+
     c = cfg.collector
     T, num_envs = c.T, cfg.env.num_envs
     backend = c.get("backend", "single")
     if backend == "single":
-        from torchrl.collectors import Collector
-
         return Collector(
             env if env is not None else make_env(num_envs, seed=cfg.seed),
             actor,
@@ -444,8 +442,6 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
         raise ValueError(f"bad config: collector.backend={backend!r}")
     if env is not None:
         env.close()
-    from torchrl.collectors import Collector
-
     workers, sync = c.num_workers, c.sync
     env_fns = [
         functools.partial(make_env, num_envs, seed=cfg.seed + i * num_envs)
