@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|cartpole_pomdp|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|cartpole_pomdp|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari|summary_plot]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -131,6 +131,9 @@ halfcheetah_plot() {  # the README's HalfCheetah figures, from the runs above
     "halfcheetah:ACER, replay ratio 4" "halfcheetah_ratio16:ACER, replay ratio 16" \
     "halfcheetah_no_sdn:ratio 4, no dueling network" \
     "halfcheetah_no_trust_region:ratio 4, no trust region"
+}
+summary_plot() {  # the README's one-page figure: every task's main curve, from the result files
+  $PY bench/summary_figure.py
 }
 pendulum() {
   $L pendulum --seeds 0 1 2 3 4 --threshold -200 --example acer_mujoco \

@@ -1,0 +1,134 @@
+"""bench/summary_figure.py picks each task's result file and draws median and range."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).parents[1]
+spec = importlib.util.spec_from_file_location(
+    "summary_figure", ROOT / "bench" / "summary_figure.py"
+)
+summary_figure = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = summary_figure  # dataclasses look their module up there
+spec.loader.exec_module(summary_figure)
+
+
+def write(results, name, stamp, runs, protocol, **extra):
+    path = results / f"learning-{name}-{stamp}.json"
+    result = {"name": name, "protocol": protocol, "threshold": None, "runs": runs}
+    path.write_text(json.dumps({**result, **extra}))
+    return path
+
+
+def run(seed, steps, values, returncode=0):
+    return {
+        "seed": seed,
+        "returncode": returncode,
+        "eval_steps": steps,
+        "eval_reward": values,
+    }
+
+
+def reference(curves, x):
+    """Median, min and max over seeds at step x, each curve interpolated by hand."""
+    at = []
+    for steps, values in curves:
+        for i in range(len(steps) - 1):
+            if steps[i] <= x <= steps[i + 1]:
+                w = (x - steps[i]) / (steps[i + 1] - steps[i])
+                at.append(values[i] + w * (values[i + 1] - values[i]))
+                break
+    at = sorted(at)
+    return at[len(at) // 2], at[0], at[-1]
+
+
+def test_summary_picks_files_and_draws_median_and_range(tmp_path):
+    cartpole = "CartPole-v0, env steps, greedy eval every 10 env steps"
+    minatar = "MinAtar/Breakout-v1, 1M env steps (frames), greedy eval every 10 steps"
+    steps = [0, 10, 20]
+    # older file of the same name and a newer ablation: neither may be picked
+    write(
+        tmp_path,
+        "cartpole_v0",
+        "20260101T000000Z",
+        [run(0, steps, [9, 9, 9])],
+        cartpole,
+    )
+    write(
+        tmp_path,
+        "cartpole_v0_no_replay",
+        "20260103T000000Z",
+        [run(0, steps, [7, 7, 7])],
+        cartpole,
+    )
+    write(
+        tmp_path,
+        "cartpole_v0",
+        "20260102T000000Z",
+        [
+            run(0, steps, [0, 1, 2]),
+            run(1, steps, [0, 3, 6]),
+            # evaluated twice at its last step: the later value (10) counts
+            run(2, [0, 10, 20, 20], [0, 5, 99, 10]),
+            run(3, steps, [50, 50, 50], returncode=1),  # failed: left out
+        ],
+        cartpole,
+        threshold=195,
+    )
+    # a merged result whose runs keep their curves in the files merged
+    parts = [
+        write(
+            tmp_path,
+            "minatar_breakout_a",
+            "20260101T000000Z",
+            [run(0, steps, [1, 2, 3]), run(1, steps, [1, 4, 5])],
+            minatar,
+        ),
+        write(
+            tmp_path,
+            "minatar_breakout_b",
+            "20260101T000000Z",
+            [run(2, steps, [1, 6, 8])],
+            minatar,
+        ),
+    ]
+    pinned = write(
+        tmp_path,
+        "minatar_breakout",
+        "20260102T000000Z",
+        [{"seed": s, "returncode": 0} for s in (0, 1, 2)],
+        minatar,
+        merged_from=[{"file": p.name} for p in parts],
+    )
+    write(
+        tmp_path,
+        "minatar_breakout",
+        "20260104T000000Z",
+        [run(0, steps, [0, 0, 0])],
+        minatar,
+    )
+    tasks = [
+        ("cartpole_v0", summary_figure.NEWEST, ""),
+        ("minatar_breakout", pinned.name, ""),
+        ("pendulum", summary_figure.NEWEST, ""),  # no result: left out
+    ]
+    panels = summary_figure.main(["--results", str(tmp_path)], tasks=tasks)
+
+    assert (tmp_path / "summary.png").is_file()
+    assert [(p.name, p.file.name) for p in panels] == [
+        ("cartpole_v0", "learning-cartpole_v0-20260102T000000Z.json"),
+        ("minatar_breakout", pinned.name),
+    ]
+    cart, mini = panels
+    assert cart.seeds == [0, 1, 2] and mini.seeds == [0, 1, 2]
+    assert (cart.unit, mini.unit) == ("env steps", "env steps (= frames)")
+    assert (cart.task, cart.threshold) == ("CartPole-v0", 195)
+    assert (cart.median[-1], cart.low[-1], cart.high[-1]) == (6, 2, 10)
+    expected = [[0, 1, 2], [0, 3, 6], [0, 5, 10]], [[1, 2, 3], [1, 4, 5], [1, 6, 8]]
+    for p, values in zip(panels, expected, strict=True):
+        curves = [(steps, v) for v in values]
+        ref = np.array([reference(curves, x) for x in p.steps])
+        np.testing.assert_allclose(np.stack([p.median, p.low, p.high], 1), ref)
