@@ -93,5 +93,5 @@ def test_the_primer_declares_the_cores_state(kind):
     trunk, _ = recurrent_core(
         TensorDictModule(nn.Linear(3, 5), ["x"], ["embed"]), 5, kind, 7
     )
-    core = trunk[-1]
+    core = trunk[1]  # encoder, core, skip concatenation
     assert recurrent_primer(kind, 7).primers == core.make_tensordict_primer().primers

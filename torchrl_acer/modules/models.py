@@ -215,7 +215,15 @@ def recurrent_core(
     """``encoder`` (writing ``"embed"``) followed by a one-layer TorchRL
     :class:`~torchrl.modules.LSTMModule` (``kind="lstm"``) or
     :class:`~torchrl.modules.GRUModule` (``"gru"``) of ``size`` units (default
-    ``encoder_out``) writing ``"hidden"``; returns it and its output width.
+    ``encoder_out``) writing ``"core"``, and ``"hidden"``, the concatenation of
+    ``"embed"`` and ``"core"`` that the heads read; returns it and the width of
+    ``"hidden"`` (``encoder_out + size``).
+
+    Why the skip connection: the core's outputs are bounded in (-1, 1), so linear
+    heads on them alone need large weights to reach action values of a hundred or
+    more (CartPole's), and Adam grows weights slowly. On CartPole-v1 with full
+    observations an LSTM without it evaluated at 9 after 20k env steps and 106
+    after 60k (feed-forward: 500 at about 25k); with it, 431 after 20k.
 
     The core reads its state from ``"recurrent_state_h"`` and
     ``"recurrent_state_c"`` (LSTM) or ``"recurrent_state"`` (GRU), ``[*B, 1, size]``,
@@ -224,7 +232,16 @@ def recurrent_core(
     ``make_tensordict_primer()`` (see ``examples/utils_gym.py``)."""
     size = size or encoder_out
     core = _core(kind, encoder_out, size)
-    return TensorDictSequential(encoder, core), size
+    skip = TensorDictModule(_Concat(), ["embed", "core"], ["hidden"])
+    return TensorDictSequential(encoder, core, skip), encoder_out + size
+
+
+class _Concat(nn.Module):
+    """Its inputs concatenated on the last dimension (a module, so that policies
+    holding it pickle into collector processes)."""
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return torch.cat(tensors, -1)
 
 
 class _GaussianHead(nn.Module):
@@ -344,5 +361,5 @@ def _core(kind: str, input_size: int, size: int):
             f"got {kind!r}"
         )
     return RECURRENT_CORES[kind](
-        input_size=input_size, hidden_size=size, in_key="embed", out_key="hidden"
+        input_size=input_size, hidden_size=size, in_key="embed", out_key="core"
     )
