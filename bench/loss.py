@@ -1,7 +1,7 @@
 """ACERLoss forward+backward against the bare networks' forward+backward.
 
     python bench/loss.py [--rounds 10] [--device cpu] [--B 16] [--T 20]
-                         [--threads 1] [--compile]
+                         [--threads 1] [--compile | --recurrent]
 
 Both sides do the same network work on the same batch: the policy and the critic
 forward and backward on the ``B (T + 1)`` observations of the window (trunk once
@@ -26,17 +26,58 @@ and the DQN conv trunk shared by both heads on Atari-sized
 ``--device cuda`` puts the networks and the batch on the GPU and synchronizes
 around every timed call; its results are saved as ``loss_cuda-*.json``, apart from
 the CPU ones that ``bench/report.py`` reads.
+
+``--recurrent`` runs, instead, the gym example's recurrent model
+(``model.recurrent=lstm``: the [64, 64] MLP trunk, then TorchRL's ``LSTMModule`` of
+64 units, shared by the policy and Q heads, which read the LSTM's output, next to
+the MLP's if the model has that skip connection) on CartPole-sized [B, T] and
+[8 B, T] segments laid out as the collector stores them: ``is_init``, the LSTM
+state stored at every step, mid-row terminations and truncations (about 4% and 1%
+of steps) and episode starts at some rows' first step. The loss replays from the
+stored state (``recurrent_state="stored"``), without and with a burn-in of 5
+steps. The bare side does the network work the loss cannot avoid, on the same
+parameter tensors (``torch.nn.LSTM`` is the ``LSTMModule``'s own):
+
+- with gradient: the MLP trunk on the entries of each row the loss must evaluate,
+  that is ``s_k .. s_{T-1}`` (``k`` the burn-in), the real next observation
+  ``s'_t`` of each mid-row truncation right after ``s_t`` (both sides evaluate it:
+  no other state gives ``V(s'_t)``), and ``s'_{T-1}`` at the row's end (even after
+  a termination there, as the loss does); the LSTM over each row cut into pieces
+  at its resets (``is_init_t`` or ``done_{t-1}``), padded to the longest piece,
+  from the stored state at the row's start (or the burn-in's final state) and
+  from zero after a reset; both linear heads on every entry; then the plain sum of
+  logits and Q values backpropagated;
+- without gradient, with a burn-in: the trunk and the LSTM (packed, for the final
+  state) over each row's burn-in steps from its last reset there, for the state
+  entering step ``k``;
+- without gradient: the averaged policy (the loss's target actor parameters) over
+  the segment's ``T`` steps from the stored state, cut at the same resets, padded,
+  its head on steps ``k .. T-1``.
+
+What the bare side prepares once, outside the timing, the loss does in every call:
+the layout (each row's observations with the next observations inserted, cut into
+pieces at the resets read from ``is_init`` and the done flags). Besides, the loss
+runs the trunk and both heads on the padding after rows shorter than the longest,
+the whole burn-in of every row with both heads, and the LSTM the way TorchRL's
+``LSTMModule`` does in recurrent mode: split and pad at resets, pack, unpad (the
+bare side runs the padded pieces unpacked, which was faster on the CPU measured).
+The loss's network outputs (logits and Q values at ``s_t``, ``V(s'_t)``, the
+averaged logits) are checked equal to the bare side's before timing. Each round
+gives one ratio (loss / bare); the result, ``loss_recurrent-*.json``, holds their
+median and range.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import sys
 from pathlib import Path
 
 import torch
 from tensordict import TensorDict
+from torch.nn.utils.rnn import pack_padded_sequence
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import interleaved_medians, save  # noqa: E402
@@ -134,6 +175,329 @@ def case(name, actor, critic, data, obs_key, shared, device, compile_loss=False)
     return name, fns
 
 
+def recurrent_batch(B, T, size, seed=0):
+    """A [B, T] CartPole-sized batch as the collector stores it for an LSTM of
+    ``size`` units: ``is_init``, the state stored at every step, some mid-row
+    terminations and truncations (the row goes on with a fresh observation)."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(B, T + 1, 4, generator=g)
+    next_obs = obs[:, 1:].clone()
+    u = torch.rand(B, T, 1, generator=g)
+    done, terminated = u < 0.05, u < 0.04
+    next_obs[done[..., 0]] = torch.randn(int(done.sum()), 4, generator=g)
+    is_init = torch.zeros(B, T, 1, dtype=torch.bool)
+    is_init[:, 1:] = done[:, :-1]
+    is_init[:, 0] = torch.rand(B, 1, generator=g) < 0.05
+    logits = torch.randn(B, T, 2, generator=g)
+    action = torch.multinomial(logits.softmax(-1).reshape(-1, 2), 1, generator=g)
+    action = action.reshape(B, T)
+    return TensorDict(
+        {
+            "observation": obs[:, :T],
+            "action": torch.nn.functional.one_hot(action, 2),
+            "logits": logits,
+            "action_log_prob": logits.log_softmax(-1).gather(-1, action[..., None])[
+                ..., 0
+            ],
+            "is_init": is_init,
+            "recurrent_state_h": 0.5 * torch.randn(B, T, 1, size, generator=g),
+            "recurrent_state_c": 0.5 * torch.randn(B, T, 1, size, generator=g),
+            "next": {
+                "observation": next_obs,
+                "reward": torch.randn(B, T, 1, generator=g),
+                "done": done,
+                "terminated": terminated,
+            },
+        },
+        [B, T],
+    )
+
+
+class Pieces:
+    """Rows of entries cut into pieces at their resets: index tensors, built once.
+
+    ``rows`` holds, per row, ``(entry, reset)`` pairs in order, ``entry`` indexing
+    a flat tensor (entries ``0 .. M-1``, each once). ``index`` ([N, L], padded
+    after each piece's end with entry 0) gathers the pieces;
+    ``lengths`` (on the CPU, where packing wants them) are their lengths;
+    ``unpad`` gathers the padded outputs back in entry order; ``first`` is each
+    row's first piece, ``keep`` whether the state entering the row survives (no
+    reset at its first entry).
+    """
+
+    def __init__(self, rows, device):
+        pieces, first, keep = [], [], []
+        for row in rows:
+            first.append(len(pieces))
+            keep.append(not row[0][1])
+            pieces.append([])
+            for j, (entry, reset) in enumerate(row):
+                if reset and j:
+                    pieces.append([])
+                pieces[-1].append(entry)
+        width = max(map(len, pieces))
+        where = {
+            e: n * width + j for n, p in enumerate(pieces) for j, e in enumerate(p)
+        }
+        self.count = len(pieces)
+        padded = [p + [0] * (width - len(p)) for p in pieces]
+        self.index = torch.tensor(padded, device=device)
+        self.lengths = torch.tensor([len(p) for p in pieces])
+        self.unpad = torch.tensor([where[e] for e in range(len(where))], device=device)
+        self.first = torch.tensor(first, device=device)
+        self.keep = torch.tensor(keep, device=device)[:, None]
+
+
+def entering(pieces, state):
+    """``(h0, c0)`` of ``pieces``: ``state`` (``(h, c)``, ``[R, H]``) entering each
+    row, zeros entering a piece after a reset."""
+    return tuple(
+        s.new_zeros(pieces.count, s.shape[-1])
+        .index_copy(0, pieces.first, torch.where(pieces.keep, s, 0))
+        .unsqueeze(0)
+        for s in state
+    )
+
+
+def bare_core(actor):
+    """The bare modules of a recurrent actor from ``mlp_actor_critic``: ``(trunk,
+    lstm, skip)`` (the MLP, the ``LSTMModule``'s ``nn.LSTM``, whether the heads
+    read the MLP's output next to the LSTM's), and the policy head."""
+    encoder, core, *skip = actor.module[0].module
+    return (encoder.module, core.lstm, bool(skip)), actor.module[1].module
+
+
+def run_core(core, obs, pieces, state):
+    """The MLP trunk on the flat entries ``obs``, then the LSTM over ``pieces``
+    padded to the longest, from ``state``; what the heads read, in entry order
+    (padding trails each piece, so it cannot reach it; faster than packing on a
+    CPU)."""
+    trunk, lstm, skip = core
+    embed = trunk(obs)
+    y, _ = lstm(embed[pieces.index], entering(pieces, state))
+    y = y.flatten(0, 1)[pieces.unpad]
+    return torch.cat([embed, y], -1) if skip else y
+
+
+def final_state(core, obs, pieces, state):
+    """The LSTM's state after each piece's last entry (packed, so that padding
+    does not run)."""
+    trunk, lstm, _ = core
+    packed = pack_padded_sequence(
+        trunk(obs)[pieces.index], pieces.lengths, batch_first=True, enforce_sorted=False
+    )
+    _, (h, c) = lstm(packed, entering(pieces, state))
+    return h[0], c[0]
+
+
+class RecurrentLayout:
+    """What the bare side prepares once from a [B, T] batch with a burn-in of
+    ``k`` steps (see the module docstring): flat observations and pieces of the
+    gradient window (``window_obs``, ``window``), of the burn-in (``warm_obs``,
+    ``warm``; ``None`` without one) and of the averaged policy (``avg_obs``,
+    ``avg``, ``avg_steps``: its entries at steps ``k .. T-1``); the stored state
+    entering each row (``state``); for the check, each step's entry in the window
+    (``current``, ``[B, T - k]``) and its next observation's (``following``, -1
+    after a termination, where none is needed)."""
+
+    def __init__(self, data, k, device):
+        B, T = data.batch_size
+        obs, next_obs = data["observation"], data["next", "observation"]
+        done = data["next", "done"][..., 0]
+        truncated = done & ~data["next", "terminated"][..., 0]
+        reset = data["is_init"][..., 0].clone()
+        reset[:, 1:] |= done[:, :-1]
+        window, rows, current, following = [], [], [], []
+        for b in range(B):
+            row, cur, nxt = [], [], []
+            for t in range(k, T):
+                cur.append(len(window))
+                row.append((len(window), bool(reset[b, t])))
+                window.append(obs[b, t])
+                if t == T - 1 or truncated[b, t]:
+                    nxt.append(len(window))
+                    row.append((len(window), False))
+                    window.append(next_obs[b, t])
+                else:
+                    nxt.append(-1 if done[b, t] else None)
+            # inside an episode, s'_t is s_{t+1}
+            nxt = [cur[j + 1] if n is None else n for j, n in enumerate(nxt)]
+            rows.append(row)
+            current.append(cur)
+            following.append(nxt)
+        self.window_obs = torch.stack(window).to(device)
+        self.window = Pieces(rows, device)
+        self.current = torch.tensor(current, device=device)
+        self.following = torch.tensor(following, device=device)
+        self.warm = None
+        if k:
+            starts = [
+                max([t for t in range(k) if reset[b, t]], default=0) for b in range(B)
+            ]
+            warm = [obs[b, t] for b in range(B) for t in range(starts[b], k)]
+            rows, entry = [], 0
+            for b in range(B):
+                rows.append([(entry, bool(reset[b, starts[b]]))])
+                rows[-1] += [(entry + j, False) for j in range(1, k - starts[b])]
+                entry += k - starts[b]
+            self.warm_obs = torch.stack(warm).to(device)
+            self.warm = Pieces(rows, device)
+        self.avg_obs = obs.reshape(B * T, -1).to(device)
+        self.avg = Pieces(
+            [[(b * T + t, bool(reset[b, t])) for t in range(T)] for b in range(B)],
+            device,
+        )
+        self.avg_steps = (
+            torch.arange(B * T, device=device).reshape(B, T)[:, k:].flatten()
+            if k
+            else None
+        )
+        self.state = tuple(
+            data[key][:, 0, 0].to(device)
+            for key in ("recurrent_state_h", "recurrent_state_c")
+        )
+
+
+def bare_recurrent(nets, average, layout):
+    """The recurrent networks alone (see the module docstring): the logits and Q
+    values on the window's entries, in the graph, and the averaged policy's logits
+    at steps ``k .. T-1``."""
+    core, policy, q_head = nets
+    state = layout.state
+    if layout.warm is not None:
+        with torch.no_grad():
+            state = final_state(core, layout.warm_obs, layout.warm, state)
+    hidden = run_core(core, layout.window_obs, layout.window, state)
+    with torch.no_grad():
+        avg_core, avg_policy = average
+        avg_hidden = run_core(avg_core, layout.avg_obs, layout.avg, layout.state)
+        if layout.avg_steps is not None:
+            avg_hidden = avg_hidden[layout.avg_steps]
+        avg_logits = avg_policy(avg_hidden)
+    return policy(hidden), q_head(hidden), avg_logits
+
+
+def check_recurrent(loss, data, nets, average, layout):
+    """The loss's network outputs on ``data`` equal the bare side's."""
+    estimator = loss.value_estimator
+    recurrent = estimator._recurrent
+    prefix, rest = recurrent.split_burn_in(data, "bench")
+    with torch.no_grad():
+        steps = estimator.evaluate(
+            rest,
+            actor_params=loss.actor_network_params,
+            critic_params=loss.critic_network_params,
+            prefix=prefix,
+        )
+        avg = recurrent.average_dist_params(
+            data,
+            estimator.done_flags(data)[0],
+            loss.target_actor_network_params,
+            owner="bench",
+        )["logits"]
+        logits, q, avg_logits = bare_recurrent(nets, average, layout)
+    torch.testing.assert_close(logits[layout.current], steps.logits)
+    torch.testing.assert_close(q[layout.current], steps.q)
+    valid = layout.following >= 0
+    nxt = layout.following[valid]
+    value = (logits[nxt].softmax(-1) * q[nxt]).sum(-1, keepdim=True)
+    torch.testing.assert_close(value, steps.next_state_value[valid])
+    torch.testing.assert_close(avg_logits, avg.flatten(0, 1))
+
+
+def recurrent_case(name, B, T, burn_in, device):
+    actor, critic = mlp_actor_critic(4, 2, recurrent="lstm", recurrent_size=64)
+    actor, critic = actor.to(device), critic.to(device)
+    data = recurrent_batch(B, T, 64).to(device)
+    losses = {}
+    for candidate, check_values in (("loss", True), ("unchecked", False)):
+        losses[candidate] = ACERLoss(
+            actor, critic, recurrent_state="stored", burn_in=burn_in
+        )
+        losses[candidate].make_value_estimator(gamma=0.99, check_values=check_values)
+    # the averaged policy away from the current one, so that the check tells them
+    # apart; both losses average with the same parameters
+    average_params = losses["loss"].target_actor_network_params
+    with torch.no_grad():
+        for p in average_params.values(True, True):
+            p.add_(0.01 * torch.randn_like(p))
+    losses["unchecked"].target_actor_network_params.update_(average_params)
+    # the loss's own parameters: the trunk, the LSTMModule's nn.LSTM, the heads
+    nets = (*bare_core(actor), critic.module[1].module)
+    average = copy.deepcopy(actor)
+    average_params.to_module(average)
+    average = bare_core(average)
+    layout = RecurrentLayout(data.cpu(), burn_in, device)
+    check_recurrent(losses["loss"], data, nets, average, layout)
+
+    def bare():
+        logits, q, _ = bare_recurrent(nets, average, layout)
+        (logits.sum() + q.sum()).backward()
+
+    def step(loss):
+        def run():
+            out = loss(data)
+            (
+                out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]
+            ).backward()
+
+        return run
+
+    return name, {"bare": bare, **{c: step(loss) for c, loss in losses.items()}}
+
+
+def recurrent_main(args, device, sync):
+    """The LSTM cases: per-round ratios, their median and range."""
+    B, T = args.B, args.T
+    torch.manual_seed(0)
+    cases = [
+        recurrent_case(f"cartpole_lstm_{b}x{T}{tag}", b, T, k, device)
+        for k, tag in ((0, ""), (5, "_burn_in5"))
+        for b in (B, 8 * B)
+    ]
+    candidates = ["loss", "unchecked"]
+    print(
+        f"{'case':<32} {'bare ms':>9}"
+        + "".join(f"{c + ' ms':>14} {c + '/bare (range)':>24}" for c in candidates)
+    )
+    rows = []
+    for name, fns in cases:
+        # one round at a time, so that each round gives its own ratios
+        rounds = [interleaved_medians(fns, 1, sync=sync) for _ in range(args.rounds)]
+        seconds = {f: [r[f] for r in rounds] for f in fns}
+        row = {
+            "case": name,
+            "median_s": {f: statistics.median(s) for f, s in seconds.items()},
+            "rounds_s": seconds,
+        }
+        for c in candidates:
+            ratios = [r[c] / r["bare"] for r in rounds]
+            row[f"{c}_over_bare"] = statistics.median(ratios)
+            row[f"{c}_over_bare_range"] = [min(ratios), max(ratios)]
+        rows.append(row)
+        cells = "".join(
+            f"{row['median_s'][c] * 1e3:>14.2f} {row[f'{c}_over_bare']:>10.2f} "
+            f"({row[f'{c}_over_bare_range'][0]:.2f}-"
+            f"{row[f'{c}_over_bare_range'][1]:.2f})"
+            for c in candidates
+        )
+        print(f"{name:<32} {row['median_s']['bare'] * 1e3:>9.2f}{cells}")
+    settings = {
+        "rounds": args.rounds,
+        "seed": 0,
+        "device": str(device),
+        "B": B,
+        "T": T,
+        "threads": torch.get_num_threads(),
+        "recurrent": "lstm",
+        "recurrent_size": 64,
+        "recurrent_state": "stored",
+    }
+    name = "loss_recurrent" + ("" if device.type == "cpu" else f"_{device.type}")
+    path = save(name, {"settings": settings, "rows": rows})
+    print(f"saved {path}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=10)
@@ -148,12 +512,24 @@ def main():
     parser.add_argument(
         "--compile", action="store_true", help="add the torch.compile candidate"
     )
+    parser.add_argument(
+        "--recurrent",
+        action="store_true",
+        help="the LSTM cases instead (saved as loss_recurrent-*.json)",
+    )
     args = parser.parse_args()
+    if args.recurrent and args.compile:
+        parser.error("--compile: the recurrent path does not compile yet")
+    if args.recurrent and args.T <= 5:
+        parser.error("--recurrent: the burn-in cases need T > 5")
     if args.threads:
         torch.set_num_threads(args.threads)
     B, T = args.B, args.T
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
+    if args.recurrent:
+        recurrent_main(args, device, sync)
+        return
     torch.manual_seed(0)
     cases = [
         case(

@@ -118,6 +118,23 @@ def speed_and_memory():
         for row in r["rows"]:
             print(f"| {row['case']} | {row['loss_over_bare']:.2f}x |")
         print()
+    path, r = newest("loss_recurrent")
+    if r:
+        print(f"ACERLoss with an LSTM / bare recurrent networks (`{path.name}`):")
+        print()
+        print("| case | loss / bare (range) | `check_values=False` (range) |")
+        print("|---|---|---|")
+        for row in r["rows"]:
+            cells = [
+                (row[f"{c}_over_bare"], *row[f"{c}_over_bare_range"])
+                for c in ("loss", "unchecked")
+            ]
+            print(
+                f"| {row['case']} | "
+                + " | ".join(f"{m:.2f}x ({lo:.2f}-{hi:.2f})" for m, lo, hi in cells)
+                + " |"
+            )
+        print()
     path, r = newest("throughput")
     if r:
         s = r["settings"]
