@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The venv of bench/time_to_solve.py's peers (Stable-Baselines3, DI-engine), apart from
-# the project's: neither is a dependency of torchrl-acer.
+# The venv of bench/time_to_solve.py's and bench/lunar_lander.py's peers
+# (Stable-Baselines3, DI-engine), apart from the project's: neither is a dependency of
+# torchrl-acer.
 #   bash bench/peers_setup.sh          # creates .venv-bench (ignored by git) from scratch
 #   VENV=/tmp/peers PYTHON=python3.11 TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu \
 #     bash bench/peers_setup.sh
@@ -8,7 +9,8 @@
 # build under that version, TORCH_INDEX_URL names the CPU one.
 # DI-engine 0.5.3 pins setuptools<=66.1.1, which conflicts with torch 2.13: it goes in
 # with --no-deps, and its runtime requirements are installed by hand below (its wandb
-# pin is left out: nothing the benchmark imports uses it).
+# pin is left out: nothing the benchmark imports uses it). LunarLander, gymnasium's and
+# dizoo's (old gym's LunarLander-v2), needs Box2D: its wheel, as the project's box2d extra.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-bench}
@@ -24,12 +26,23 @@ common=(numpy==1.26.4 pandas==2.2.3 gymnasium==1.4.0 torch==2.13.0)
   DI-treetensor==0.5.0 DI-toolkit==0.3.0 easydict==1.14 tensorboardX==2.6.5 PyYAML==6.0.4 \
   enum-tools==0.13.0 tabulate==0.10.0 click==8.5.1 requests==2.34.2 einops==0.8.2 \
   Flask==2.0.3 Werkzeug==2.0.3 URLObject==3.0.0 responses==0.26.3 pynng==0.9.0 sniffio==1.3.1 \
-  redis==8.1.0 mpire==2.10.2 hickle==5.0.3 trueskill==0.4.5 yapf==0.29.0 gym==0.25.1
+  redis==8.1.0 mpire==2.10.2 hickle==5.0.3 trueskill==0.4.5 yapf==0.29.0 gym==0.25.1 \
+  Box2D==2.3.10 pygame==2.6.1
 "$VENV/bin/python" - <<'EOF'
 import ding, gymnasium, numpy, stable_baselines3, torch
 from ding.policy import ACERPolicy  # noqa: F401  the path time_to_solve.py takes
 from ding.worker import BaseLearner, create_serial_collector  # noqa: F401
+from dizoo.box2d.lunarlander.config.lunarlander_acer_config import main_config
+from dizoo.box2d.lunarlander.envs.lunarlander_env import LunarLanderEnv
+from easydict import EasyDict
 
+gymnasium.make("LunarLander-v3").reset(seed=0)  # the task lunar_lander.py trains on
+# dizoo's own env: old gym's LunarLander-v2, with dizoo's config over the env's defaults
+dizoo_env = LunarLanderEnv(EasyDict({**LunarLanderEnv.default_config(), **main_config.env}))
+dizoo_env.seed(0)
+dizoo_env.reset()
+dizoo_env.step(numpy.array([0]))
+dizoo_env.close()
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 print(
     f"torch {torch.__version__}, stable-baselines3 {stable_baselines3.__version__}, "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|cartpole_pomdp|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari|summary_plot]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari|lunar_lander|summary_plot]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -48,6 +48,10 @@ minatar_more() {  # the other three games; run again to continue stopped seeds
 minatar_multiprocess() {  # #16: learning unchanged by the backend (2 async worker processes)
   minatar_run minatar_breakout_multiprocess Breakout \
     collector.backend=multiprocess collector.num_workers=2 collector.sync=false
+}
+minatar_recurrent() {  # #18: the MinAtar net with an LSTM core, stored state + burn-in 5
+  minatar_run minatar_breakout_lstm Breakout model.recurrent=lstm loss.burn_in=5 \
+    checkpoint.interval=100000
 }
 cartpole_pomdp() {  # #18: CartPole-v1 without velocities; run again to continue stopped seeds
   local pomdp=(env.name=CartPole-v1 "env.observation_indices=[0,2]"
@@ -131,6 +135,10 @@ halfcheetah_plot() {  # the README's HalfCheetah figures, from the runs above
     "halfcheetah:ACER, replay ratio 4" "halfcheetah_ratio16:ACER, replay ratio 16" \
     "halfcheetah_no_sdn:ratio 4, no dueling network" \
     "halfcheetah_no_trust_region:ratio 4, no trust region"
+}
+lunar_lander() {  # #19: ours against DI-engine 0.5.3's ACER (dizoo's config), 1M env steps a run;
+  # needs bash bench/peers_setup.sh and the box2d extra; run again to continue stopped runs
+  $PY bench/lunar_lander.py --seeds 0 1 2 3 4 ${JOBS:+--jobs $JOBS}
 }
 summary_plot() {  # the README's one-page figure: every task's main curve, from the result files
   $PY bench/summary_figure.py

@@ -42,12 +42,14 @@ Candidates:
 Writes ``bench/results/time_to_solve-<UTC stamp>.json`` after every run (commit,
 machine, settings, protocol, every run with its evaluations, and per candidate and
 task the medians and ranges over the seeds that reached); ``--continue FILE`` adds
-the missing runs to an earlier file.
+the missing runs to an earlier file. ``bench/lunar_lander.py`` reuses its training
+loops (``train_ours``, ``train_di_acer``) and evaluation on LunarLander-v3.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -136,16 +138,17 @@ DI_SIZES = {"CartPole-v1": (4, 2), "Acrobot-v1": (6, 3)}
 
 class Recorder:
     """Evaluations of one run with the training loop's clock: ``train_s`` of an
-    evaluation is the time since training started, less every evaluation before."""
+    evaluation is the time since training started, less every evaluation before.
+    ``interval`` schedules the evaluations of the peers (ours keeps its trainer's)."""
 
-    def __init__(self, task, budget, max_minutes):
-        self.threshold, self.budget = THRESHOLDS[task], budget
+    def __init__(self, threshold, interval, budget, max_minutes=None):
+        self.threshold, self.budget = threshold, budget
         self.max_s = None if max_minutes is None else 60 * max_minutes
         self.start = None
         self.eval_s = 0.0
         self.evals = []
         self.reached = None
-        self.interval = PROTOCOL["interval"][task]
+        self.interval = interval
         self.next_eval = self.interval
 
     def begin(self):
@@ -204,7 +207,11 @@ class Recorder:
         }
 
 
-def greedy_return(envs, act, seed, first):
+def recorder(task, budget, max_minutes):
+    return Recorder(THRESHOLDS[task], PROTOCOL["interval"][task], budget, max_minutes)
+
+
+def greedy_return(envs, act, seed, first, max_steps=PROTOCOL["max_steps"]):
     """Mean return of one greedy episode per environment copy, stepped together;
     the copies are seeded on the first call only (as the trainer's evaluator)."""
     import numpy as np
@@ -217,7 +224,7 @@ def greedy_return(envs, act, seed, first):
     )
     returns = np.zeros(len(envs))
     done = np.zeros(len(envs), dtype=bool)
-    for _ in range(PROTOCOL["max_steps"]):
+    for _ in range(max_steps):
         actions = act(obs)
         for i, env in enumerate(envs):
             if done[i]:
@@ -230,13 +237,17 @@ def greedy_return(envs, act, seed, first):
     return returns.mean()
 
 
-def eval_envs(task):
+def eval_envs(task, episodes=PROTOCOL["episodes"]):
     import gymnasium as gym
 
-    return [gym.make(task) for _ in range(PROTOCOL["episodes"])]
+    return [gym.make(task) for _ in range(episodes)]
 
 
-def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
+def train_ours(overrides, rec, tree=ROOT, patch=None):
+    """Runs ``examples/acer_gym.py`` from ``tree`` with ``overrides`` in this
+    process, ``rec`` timing its training loop and recording its evaluations (the
+    loop ends after the batch whose evaluation ``rec`` stops at); ``patch(Trainer)``
+    may wrap more of the trainer. Returns the torchrl version."""
     import runpy
 
     tree = Path(tree)
@@ -251,10 +262,8 @@ def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
             f"torchrl_acer came from {torchrl_acer.__file__}, not {tree}"
         )
 
-    rec = Recorder(task, budget, max_minutes)
     Trainer = trainer_module.ACERTrainer
     train, evaluate = Trainer.train, Trainer._evaluate
-    state = {}
 
     def timed_train(self):
         rec.begin()
@@ -270,10 +279,23 @@ def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
         rec.evaluate(self.frames, once)
         if rec.stop_reason(self.frames):
             self.total_frames = self.frames  # the loop ends after this batch
-        state["frames"] = self.frames
         return result
 
     Trainer.train, Trainer._evaluate = timed_train, timed_evaluate
+    if patch is not None:
+        patch(Trainer)
+    sys.path.insert(0, str(tree / "examples"))
+    sys.argv = [str(tree / "examples" / "acer_gym.py"), *overrides]
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as err:  # hydra's exit after main returns
+        if err.code not in (None, 0):
+            raise
+    return torchrl.__version__
+
+
+def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
+    rec = recorder(task, budget, max_minutes)
     overrides = [
         f"env.name={task}",
         f"seed={seed}",
@@ -286,17 +308,12 @@ def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
         f"logger.run_dir={run_dir}",
         "checkpoint.every_minutes=null",
     ]
-    sys.path.insert(0, str(tree / "examples"))
-    sys.argv = [str(tree / "examples" / "acer_gym.py"), *overrides]
-    try:
-        runpy.run_path(sys.argv[0], run_name="__main__")
-    except SystemExit as err:  # hydra's exit after main returns
-        if err.code not in (None, 0):
-            raise
-    frames = state.get("frames", 0)
+    torchrl_version = train_ours(overrides, rec, tree)
+    # the trainer evaluates last at the steps it stopped at
+    frames = rec.evals[-1]["env_steps"] if rec.evals else 0
     out = rec.result(frames, rec.stop_reason(frames) or "budget")
     out["settings"] = {"overrides": overrides, "tree": str(tree)}
-    out["versions"] = {"torchrl": torchrl.__version__}
+    out["versions"] = {"torchrl": torchrl_version}
     return out
 
 
@@ -323,7 +340,7 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir):
     kwargs = {key: _schedule(value) for key, value in hp.items()}
     cls = {"sb3_ppo": PPO, "sb3_a2c": A2C}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
-    rec = Recorder(task, budget, max_minutes)
+    rec = recorder(task, budget, max_minutes)
     envs = eval_envs(task)
 
     def act(obs):
@@ -370,10 +387,23 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir):
     return out
 
 
-def run_di_acer(task, seed, budget, max_minutes, run_dir):
+def train_di_acer(
+    config,
+    create_config,
+    task,
+    seed,
+    rec,
+    episodes=PROTOCOL["episodes"],
+    max_steps=PROTOCOL["max_steps"],
+):
+    """DI-engine's serial off-policy loop (collect ``n_sample`` sequences, push,
+    ``update_per_collect`` updates) with a dizoo ``config`` (:func:`di_config`'s
+    copy) on gymnasium's ``task`` through DI-engine's ``DingEnvWrapper``, in this
+    process, ``rec`` timing it and evaluating the greedy policy on ``episodes``
+    environment copies. Returns the env steps collected, why the loop stopped and
+    the config it ran with (dizoo's settings over the policy's defaults)."""
     from functools import partial
 
-    import ding
     import gymnasium as gym
     import numpy as np
     import torch
@@ -382,18 +412,9 @@ def run_di_acer(task, seed, budget, max_minutes, run_dir):
     from ding.policy import create_policy
     from ding.utils import set_pkg_seed
     from ding.worker import BaseLearner, create_buffer, create_serial_collector
-    from dizoo.classic_control.cartpole.config.cartpole_acer_config import (
-        create_config,
-        main_config,
-    )
 
-    main_config = main_config.copy()  # EasyDict: nested configs are rebuilt below
     cfg = compile_config(
-        _di_config(main_config, task, run_dir),
-        seed=seed,
-        auto=True,
-        create_cfg=create_config,
-        save_cfg=False,
+        config, seed=seed, auto=True, create_cfg=create_config, save_cfg=False
     )
 
     def make(_=None):
@@ -418,8 +439,7 @@ def run_di_acer(task, seed, budget, max_minutes, run_dir):
     buffer = create_buffer(
         cfg.policy.other.replay_buffer, tb_logger=None, exp_name=cfg.exp_name
     )
-    rec = Recorder(task, budget, max_minutes)
-    envs = eval_envs(task)
+    envs = eval_envs(task, episodes)
 
     def act(obs):
         out = policy.eval_mode.forward(
@@ -428,7 +448,7 @@ def run_di_acer(task, seed, budget, max_minutes, run_dir):
         return np.array([int(out[i]["action"]) for i in range(len(obs))])
 
     def evaluate():
-        return greedy_return(envs, act, seed, first=not rec.evals)
+        return greedy_return(envs, act, seed, not rec.evals, max_steps)
 
     learner.call_hook("before_run")
     rec.begin()
@@ -442,11 +462,27 @@ def run_di_acer(task, seed, budget, max_minutes, run_dir):
                 break
             learner.train(batch, collector.envstep)
         steps = collector.envstep
-        if rec.due(steps) or steps >= budget:
+        if rec.due(steps) or steps >= rec.budget:
             rec.evaluate(steps, evaluate)
         stop = rec.stop_reason(steps)
     collector_env.close()
-    out = rec.result(collector.envstep, stop)
+    return collector.envstep, stop, cfg
+
+
+def run_di_acer(task, seed, budget, max_minutes, run_dir):
+    import ding
+    from dizoo.classic_control.cartpole.config.cartpole_acer_config import (
+        create_config,
+        main_config,
+    )
+
+    config = di_config(main_config, run_dir)
+    config.policy.model.obs_shape, config.policy.model.action_shape = DI_SIZES[task]
+    # the bench's protocol replaces dizoo's evaluator; this only names the task
+    config.env.stop_value = THRESHOLDS[task]
+    rec = recorder(task, budget, max_minutes)
+    steps, stop, _ = train_di_acer(config, create_config, task, seed, rec)
+    out = rec.result(steps, stop)
     out["settings"] = {
         "config": DI_ACER,
         "obs_and_action_sizes": DI_SIZES[task],
@@ -458,33 +494,58 @@ def run_di_acer(task, seed, budget, max_minutes, run_dir):
     return out
 
 
-def _di_config(config, task, run_dir):
+def di_config(config, run_dir):
+    """A deep copy of dizoo's ``config`` (an EasyDict) that writes to ``run_dir``."""
     from easydict import EasyDict
 
-    obs, actions = DI_SIZES[task]
     config = EasyDict(json.loads(json.dumps(config)))
     # DI-engine prefixes "./" to it: relative to the working directory (ROOT)
     config.exp_name = os.path.relpath(run_dir, ROOT)
-    config.policy.model.obs_shape = obs
-    config.policy.model.action_shape = actions
-    # the bench's protocol replaces dizoo's evaluator; these only name the task
-    config.env.stop_value = THRESHOLDS[task]
     return config
 
 
-def worker(args):
+def add_run_arguments(parser, candidates, ours_commit):
+    """The driver's options for which runs to make and where ours' code and the
+    peers' venv are; ``ours_commit`` ends the help of ``--ours-commit``."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument(
+        "--candidates", nargs="+", default=list(candidates), choices=candidates
+    )
+    parser.add_argument("--order-seed", type=int, default=0, help="seeds the shuffle")
+    parser.add_argument(
+        "--ours-commit",
+        default=None,
+        metavar="REV",
+        help="run ours from this commit (git archive into bench/runs/time_to_solve/), "
+        + ours_commit,
+    )
+    parser.add_argument("--bench-venv", default=str(ROOT / ".venv-bench"))
+
+
+def add_worker_arguments(parser, candidates):
+    """The arguments :func:`run_one` gives a worker, hidden from ``--help``."""
+    hidden = argparse.SUPPRESS
+    parser.add_argument("--worker", default=None, choices=candidates, help=hidden)
+    parser.add_argument("--task", help=hidden)
+    parser.add_argument("--seed", type=int, help=hidden)
+    parser.add_argument("--run-dir", help=hidden)
+    parser.add_argument("--out", help=hidden)
+    parser.add_argument("--ours-tree", default=None, help=hidden)
+
+
+def worker(args, runners):
+    """One run in this process, the driver's child in the candidate's venv:
+    ``runners[candidate](task, seed, budget, max_minutes, run_dir)`` (ours with
+    ``tree=``), its result and the versions written to ``args.out``."""
     import numpy as np
     import torch
 
     torch.set_num_threads(1)
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    runner = {
-        "ours": lambda *a: run_ours(*a, tree=args.ours_tree or ROOT),
-        "sb3_ppo": lambda *a: run_sb3("sb3_ppo", *a),
-        "sb3_a2c": lambda *a: run_sb3("sb3_a2c", *a),
-        "di_acer": run_di_acer,
-    }[args.candidate]
+    runner = runners[args.worker]
+    if args.worker == "ours":
+        runner = functools.partial(runner, tree=args.ours_tree or ROOT)
     out = runner(args.task, args.seed, args.budget, args.max_minutes, run_dir)
     import gymnasium
 
@@ -512,8 +573,10 @@ def python_for(candidate, bench_venv):
     return str(python)
 
 
-def run_one(candidate, task, seed, args):
-    run_dir = RUNS / f"{candidate}-{task}-seed{seed}"
+def run_one(candidate, task, seed, args, script=__file__, run_dir=None):
+    """Runs ``script --worker candidate`` for one seed in a process of its own
+    (``run_dir/log.txt`` has its output, each attempt's appended); its record."""
+    run_dir = run_dir or RUNS / f"{candidate}-{task}-seed{seed}"
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -525,7 +588,7 @@ def run_one(candidate, task, seed, args):
         out = Path(f.name)
     cmd = [
         python_for(candidate, args.bench_venv),
-        str(Path(__file__).resolve()),
+        str(Path(script).resolve()),
         "--worker",
         candidate,
         "--task",
@@ -545,7 +608,9 @@ def run_one(candidate, task, seed, args):
         cmd += ["--ours-tree", str(args.ours_tree)]
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    with open(run_dir / "log.txt", "w") as log:
+    with open(run_dir / "log.txt", "a") as log:
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        print(f"-- {stamp}: {' '.join(cmd)}", file=log, flush=True)
         proc = subprocess.run(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
         )
@@ -623,9 +688,10 @@ def main():
     parser.add_argument(
         "--tasks", nargs="+", default=list(THRESHOLDS), choices=list(THRESHOLDS)
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument(
-        "--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES
+    add_run_arguments(
+        parser,
+        CANDIDATES,
+        ours_commit="not from the working tree, which others may be editing meanwhile",
     )
     parser.add_argument(
         "--budget",
@@ -639,15 +705,6 @@ def main():
         default=None,
         help="also stop a run (not reached) once its training loop has taken this long",
     )
-    parser.add_argument("--order-seed", type=int, default=0, help="seeds the shuffle")
-    parser.add_argument(
-        "--ours-commit",
-        default=None,
-        metavar="REV",
-        help="run ours from this commit (git archive into bench/runs/time_to_solve/), "
-        "not from the working tree, which others may be editing meanwhile",
-    )
-    parser.add_argument("--bench-venv", default=str(ROOT / ".venv-bench"))
     parser.add_argument(
         "--continue",
         dest="resume",
@@ -656,19 +713,18 @@ def main():
         help="an earlier result: its runs are kept, the missing ones run and the "
         "file is rewritten",
     )
-    # one run, in the candidate's venv (the driver starts these)
-    parser.add_argument(
-        "--worker", default=None, choices=CANDIDATES, help=argparse.SUPPRESS
-    )
-    parser.add_argument("--task", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    parser.add_argument("--ours-tree", default=None, help=argparse.SUPPRESS)
+    add_worker_arguments(parser, CANDIDATES)
     args = parser.parse_args()
     if args.worker:
-        args.candidate = args.worker
-        return worker(args)
+        return worker(
+            args,
+            {
+                "ours": run_ours,
+                "sb3_ppo": functools.partial(run_sb3, "sb3_ppo"),
+                "sb3_a2c": functools.partial(run_sb3, "sb3_a2c"),
+                "di_acer": run_di_acer,
+            },
+        )
 
     budget = args.budget
     args.budget = {task: budget for task in args.tasks}

@@ -1,0 +1,134 @@
+"""bench/lunar_lander.py: runs go on to the budget, a resumed run of ours keeps what
+its checkpoint had, and the summary reports every seed."""
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+spec = importlib.util.spec_from_file_location(
+    "lunar_lander", ROOT / "bench" / "lunar_lander.py"
+)
+lunar_lander = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = lunar_lander
+spec.loader.exec_module(lunar_lander)
+
+
+class Clock:
+    """A ``time.perf_counter`` that moves only when told."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    return clock
+
+
+def evaluate(rec, clock, steps, value, train_s=10.0, eval_s=1.0):
+    """``train_s`` of training, then an evaluation of ``eval_s`` returning value."""
+    clock.now += train_s
+
+    def fn():
+        clock.now += eval_s
+        return value
+
+    rec.evaluate(steps, fn)
+
+
+def test_budget_recorder_trains_past_the_threshold_to_the_budget(clock):
+    rec = lunar_lander.BudgetRecorder(budget=30_000)
+    rec.begin()
+    evaluate(rec, clock, 10_000, 250.0)
+    assert rec.stop_reason(10_000) is None
+    evaluate(rec, clock, 20_000, 150.0)
+    evaluate(rec, clock, 30_000, 220.0)
+    assert rec.stop_reason(30_000) == "budget"
+    out = rec.result(30_000, "budget")
+    assert out["env_steps_to_threshold"] == 10_000  # the first, not the last
+    assert out["train_s_to_threshold"] == pytest.approx(10.0)
+    assert out["final_eval"] == 220.0
+
+
+def test_resumed_recorder_keeps_evaluations_and_clock_of_its_checkpoint(
+    tmp_path, clock
+):
+    path = tmp_path / "recorder.json"
+    first = lunar_lander.BudgetRecorder(budget=100_000, path=path)
+    first.begin()
+    evaluate(first, clock, 10_000, -100.0)
+    evaluate(first, clock, 20_000, 210.0)
+    clock.now += 5.0  # training after the evaluation, before the checkpoint
+    first.keep(20_000)  # 25 s of training, 2 of evaluation
+    evaluate(first, clock, 30_000, 0.0)
+    first.keep(30_000)
+    evaluate(first, clock, 40_000, 0.0)  # lost: no checkpoint after it
+
+    # the process died; the last checkpoint written was the one at 20 000
+    resumed = lunar_lander.BudgetRecorder(budget=100_000, path=path)
+    resumed.restore(20_000)
+    clock.now += 60.0  # the new process's setup: not training time
+    resumed.begin()
+    assert [e["env_steps"] for e in resumed.evals] == [10_000, 20_000]
+    assert resumed.reached["env_steps"] == 20_000
+    evaluate(resumed, clock, 30_000, 5.0, train_s=7.0)
+    assert resumed.evals[-1]["train_s"] == pytest.approx(25.0 + 7.0)
+    out = resumed.result(30_000, "budget")
+    assert out["resumed_at"] == [20_000]
+    assert out["eval_s_total"] == pytest.approx(3.0)
+
+
+def test_restore_refuses_a_checkpoint_whose_clock_was_not_kept(tmp_path, clock):
+    path = tmp_path / "recorder.json"
+    rec = lunar_lander.BudgetRecorder(budget=100_000, path=path)
+    rec.begin()
+    rec.keep(10_000)
+    with pytest.raises(RuntimeError, match="no training clock"):
+        lunar_lander.BudgetRecorder(budget=100_000, path=path).restore(20_000)
+
+
+def record(candidate, seed, reached_at, final):
+    return {
+        "candidate": candidate,
+        "seed": seed,
+        "reached": reached_at is not None,
+        "env_steps_to_threshold": reached_at,
+        "train_s_to_threshold": None if reached_at is None else reached_at / 1000,
+        "final_eval": final,
+        "final_env_steps": 1_000_000,
+        "evals": [{"train_s": 500.0}],
+    }
+
+
+def test_summary_lists_every_seed_and_takes_medians_over_those_that_reached():
+    records = [
+        record("ours", 0, 300_000, 250.0),
+        record("ours", 1, None, 120.0),
+        record("ours", 2, 500_000, 230.0),
+        record("di_acer", 0, None, -50.0),
+    ]
+    ours, di = lunar_lander.summary(records, seeds=[0, 1, 2])
+    assert ours["env_steps_to_threshold_per_seed"] == {
+        0: 300_000,
+        1: "not reached",
+        2: 500_000,
+    }
+    assert ours["reached"] == 2
+    assert ours["env_steps_to_threshold"] == {
+        "median": 400_000,
+        "min": 300_000,
+        "max": 500_000,
+        "n": 2,
+    }
+    assert ours["final_eval"]["median"] == 230.0
+    assert di["missing_seeds"] == [1, 2]
+    assert di["env_steps_to_threshold"] is None
