@@ -433,6 +433,51 @@ def test_resuming_with_another_config(tmp_path):
     longer.close()
 
 
+class StoppedOnce:
+    """An evaluator whose ``stop_at``-th call is stopped by Ctrl-C (a signal
+    arriving while the run evaluates)."""
+
+    def __init__(self, stop_at=None):
+        self.calls, self.stop_at = 0, stop_at
+
+    def __call__(self):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            os.kill(os.getpid(), signal.SIGINT)
+        return {"reward": 0.0}
+
+
+def _evaluated_frames(recorder):
+    return [step for name, _, step in recorder.scalars if name == "eval/reward"]
+
+
+def test_an_evaluation_stopped_by_a_signal_runs_first_on_resume(tmp_path):
+    """No evaluation point is lost to a signal: the one it stopped is due in the
+    checkpoint and runs before the resumed run collects, as it would have."""
+    overrides = {"checkpoint.interval": None, "collector.total_frames": 60}
+
+    def run(evaluator, run_dir, resume=None):
+        recorder = Recorder()
+        trainer = build(
+            run_dir,
+            trainer_kwargs=dict(evaluator=evaluator, eval_interval=20, logger=recorder),
+            **overrides,
+        )
+        if resume is not None:
+            trainer.load_checkpoint(resume)
+        trainer.train()
+        trainer.close()
+        return trainer, _evaluated_frames(recorder)
+
+    _, uninterrupted = run(StoppedOnce(), tmp_path / "a")
+    assert uninterrupted == [10, 20, 40, 60]
+    stopped, before = run(StoppedOnce(stop_at=2), tmp_path / "b")
+    assert stopped.interrupted and stopped.frames == 20
+    assert before == [10]  # the second evaluation (at 20) was stopped
+    _, after = run(StoppedOnce(), tmp_path / "c", stopped.checkpoint_dir / "last.pt")
+    assert before + after == uninterrupted
+
+
 # -- signals and kills, on the example -----------------------------------------------
 
 DRIVER = """

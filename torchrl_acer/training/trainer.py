@@ -234,14 +234,21 @@ def _next_multiple(frames: int, interval: int) -> int:
     return (frames // interval + 1) * interval
 
 
-def _resumed_schedule(saved: int | None, frames: int, interval: int | None):
+def _resumed_schedule(
+    saved: int | None, frames: int, interval: int | None, *, keep_due: bool = False
+):
     """When a periodic task (log, evaluation, checkpoint) next runs after resuming
     at ``frames``: the checkpoint's ``saved`` schedule if it is one of
-    ``interval``, else the next multiple of ``interval`` (``None`` without one)."""
+    ``interval``, else the next multiple of ``interval`` (``None`` without one).
+    With ``keep_due``, a ``saved`` schedule the run had reached without running
+    the task (a signal stopped the evaluation) is kept, so that it runs first."""
     if interval is None:
         return None
-    if saved is not None and saved % interval == 0 and frames < saved:
-        return min(saved, _next_multiple(frames, interval))
+    if saved is not None and saved % interval == 0:
+        if frames < saved:
+            return min(saved, _next_multiple(frames, interval))
+        if keep_due:
+            return saved
     return _next_multiple(frames, interval)
 
 
@@ -337,7 +344,12 @@ def _worker_failure(err: Exception, collector, pids) -> str | None:
             if code < 0 and -code in signal.valid_signals()
             else f"exit code {code}"
         )
-        return f"collector worker {index} ({type(collector).__name__}{pid}, {how})"
+        # TorchRL's class, not a subclass of it (experiment.PatientAsyncCollector)
+        kind = next(
+            (k for k in type(collector).mro() if k.__module__.startswith("torchrl.")),
+            type(collector),
+        ).__name__
+        return f"collector worker {index} ({kind}{pid}, {how})"
     if any(k.__name__ in ("RayActorError", "ActorDiedError") for k in type(err).mro()):
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         return f"a Ray collector actor ({type(err).__name__}: {first})"
@@ -701,6 +713,11 @@ class ACERTrainer:
             if self._push_weights and self._pushed_at[-1] != self.updates:
                 # resumed: the workers hold the weights they were built with
                 self._push_policy_weights()
+            due = self._next_eval is not None and self.frames >= self._next_eval
+            if due and self.frames > 0:
+                # resumed from a run stopped during an evaluation that was due
+                self._evaluate()
+                self._next_eval = _next_multiple(self.frames, self.eval_interval)
             for batch in self._collected_batches():
                 try:
                     self.train_on_batch(batch)
@@ -1321,7 +1338,7 @@ class ACERTrainer:
             counters["next_log"], self.frames, self.log_interval
         )
         self._next_eval = _resumed_schedule(
-            counters["next_eval"], self.frames, self.eval_interval
+            counters["next_eval"], self.frames, self.eval_interval, keep_due=True
         )
         self._next_checkpoint = _resumed_schedule(
             counters["next_checkpoint"], self.frames, self.checkpoint_interval
