@@ -45,19 +45,6 @@ from torchrl_acer.training.trainer import ACERTrainer, GreedyEvaluator
 def main(cfg: DictConfig) -> None:
     # -- config: refuse values that cannot work, naming the setting ------------------
     check_config(cfg)
-    # the frame-lean replay rebuilds each stored stack from the frames of the
-    # previous segment of the same env: batches from several workers' envs break
-    # that (issue #16), so refuse before allocating it
-    c = cfg.collector
-    if cfg.replay.ratio > 0 and c.backend != "single" and c.num_workers > 1:
-        raise ValueError(
-            f"bad config: collector.backend={c.backend} with "
-            f"collector.num_workers={c.num_workers} and "
-            f"replay.ratio={cfg.replay.ratio}: the Atari replay stores each frame "
-            f"once and needs consecutive batches of one set of environments. "
-            f"Use collector.num_workers=1 (the envs in another process), or "
-            f"replay.ratio=0 (on-policy), or more env.num_envs in one worker"
-        )
     run_dir = run_dir_for(cfg)  # logs, checkpoints, config.yaml, summary.json
 
     # -- device, seeds, threads ------------------------------------------------------
@@ -92,13 +79,17 @@ def main(cfg: DictConfig) -> None:
     )
 
     # -- replay: segments of T steps, each frame stored once -------------------------
+    # one ring per env of each worker: a stack is rebuilt from the frames of the
+    # previous segment of its env (batches name their worker: "worker_index")
     replay = None
     if cfg.replay.ratio > 0:
+        c = cfg.collector
         replay = make_replay(
             cfg.env.num_envs,
             cfg.replay.capacity,
-            cfg.collector.T,
+            c.T,
             cfg.replay.batch_segments or cfg.env.num_envs,
+            num_workers=1 if c.backend == "single" else c.num_workers,
         )
 
     # -- evaluator (greedy policy, one real game per env) and logger -----------------

@@ -37,8 +37,20 @@ def make_models(env):
     return atari_actor_critic(action_spec.shape[-1], action_spec=action_spec)
 
 
-def make_replay(num_envs: int, capacity_steps: int, T: int, batch_segments: int):
-    """Replay of ``T``-step segments that stores each 84x84 frame once."""
+def make_replay(
+    num_envs: int,
+    capacity_steps: int,
+    T: int,
+    batch_segments: int,
+    num_workers: int = 1,
+):
+    """Replay of ``T``-step segments that stores each 84x84 frame once, for
+    ``num_workers`` collector workers of ``num_envs`` envs each; the capacity is
+    shared by all of their envs."""
     return FrameStackReplayBuffer(
-        num_envs, capacity_steps // num_envs, T, batch_segments
+        num_envs,
+        capacity_steps // (num_workers * num_envs),
+        T,
+        batch_segments,
+        num_workers=num_workers,
     )

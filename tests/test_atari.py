@@ -1,12 +1,31 @@
+import sys
+import time
+from pathlib import Path
+
 import pytest
 import torch
 
 pytest.importorskip("ale_py")
 
 from builders import run_example
+from omegaconf import OmegaConf
+from test_frame_replay import assert_rebuilt_as_collected
 
 from torchrl_acer.training.atari import ale_game_name, make_atari_env  # noqa: E402
 from torchrl_acer.training.checkpoint import read_checkpoint  # noqa: E402
+from torchrl_acer.training.experiment import (  # noqa: E402
+    check_config,
+    make_collector,
+    make_loss,
+    make_optimizer,
+)
+from torchrl_acer.training.trainer import ACERTrainer  # noqa: E402
+
+# the example's own builders (its networks, replay and training keys)
+EXAMPLES = Path(__file__).parents[1] / "examples"
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))
+import utils_atari  # noqa: E402
 
 
 def test_game_names():
@@ -73,7 +92,7 @@ def test_pong_smoke_with_checkpoint_and_resume(tmp_path):
     checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
     _, state = read_checkpoint(checkpoint)
     assert state["counters"]["frames"] == 300
-    assert state["replay_buffer"]["_written"] == 15  # frame-lean replay contents
+    assert state["replay_buffer"]["_written"].tolist() == [15]  # frame-lean replay
     out = run_example(
         "acer_atari.py",
         *common,
@@ -85,18 +104,126 @@ def test_pong_smoke_with_checkpoint_and_resume(tmp_path):
     assert "at 300 frames" in out.stdout and "after 400 env steps" in out.stdout
 
 
-def test_several_workers_with_the_frame_replay_are_refused_at_start(tmp_path):
-    """Batches from several workers' envs cannot feed the frame-lean replay (each
-    stack is rebuilt from the previous segment of the same env): refused before
-    anything is built, naming the settings (not a ValueError from the replay
-    after the first batches, as it was)."""
+def breakout(num_envs, seed):
+    """``make_collector``'s ``make_env`` (it must pickle): games cut at 37 agent
+    steps, so that episodes end inside segments."""
+    return make_atari_env(
+        "ALE/Breakout-v5", num_envs=num_envs, seed=seed, max_episode_steps=37
+    )
+
+
+def test_two_async_worker_processes_train_with_the_frame_replay(tmp_path):
+    """``collector.backend=multiprocess collector.num_workers=2
+    collector.sync=false``, built as ``examples/acer_atari.py`` builds it: the
+    workers' batches arrive interleaved, none dropped while the learner is busy,
+    each goes to its worker's rows of the frame-lean replay, and every segment
+    it can sample (its rings wrap around) rebuilds the frame stacks its worker's
+    environment produced; the trainer makes replayed updates."""
+    cfg = OmegaConf.load(EXAMPLES / "config_atari.yaml")
+    for key, value in {
+        "env.num_envs": 2,
+        "collector.T": 10,
+        "collector.backend": "multiprocess",
+        "collector.num_workers": 2,
+        "collector.sync": False,
+        "collector.max_policy_lag": None,  # every batch stored
+        "replay.start": 0,
+    }.items():
+        OmegaConf.update(cfg, key, value)
+    check_config(cfg)
+    torch.manual_seed(0)
+    env = breakout(2, seed=0)
+    actor, critic = utils_atari.make_models(env)
+    loss = make_loss(cfg.loss, actor, critic)
+    loss.set_keys(**utils_atari.TRAINING_KEYS)
+    N, T, workers = 2, 10, 2
+    trainer = ACERTrainer(
+        collector=make_collector(cfg, breakout, actor, device="cpu", env=env),
+        loss_module=loss,
+        optimizer=make_optimizer(cfg.optim, loss.parameters()),
+        total_frames=6 * workers * N * T,  # 6 batches per worker
+        # 40 steps per env: 5 slots of T, the oldest overwritten by the sixth
+        replay_buffer=utils_atari.make_replay(N, 40 * workers * N, T, N, workers),
+        replay_ratio=cfg.replay.ratio,
+        replay_start=0,
+        progress_bar=False,
+        weight_update_interval=1,
+        max_policy_lag=None,
+    )
+    collected = [[], []]  # each worker's batches, in order
+    train_on_batch = trainer.train_on_batch
+
+    def recorded(batch):
+        collected[int(batch["worker_index"].flatten()[0])].append(batch.clone())
+        train_on_batch(batch)
+        if sum(map(len, collected)) in (3, 4):
+            # a learner busy for longer than TorchRL's one-second wait for room
+            # in its queue: TorchRL's own async collector drops the waiting
+            # worker's batch then (its next one does not continue it)
+            time.sleep(2.5)
+
+    trainer.train_on_batch = recorded
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    replay = trainer.replay_buffer
+    written = [len(c) for c in collected]  # 6 each, as the workers take turns
+    assert replay._written.tolist() == written and sum(written) == 12
+    assert min(written) >= 4
+    assert any(b["next", "done"][:, :-1].any() for c in collected for b in c)
+    assert replay.history_only_segments == 0
+    # 4 sampleable slots per env once the ring of 5 is full (the oldest: history)
+    sampleable = N * sum(min(w, 5) - (w >= 5) for w in written)
+    assert assert_rebuilt_as_collected(replay, collected) == sampleable
+    assert trainer.updates > 12  # replayed updates beside one per batch
+
+
+def test_ray_workers_train_the_example_with_the_frame_replay(tmp_path):
+    """``python examples/acer_atari.py collector.backend=ray
+    collector.num_workers=2`` (issue #16), synchronous (a batch holds both
+    workers' envs): it trains with the frame-lean replay, one ring per worker's
+    env; its checkpoint resumes only with two workers, the message naming both
+    numbers."""
+    pytest.importorskip("ray", reason="Ray is an extra: pip install -e .[ray]")
+    common = [
+        "env.name=ALE/Breakout-v5",
+        "env.num_envs=2",
+        "collector.T=10",
+        "replay.start=0",
+        "replay.capacity=400",
+        "eval.interval=null",
+        "eval.episodes=1",
+        "eval.max_steps=30",
+        "logger.progress_bar=false",
+        "logger.log_interval=100",
+        f"logger.run_dir={tmp_path / 'run'}",
+        "threads=1",
+    ]
     out = run_example(
         "acer_atari.py",
-        "collector.backend=multiprocess",
+        *common,
+        "collector.backend=ray",
         "collector.num_workers=2",
-        f"logger.run_dir={tmp_path / 'run'}",
+        "collector.sync=true",
+        "ray.num_cpus=2",
+        "collector.total_frames=200",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "after 200 env steps" in out.stdout
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    _, state = read_checkpoint(checkpoint)
+    replay = state["replay_buffer"]
+    assert replay["num_workers"] == 2 and replay["_written"].tolist() == [5, 5]
+    assert replay["history_only_segments"] == 0
+    assert state["counters"]["updates"] > 5  # replayed updates beside one per batch
+    out = run_example(
+        "acer_atari.py",
+        *common,
+        "collector.total_frames=300",
+        f"resume={checkpoint}",
         cwd=tmp_path,
     )
     assert out.returncode != 0
-    assert "collector.num_workers=2" in out.stderr and "replay.ratio" in out.stderr
-    assert not (tmp_path / "run").exists()
+    assert "2 collector worker(s), this one is for 1" in out.stderr

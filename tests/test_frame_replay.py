@@ -66,6 +66,31 @@ def collect(env, T, num_batches):
     return batches
 
 
+def tag_worker(batches, worker):
+    """``batches`` as worker ``worker``'s, as ``make_collector``'s environments
+    tag every step."""
+    for batch in batches:
+        batch.set("worker_index", torch.full(batch.shape, worker))
+    return batches
+
+
+def assert_rebuilt_as_collected(rb, batches):
+    """Every segment ``rb`` can sample equals the one its environment produced,
+    in every entry it stores and in its rebuilt frame stacks; ``batches[w][i]``
+    is the ``i``-th batch ``rb`` stored from worker ``w``. Returns how many
+    segments it compared."""
+    slot, row = rb._sampleable().unbind(1)
+    got = rb.get_segments(row, slot)
+    worker, env = row // rb.num_envs, row % rb.num_envs
+    assert rb.pixels_key in got.keys() and ("next", rb.pixels_key) in got.keys(True)
+    for i in range(len(row)):
+        w = int(worker[i])
+        original = batches[w][int(rb._slot_id[w, slot[i]])][int(env[i])]
+        for key in got.keys(True, True):
+            assert torch.equal(got[i][key], original[key]), (key, w, int(env[i]))
+    return len(row)
+
+
 @pytest.mark.parametrize("padding", ["first", "zeros"])
 @pytest.mark.parametrize("capacity", [1000, 40])
 def test_rebuilt_stacks_equal_the_environment_stacks(capacity, padding):
@@ -79,18 +104,44 @@ def test_rebuilt_stacks_equal_the_environment_stacks(capacity, padding):
     )
     for b in batches:
         rb.extend(b)
-    slots = rb._sampleable_slots()
     # a full ring keeps capacity // T sampleable slots (and wraps around here)
-    assert len(slots) == min(len(batches), capacity // T)
-    for slot in slots.tolist():
-        slot_id = int(rb._slot_id[slot])
-        original = batches[slot_id]
-        envs = torch.arange(N)
-        got = rb.get_segments(envs, torch.full((N,), slot))
-        assert torch.equal(got["observation"], original["observation"])
-        assert torch.equal(got["next", "observation"], original["next", "observation"])
-        for key in ("action", ("next", "reward"), ("next", "done")):
-            assert torch.equal(got[key], original[key])
+    assert assert_rebuilt_as_collected(rb, [batches]) == N * min(
+        len(batches), capacity // T
+    )
+
+
+@pytest.mark.parametrize("layout", ["async", "sync"])
+def test_each_workers_batches_rebuild_its_own_environments_stacks(layout):
+    """Two workers, each with environments of its own (distinct frames): their
+    batches come interleaved (asynchronous collectors: in any order, one worker
+    twice in a row) or together (synchronous: ``[workers, num_envs, T]``). Each
+    goes to its worker's rows, found by ``"worker_index"``, and every segment
+    that can be sampled rebuilds the stacks its environment produced, episode
+    ends inside segments included, after the rings wrapped around."""
+    N, T, W, per_worker = 2, 8, 2, 7
+    batches = [
+        tag_worker(collect(make_stacked_env(N, seed=10 + w), T, per_worker), w)
+        for w in range(W)
+    ]
+    assert sum(b["next", "done"][:, :-1].sum() for bs in batches for b in bs) > 5
+    rb = FrameStackReplayBuffer(
+        N, 40, T, 4, num_workers=W, pixels_key="observation", padding="first"
+    )
+    if layout == "async":
+        order, seen = [0, 0, 1, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0, 1], [0, 0]
+        for w in order:
+            rb.extend(batches[w][seen[w]])
+            seen[w] += 1
+    else:
+        for i, pair in enumerate(zip(*batches, strict=True)):
+            # the worker index, not the position, routes: every other batch
+            # holds the workers the other way round
+            rb.extend(torch.stack(pair if i % 2 else pair[::-1]))
+    assert rb.history_only_segments == 0
+    # 40 steps per env: 5 sampleable slots of 8 (the sixth, oldest, is history)
+    assert len(rb) == W * N * 5
+    assert assert_rebuilt_as_collected(rb, batches) == W * N * 5
+    assert rb.sample().batch_size == (4, T)
 
 
 def test_sample_shapes_and_memory():
@@ -126,15 +177,38 @@ def test_restart_starts_episodes_without_history():
         assert torch.equal(got["next", "observation"], b["next", "observation"])
 
 
-def test_inconsistent_batches_raise():
+def test_a_left_out_batch_leaves_its_successor_as_history_only():
+    """A batch the trainer did not store (dropped as too stale, or not finite):
+    the next one of that worker continues nothing stored. Its segments, whose
+    first stacks cannot be rebuilt, are kept as frame history only (never
+    sampled); the batch after it is sampled, with the right stacks."""
     N, T = 2, 6
     rb = FrameStackReplayBuffer(N, 100, T, 4, pixels_key="observation", padding="first")
-    batches = collect(make_stacked_env(N, seed=4), T, 3)
+    batches = collect(make_stacked_env(N, seed=4), T, 4)
     rb.extend(batches[0])
-    with pytest.raises(ValueError, match="neither continues its previous segment"):
-        rb.extend(batches[2])  # skips a batch
-    with pytest.raises(ValueError, match=r"\[num_envs, T\] = \[2, 6\]"):
-        rb.extend(batches[1][:, :3])
+    with pytest.warns(UserWarning, match="does not continue the previous batch"):
+        rb.extend(batches[2])  # batches[1] left out
+    rb.extend(batches[3])
+    first = batches[2]["observation"][:, 0]
+    starts = (first[:, :-1] == first[:, -1:]).flatten(1).all(-1)
+    assert rb.history_only_segments == int((~starts).sum()) > 0
+    stored = [[batches[0], batches[2], batches[3]]]
+    assert assert_rebuilt_as_collected(rb, stored) == 2 * N + int(starts.sum())
+
+
+def test_batches_that_cannot_be_placed_raise():
+    N, T = 2, 6
+    batch = collect(make_stacked_env(N, seed=4), T, 1)[0]
+    rb = FrameStackReplayBuffer(N, 100, T, 4, pixels_key="observation", padding="first")
+    with pytest.raises(ValueError, match=r"\[k \* num_envs, T\] = \[k \* 2, 6\]"):
+        rb.extend(batch[:, :3])
+    two = FrameStackReplayBuffer(
+        N, 100, T, 4, num_workers=2, pixels_key="observation", padding="first"
+    )
+    with pytest.raises(ValueError, match="without 'worker_index'"):
+        two.extend(batch)
+    with pytest.raises(ValueError, match=r"from worker \[2\]"):
+        two.extend(tag_worker([batch.clone()], 2)[0])
 
 
 def test_state_dict_round_trip():
@@ -155,6 +229,71 @@ def test_state_dict_round_trip():
     rb.extend(more)
     other.extend(more)
     assert (other._frames == rb._frames).all()
+
+
+def test_state_dict_of_two_workers_round_trip_and_needs_two_workers():
+    N, T = 2, 6
+    batches = [
+        tag_worker(collect(make_stacked_env(N, seed=20 + w), T, 4), w) for w in (0, 1)
+    ]
+
+    def make(workers):
+        return FrameStackReplayBuffer(
+            N,
+            30,
+            T,
+            4,
+            num_workers=workers,
+            pixels_key="observation",
+            padding="first",
+            generator=torch.Generator().manual_seed(1),
+        )
+
+    rb = make(2)
+    for i in range(3):
+        rb.extend(batches[0][i])
+    rb.extend(batches[1][0])  # worker 1 is behind
+    state = rb.state_dict()
+    other = make(2)
+    other.load_state_dict(state)
+    assert len(other) == len(rb) == 4 * N
+    assert (other.sample() == rb.sample()).all()
+    # both go on alike, each worker where it left off
+    for b in (batches[1][1], batches[0][3]):
+        rb.extend(b)
+        other.extend(b)
+    for key in FrameStackReplayBuffer._STATE:
+        mine, theirs = getattr(rb, key), getattr(other, key)
+        assert (mine == theirs).all() if hasattr(mine, "shape") else mine == theirs
+    assert assert_rebuilt_as_collected(other, batches) == 6 * N
+    for workers in (1, 3):
+        with pytest.raises(ValueError, match=f"2 collector worker.*for {workers}"):
+            make(workers).load_state_dict(state)
+
+
+def test_state_saved_with_one_ring_loads_as_one_worker():
+    """A checkpoint written before the buffer kept workers apart (one ring for
+    all rows: ``_cursor`` and ``_written`` numbers, ``_slot_id`` per slot, no
+    ``num_workers``) resumes into a buffer for one worker."""
+    N, T = 2, 6
+    batches = collect(make_stacked_env(N, seed=5), T, 4)
+    rb = FrameStackReplayBuffer(N, 30, T, 4, pixels_key="observation", padding="first")
+    for b in batches[:3]:
+        rb.extend(b)
+    new = rb.state_dict()
+    drop = ("num_workers", "_history_only", "history_only_segments")
+    old = {k: v for k, v in new.items() if k not in drop}
+    old.update(
+        _slot_id=new["_slot_id"][0],
+        _cursor=int(new["_cursor"][0]),
+        _written=int(new["_written"][0]),
+    )
+    other = FrameStackReplayBuffer(
+        N, 30, T, 4, pixels_key="observation", padding="first"
+    )
+    other.load_state_dict(old)
+    other.extend(batches[3])
+    assert assert_rebuilt_as_collected(other, [batches]) == 4 * N
 
 
 def test_overwritten_episode_end_raises():
@@ -255,8 +394,4 @@ def test_collector_batches_from_atari():
             break
     collector.shutdown()
     assert any(b["next", "done"][:, :-1].any() for b in batches)
-    for slot in rb._sampleable_slots().tolist():
-        original = batches[int(rb._slot_id[slot])]
-        got = rb.get_segments(torch.arange(N), torch.full((N,), slot))
-        assert torch.equal(got["pixels"], original["pixels"])
-        assert torch.equal(got["next", "pixels"], original["next", "pixels"])
+    assert assert_rebuilt_as_collected(rb, [batches]) == N * 6

@@ -24,6 +24,9 @@ from typing import Any, NamedTuple
 
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from torchrl.collectors import MultiAsyncCollector
+from torchrl.data import Unbounded
+from torchrl.envs import TensorDictPrimer
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
@@ -398,6 +401,27 @@ class PatientWeightSyncScheme(MultiProcessWeightSyncScheme):
                 transport.timeout = default
 
 
+class PatientAsyncCollector(MultiAsyncCollector):
+    """TorchRL's :class:`~torchrl.collectors.MultiAsyncCollector` whose workers
+    wait for the learner to take their batch instead of throwing it away.
+
+    TorchRL's output queue holds one batch: a worker that cannot put its batch
+    there within a second (the other worker's is waiting while the learner
+    trains) drops it and collects the next, so its environments' steps are
+    lost and the batches it delivers skip steps (on Atari with replay, from the
+    learner's third batch on, none continued the previous one of its worker).
+    The Atari replay, which rebuilds a segment's frame stacks from the previous
+    segment of its environment (:class:`~torchrl_acer.FrameStackReplayBuffer`),
+    cannot use such batches. With room for one batch of every worker, a worker
+    puts its batch at once and waits for the learner to ask for the next, as
+    in TorchRL's synchronous collector.
+    """
+
+    @property
+    def _queue_len(self) -> int:
+        return self.num_workers
+
+
 def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     """The collector ``cfg.collector.backend`` names, running ``actor``.
 
@@ -406,11 +430,13 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     learner's own actor: ``[num_envs, T]`` batches, no lag, nothing to push.
 
     ``multiprocess`` and ``ray``: ``collector.num_workers`` collectors, each
-    stepping ``make_env(num_envs, seed=cfg.seed + i * num_envs)`` in its own
-    process (TorchRL's ``MultiSyncCollector`` / ``MultiAsyncCollector``) or Ray
-    actor (``RayCollector``), through ``Collector(backend=..., num_collectors=...,
+    stepping ``make_env(num_envs, seed=cfg.seed + i * num_envs)``, each step
+    tagged with ``"worker_index"`` ``i``, in its own process (TorchRL's
+    ``MultiSyncCollector`` / ``MultiAsyncCollector``) or Ray actor
+    (``RayCollector``), through ``Collector(backend=..., num_collectors=...,
     sync=...)``. With ``collector.sync`` a batch is every worker's
-    ``[num_envs, T]`` together; without, each worker's batch as it comes. Each
+    ``[num_envs, T]`` together; without, each worker's batch as it comes (a
+    :class:`PatientAsyncCollector` for ``multiprocess``: none is dropped). Each
     worker acts with its own copy of the policy on the CPU, a
     :class:`~torchrl_acer.training.trainer.VersionedPolicy` that the trainer
     updates every ``collector.weight_update_interval`` batches through TorchRL's
@@ -444,7 +470,9 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
         env.close()
     workers, sync = c.num_workers, c.sync
     env_fns = [
-        functools.partial(make_env, num_envs, seed=cfg.seed + i * num_envs)
+        functools.partial(
+            _worker_env, make_env, i, num_envs, seed=cfg.seed + i * num_envs
+        )
         for i in range(workers)
     ]
     # The workers act with copies: TorchRL moves a CPU policy's parameters into
@@ -482,6 +510,11 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
             # collectors on the CPU, whatever the learner's machine has
             "remote_configs": {"num_cpus": 1, "num_gpus": 0, "memory": 2 * 1024**3},
         }
+    if backend == "multiprocess" and not sync:
+        # what Collector(backend="process", sync=False) builds, keeping every batch
+        return PatientAsyncCollector(
+            env_fns, acting, frames_per_batch=per_worker, **backend_kwargs
+        )
     return Collector(
         env_fns,
         acting,
@@ -491,6 +524,27 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
         # sync: every worker's [num_envs, T] in one batch; async: one worker's
         frames_per_batch=per_worker * workers if sync else per_worker,
         **backend_kwargs,
+    )
+
+
+def _worker_env(make_env, index: int, num_envs: int, *, seed: int):
+    """``make_env(num_envs, seed=seed)`` for collector worker ``index``, with the
+    index written under ``"worker_index"`` at every step (a TorchRL primer: set at
+    reset, carried through the steps).
+
+    TorchRL's multi collectors do not say which worker a batch came from (an
+    asynchronous one yields the workers' batches in any order, and Ray workers'
+    ``("collector", "traj_ids")`` all start at 0): a replay that keeps each
+    worker's environments apart reads it
+    (:class:`~torchrl_acer.training.frame_replay.FrameStackReplayBuffer`).
+    """
+    env = make_env(num_envs, seed=seed)
+    return env.append_transform(
+        TensorDictPrimer(
+            worker_index=Unbounded(shape=(), dtype=torch.long),
+            default_value=index,
+            expand_specs=True,  # to the environment's batch
+        )
     )
 
 

@@ -6,21 +6,34 @@ float32). This buffer keeps, per step, only the newest frame of ``s_t``, and
 rebuilds both stacks when a segment is sampled, so that a step costs one 84x84
 frame (7 KB) plus its small entries.
 
-Layout: per environment, a ring of ``segment`` slots of ``T`` steps, written by
-``extend([num_envs, T])``. Beside the frames of ``s_t`` it keeps, per slot, the
-newest frame of the last step's ``s'``, and, in a small side ring, the real last
-frame of every episode that ends before a slot's last step (the next row starts
-with a reset frame). A stack never reaches back past the first frame of its
-episode: like the environment's frame stack, it repeats the episode's first frame
-instead. Slots are sampled whole, as ACER replays them; the oldest slot of a full
-ring only serves as frame history for the next one.
+Layout: one row per environment of every collector worker (``num_workers *
+num_envs`` rows), each a ring of ``segment`` slots of ``T`` steps; a worker's
+``[num_envs, T]`` batch fills one slot of each of its rows, and the workers'
+rings advance apart. Beside the frames of ``s_t`` it keeps, per slot, the newest
+frame of the last step's ``s'``, and, in a small side ring, the real last frame
+of every episode that ends before a slot's last step (the next row starts with a
+reset frame). A stack never reaches back past the first frame of its episode:
+like the environment's frame stack, it repeats the episode's first frame (or
+blank frames) instead. Slots are sampled whole, as ACER replays them; the oldest
+slot of a full ring only serves as frame history for the next one.
 
-At every ``extend``, the history the buffer holds for the batch's first stacks is
-checked against the stacks the environment produced; a batch that starts new
-episodes (after a restart) is recognised, and any other mismatch raises.
+Which worker collected a batch is read from its ``"worker_index"`` entry (written
+by the environments :func:`~torchrl_acer.training.experiment.make_collector`
+builds for each worker): TorchRL's multi collectors deliver the workers' batches
+in any order (asynchronous) or stacked (synchronous), and nothing else in a batch
+names its worker reliably (Ray workers' trajectory ids all start at 0, and frame
+continuity cannot place a worker's first batch).
+
+At every ``extend``, the history the buffer holds for each row's first stack is
+checked against the stack the environment produced. A stack that starts an
+episode (after a restart) has no history; one that neither continues its row
+nor starts an episode (a batch of that worker was left out, e.g. dropped by the
+trainer as too stale) makes its slot frame history only, never sampled.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from tensordict import TensorDictBase
@@ -33,13 +46,20 @@ class FrameStackReplayBuffer:
     """Replay of ``T``-step segments with frame stacks rebuilt at sampling time.
 
     Args:
-        num_envs: environments of the collector (rows of each batch).
+        num_envs: environments of each collector worker (rows of its batches).
         capacity_per_env: steps kept per environment (a multiple of ``T`` is used;
             one more slot is kept as frame history).
         segment_length: ``T``.
         batch_segments: segments per sampled batch.
 
     Keyword Args:
+        num_workers: collector workers whose batches it takes (one row per
+            environment of each). A batch is ``[k * num_envs, T]``: ``k``
+            workers' batches one after the other (``k = num_workers`` from a
+            synchronous multi collector, whose ``[workers, num_envs, T]`` batches
+            are also taken as they come), each naming its worker under
+            ``worker_key``; with one worker the entry may be absent.
+        worker_key: the entry naming the worker that collected each step.
         pixels_key: the stacked-frame observation, ``[*, stack, H, W]`` uint8.
         done_key: the environment's own end of episode (where its frame stack
             restarts), read under ``"next"``.
@@ -60,6 +80,8 @@ class FrameStackReplayBuffer:
         segment_length: int,
         batch_segments: int,
         *,
+        num_workers: int = 1,
+        worker_key: NestedKey = "worker_index",
         pixels_key: NestedKey = "pixels",
         done_key: NestedKey = "done",
         max_episode_ends: int | None = None,
@@ -76,12 +98,16 @@ class FrameStackReplayBuffer:
                 f"capacity_per_env={capacity_per_env} is shorter than one segment "
                 f"of {segment_length} steps"
             )
-        if num_envs < 1 or batch_segments < 1:
-            raise ValueError("num_envs and batch_segments must be positive")
+        if num_envs < 1 or batch_segments < 1 or num_workers < 1:
+            raise ValueError(
+                "num_envs, batch_segments and num_workers must be positive"
+            )
         self.num_envs = num_envs
+        self.num_workers = num_workers
         self.T = segment_length
         self.slots = capacity_per_env // segment_length + 1
         self.batch_segments = batch_segments
+        self.worker_key = worker_key
         self.pixels_key = pixels_key
         self.done_key = (
             ("next", done_key)
@@ -94,14 +120,31 @@ class FrameStackReplayBuffer:
         self.max_episode_ends = max_episode_ends or max(capacity_per_env // 64, 8)
         self.generator = generator
         self._initialized = False
-        self._cursor = 0  # next slot to write
-        self._written = 0  # slots written so far
+        # per worker: the next slot to write, and the slots written so far
+        self._cursor = torch.zeros(num_workers, dtype=torch.long)
+        self._written = torch.zeros(num_workers, dtype=torch.long)
+        # segments stored that are frame history only (their first stacks
+        # continue no stored segment of their row and start no episode)
+        self.history_only_segments = 0
+        self._sampleable_index = None  # [(slot, row)], cached between extends
+
+    @property
+    def rows(self) -> int:
+        """``num_workers * num_envs``: worker ``w``'s environment ``e`` is row
+        ``w * num_envs + e``."""
+        return self.num_workers * self.num_envs
 
     @property
     def required_keys(self) -> tuple:
         """The entries it reads from a stored batch besides those the loss reads:
-        the frames and the game's done flag (where frame stacks restart)."""
-        return (self.pixels_key, ("next", self.pixels_key), self.done_key)
+        the frames, the game's done flag (where frame stacks restart) and the
+        worker that collected it."""
+        return (
+            self.pixels_key,
+            ("next", self.pixels_key),
+            self.done_key,
+            self.worker_key,
+        )
 
     # -- storage -----------------------------------------------------------------
 
@@ -115,80 +158,133 @@ class FrameStackReplayBuffer:
                 f"{tuple(pixels.shape)})"
             )
         frame_shape = pixels.shape[-2:]
-        N, S, T = self.num_envs, self.slots, self.T
-        self._frames = torch.zeros(N, S, T, *frame_shape, dtype=pixels.dtype)
-        self._last_next = torch.zeros(N, S, *frame_shape, dtype=pixels.dtype)
-        self._ends = torch.zeros(
-            N, self.max_episode_ends, *frame_shape, dtype=pixels.dtype
-        )
-        self._end_slot = torch.full((N, S, T), -1, dtype=torch.long)
-        self._end_owner = torch.full((N, self.max_episode_ends), -1, dtype=torch.long)
-        self._end_cursor = torch.zeros(N, dtype=torch.long)
-        self._has_history = torch.zeros(N, S, dtype=torch.bool)
-        self._slot_id = torch.full((S,), -1, dtype=torch.long)
-        rest = self._strip(batch)
-        self._data = rest.unsqueeze(1).expand(N, S, T).clone().apply(torch.zeros_like)
+        R, S, T, E = self.rows, self.slots, self.T, self.max_episode_ends
+        self._frames = torch.zeros(R, S, T, *frame_shape, dtype=pixels.dtype)
+        self._last_next = torch.zeros(R, S, *frame_shape, dtype=pixels.dtype)
+        self._ends = torch.zeros(R, E, *frame_shape, dtype=pixels.dtype)
+        self._end_slot = torch.full((R, S, T), -1, dtype=torch.long)
+        self._end_owner = torch.full((R, E), -1, dtype=torch.long)
+        self._end_cursor = torch.zeros(R, dtype=torch.long)
+        self._has_history = torch.zeros(R, S, dtype=torch.bool)
+        self._history_only = torch.zeros(R, S, dtype=torch.bool)
+        # the worker's count of slots written when each of its slots was
+        self._slot_id = torch.full((self.num_workers, S), -1, dtype=torch.long)
+        rest = self._strip(batch[:1])
+        self._data = rest.unsqueeze(1).expand(R, S, T).clone().apply(torch.zeros_like)
         self._initialized = True
 
     def _strip(self, batch: TensorDictBase) -> TensorDictBase:
-        return batch.exclude(self.pixels_key, ("next", self.pixels_key))
+        # the frames are stored apart, the worker is the row
+        return batch.exclude(
+            self.pixels_key, ("next", self.pixels_key), self.worker_key
+        )
 
     def __len__(self) -> int:
         """Number of segments that can be sampled."""
-        filled = min(self._written, self.slots)
-        if self._written > self.slots - 1:
-            filled -= 1  # the oldest slot of a full ring is history only
-        return filled * self.num_envs
+        return len(self._sampleable())
 
     def extend(self, batch: TensorDictBase) -> None:
-        """Stores a ``[num_envs, T]`` batch as one slot per environment."""
-        if batch.batch_size != (self.num_envs, self.T):
+        """Stores ``k`` workers' ``[num_envs, T]`` batches, ``[k * num_envs, T]``
+        (or ``[k, num_envs, T]``), as one slot of each of their environments' rows."""
+        N, T = self.num_envs, self.T
+        if batch.ndim == 3:  # [workers, num_envs, T], a synchronous collector's
+            batch = batch.reshape(-1, batch.shape[-1])
+        if batch.ndim != 2 or batch.shape[0] % N or batch.shape[1] != T:
             raise ValueError(
-                f"FrameStackReplayBuffer.extend expects a [num_envs, T] = "
-                f"[{self.num_envs}, {self.T}] batch, got {tuple(batch.batch_size)}"
+                f"FrameStackReplayBuffer.extend expects a [k * num_envs, T] = "
+                f"[k * {N}, {T}] batch (k workers' [num_envs, T] batches), got "
+                f"{tuple(batch.batch_size)}"
             )
+        workers = self._workers_of(batch)
         if not self._initialized:
             self._init_storage(batch)
+        for k, worker in enumerate(workers):
+            self._write(batch[k * N : (k + 1) * N], worker)
+        self._sampleable_index = None
+
+    def _workers_of(self, batch: TensorDictBase) -> list[int]:
+        """The worker of each ``num_envs`` rows of ``batch``."""
+        k = batch.shape[0] // self.num_envs
+        index = batch.get(self.worker_key, None)
+        if index is None:
+            if self.num_workers == 1 and k == 1:
+                return [0]
+            raise ValueError(
+                f"FrameStackReplayBuffer for {self.num_workers} workers: a "
+                f"[{batch.shape[0]}, {self.T}] batch without {self.worker_key!r}, "
+                f"the worker that collected each step (make_collector's "
+                f"environments write it)"
+            )
+        index = index.reshape(k, -1)
+        workers = index[:, 0]
+        if (index != workers[:, None]).any():
+            raise ValueError(
+                f"FrameStackReplayBuffer: {self.worker_key!r} varies inside a "
+                f"worker's [num_envs={self.num_envs}, T] rows of the batch: "
+                f"{index.unique().tolist()}"
+            )
+        if ((workers < 0) | (workers >= self.num_workers)).any():
+            raise ValueError(
+                f"FrameStackReplayBuffer for num_workers={self.num_workers}: a "
+                f"batch from worker {workers.tolist()} (workers 0 to "
+                f"{self.num_workers - 1} expected)"
+            )
+        return workers.tolist()
+
+    def _write(self, batch: TensorDictBase, worker: int) -> None:
+        """One worker's ``[num_envs, T]`` batch into the next slot of its rows."""
+        N, T = self.num_envs, self.T
+        rows = slice(worker * N, (worker + 1) * N)
         pixels = batch.get(self.pixels_key)
         next_pixels = batch.get(("next", self.pixels_key))
-        done = batch.get(self.done_key).reshape(self.num_envs, self.T)
-        w = self._cursor
-        slot_id = self._written
-        self._frames[:, w] = pixels[:, :, -1]
-        self._last_next[:, w] = next_pixels[:, -1, -1]
-        self._data[:, w] = self._strip(batch)
+        done = batch.get(self.done_key).reshape(N, T)
+        w = int(self._cursor[worker])
+        slot_id = int(self._written[worker])
+        self._frames[rows, w] = pixels[:, :, -1]
+        self._last_next[rows, w] = next_pixels[:, -1, -1]
+        self._data[rows, w] = self._strip(batch)
         # the real last frame of episodes ending before the slot's last step
-        self._end_slot[:, w] = -1
+        self._end_slot[rows, w] = -1
         for env, t in done[:, :-1].nonzero().tolist():
-            j = int(self._end_cursor[env])
-            self._ends[env, j] = next_pixels[env, t, -1]
-            self._end_owner[env, j] = slot_id * self.T + t
-            self._end_slot[env, w, t] = j
-            self._end_cursor[env] = (j + 1) % self.max_episode_ends
-        self._slot_id[w] = slot_id
-        self._has_history[:, w] = self._check_history(pixels[:, 0], w)
-        self._cursor = (w + 1) % self.slots
-        self._written += 1
+            row = worker * N + env
+            j = int(self._end_cursor[row])
+            self._ends[row, j] = next_pixels[env, t, -1]
+            self._end_owner[row, j] = slot_id * T + t
+            self._end_slot[row, w, t] = j
+            self._end_cursor[row] = (j + 1) % self.max_episode_ends
+        self._slot_id[worker, w] = slot_id
+        has, starts = self._check_history(pixels[:, 0], worker, w)
+        self._has_history[rows, w] = has
+        self._history_only[rows, w] = broken = ~(has | starts)
+        if broken.any():
+            self.history_only_segments += int(broken.sum())
+            warnings.warn(
+                "FrameStackReplayBuffer: a batch does not continue the previous "
+                "batch of its worker (one was left out, as a batch dropped for its "
+                "policy lag): its segments serve as frame history only",
+                stacklevel=3,
+            )
+        self._cursor[worker] = (w + 1) % self.slots
+        self._written[worker] += 1
 
-    def _check_history(self, first_stack: torch.Tensor, w: int) -> torch.Tensor:
-        """Whether each env's first stack continues the previous slot's frames.
-
-        The stack rebuilt from the previous slot must equal the one the environment
-        produced; a stack that starts an episode (its first frame repeated), as
-        after a restart, has no history. Anything else is an error.
-        """
+    def _check_history(self, first_stack: torch.Tensor, worker: int, w: int):
+        """``(has_history, starts_episode)`` of each row's first stack: whether it
+        continues the frames of the previous slot of its row (the stack rebuilt
+        from them equals the one the environment produced), and whether it starts
+        an episode (its older frames are padding, as after a restart)."""
         N, K = self.num_envs, self.stack - 1
+        rows = slice(worker * N, (worker + 1) * N)
         older = first_stack[:, :-1]
         if self.padding == "zeros":
-            is_reset = (older == 0).flatten(1).all(-1)
+            starts = (older == 0).flatten(1).all(-1)
         else:
-            is_reset = (older == first_stack[:, -1:]).flatten(1).all(-1)
+            starts = (older == first_stack[:, -1:]).flatten(1).all(-1)
         has = torch.zeros(N, dtype=torch.bool)
-        if self._written > 0:
+        if self._written[worker] > 0:
             prev = (w - 1) % self.slots
-            done = self._data[:, prev].get(self.done_key).reshape(N, self.T)
+            done = self._data[rows, prev].get(self.done_key).reshape(N, self.T)
             rebuilt, _ = rebuild_stacks(
-                history=self._frames[:, prev, self.T - K :],
+                history=self._frames[rows, prev, self.T - K :],
                 history_done=done[:, self.T - K :],
                 has_history=torch.ones(N, dtype=torch.bool),
                 frames=first_stack[:, -1:],
@@ -197,50 +293,54 @@ class FrameStackReplayBuffer:
                 padding=self.padding,
             )
             has = (rebuilt[:, 0] == first_stack).flatten(1).all(-1)
-        bad = ~(has | is_reset)
-        if bad.any():
-            env = int(bad.nonzero()[0])
-            raise ValueError(
-                f"FrameStackReplayBuffer: the first stack of environment {env} neither "
-                f"continues its previous segment nor starts an episode; extend with "
-                f"consecutive [num_envs, T] batches of the same environments"
-            )
-        return has
+        return has, starts
 
     # -- sampling ----------------------------------------------------------------
 
-    def _sampleable_slots(self) -> torch.Tensor:
-        slots = torch.arange(min(self._written, self.slots))
-        if self._written >= self.slots:
-            slots = slots[slots != self._cursor]  # the oldest: history only
-        return slots
+    def _sampleable(self) -> torch.Tensor:
+        """``[M, 2]``: the ``(slot, row)`` of every segment that can be sampled,
+        by slot then row."""
+        if self._sampleable_index is None:
+            if not self._initialized:
+                return torch.zeros(0, 2, dtype=torch.long)
+            slot = torch.arange(self.slots)
+            written = slot < self._written.clamp(max=self.slots)[:, None]
+            # the oldest slot of a full ring: history only
+            oldest = (self._written >= self.slots)[:, None] & (
+                slot == self._cursor[:, None]
+            )
+            ok = (written & ~oldest).repeat_interleave(self.num_envs, 0)
+            ok &= ~self._history_only
+            self._sampleable_index = ok.T.nonzero()
+        return self._sampleable_index
 
     def sample(self, batch_size: int | None = None) -> TensorDictBase:
         """``[batch_size, T]`` segments, each one environment's consecutive steps,
         with ``pixels`` and ``("next", pixels)`` stacks rebuilt."""
-        if len(self) == 0:
+        index = self._sampleable()
+        if len(index) == 0:
             raise RuntimeError("FrameStackReplayBuffer.sample: the buffer is empty")
         B = batch_size or self.batch_segments
-        slots = self._sampleable_slots()
-        pick = torch.randint(len(slots) * self.num_envs, (B,), generator=self.generator)
-        env, slot = pick % self.num_envs, slots[pick // self.num_envs]
-        return self.get_segments(env, slot)
+        pick = torch.randint(len(index), (B,), generator=self.generator)
+        slot, row = index[pick].unbind(1)
+        return self.get_segments(row, slot)
 
-    def get_segments(self, env: torch.Tensor, slot: torch.Tensor) -> TensorDictBase:
-        """The stored segments of ``(env[i], slot[i])``, stacks rebuilt."""
+    def get_segments(self, row: torch.Tensor, slot: torch.Tensor) -> TensorDictBase:
+        """The stored segments of ``(row[i], slot[i])``, stacks rebuilt (row
+        ``w * num_envs + e``: worker ``w``'s environment ``e``)."""
         K, T = self.stack - 1, self.T
         prev = (slot - 1) % self.slots
-        data = self._data[env, slot]
-        done = data.get(self.done_key).reshape(len(env), T)
-        prev_done = self._data[env, prev].get(self.done_key).reshape(len(env), T)
-        ends = self._end_frames(env, slot, done)
+        data = self._data[row, slot]
+        done = data.get(self.done_key).reshape(len(row), T)
+        prev_done = self._data[row, prev].get(self.done_key).reshape(len(row), T)
+        ends = self._end_frames(row, slot, done)
         obs, nxt = rebuild_stacks(
-            history=self._frames[env, prev, T - K :],
+            history=self._frames[row, prev, T - K :],
             history_done=prev_done[:, T - K :],
-            has_history=self._has_history[env, slot],
-            frames=self._frames[env, slot],
+            has_history=self._has_history[row, slot],
+            frames=self._frames[row, slot],
             done=done,
-            last_next=self._last_next[env, slot],
+            last_next=self._last_next[row, slot],
             end_frames=ends,
             padding=self.padding,
         )
@@ -248,26 +348,27 @@ class FrameStackReplayBuffer:
         data.set(("next", self.pixels_key), nxt)
         return data
 
-    def _end_frames(self, env, slot, done):
-        index = self._end_slot[env, slot]  # [B, T], -1 where no episode ends
+    def _end_frames(self, row, slot, done):
+        index = self._end_slot[row, slot]  # [B, T], -1 where no episode ends
         has_end = index >= 0
         if not has_end.any():
             return None
         b, t = has_end.nonzero(as_tuple=True)
         j = index[b, t]
-        owner = self._slot_id[slot[b]] * self.T + t
-        if (self._end_owner[env[b], j] != owner).any():
+        owner = self._slot_id[row[b] // self.num_envs, slot[b]] * self.T + t
+        if (self._end_owner[row[b], j] != owner).any():
             raise RuntimeError(
                 "FrameStackReplayBuffer: the last frame of an episode inside a "
                 "sampled segment was overwritten; raise max_episode_ends (now "
                 f"{self.max_episode_ends} per environment)"
             )
         ends = torch.zeros(*index.shape, *self._ends.shape[-2:], dtype=self._ends.dtype)
-        ends[b, t] = self._ends[env[b], j]
+        ends[b, t] = self._ends[row[b], j]
         return ends
 
     # -- checkpoints ---------------------------------------------------------------
 
+    # the storage, as attributes
     _STATE = (
         "_frames",
         "_last_next",
@@ -276,6 +377,7 @@ class FrameStackReplayBuffer:
         "_end_owner",
         "_end_cursor",
         "_has_history",
+        "_history_only",
         "_slot_id",
         "_data",
         "_cursor",
@@ -283,11 +385,19 @@ class FrameStackReplayBuffer:
         "stack",
     )
 
-    # per slot and per side-ring entry (both along dimension 1), and what a slot
-    # or an entry not yet written holds
-    _PER_SLOT = ("_frames", "_last_next", "_end_slot", "_has_history", "_data")
+    # per row and slot (``_slot_id``: per worker and slot), per row and side-ring
+    # entry (all along dimension 1), and what a slot or an entry not yet written
+    # holds
+    _PER_SLOT = (
+        "_frames",
+        "_last_next",
+        "_end_slot",
+        "_has_history",
+        "_history_only",
+        "_data",
+    )
     _PER_END = ("_ends", "_end_owner")
-    _BLANK = {"_end_slot": -1, "_end_owner": -1}
+    _BLANK = {"_end_slot": -1, "_end_owner": -1, "_slot_id": -1}
 
     def state_dict(self) -> dict:
         """The written slots and side-ring entries only (the storage is allocated
@@ -297,24 +407,28 @@ class FrameStackReplayBuffer:
         generator = None if self.generator is None else self.generator.get_state()
         if not self._initialized:
             return {"initialized": False, "generator": generator}
-        slots = min(self._written, self.slots)
+        slots = int(self._written.clamp(max=self.slots).max())
         written_ends = (self._end_owner >= 0).any(0).nonzero()
         ends = int(written_ends.max()) + 1 if len(written_ends) else 0
         state = {
             "initialized": True,
             "generator": generator,
+            "num_workers": self.num_workers,
             "slots": self.slots,
             "max_episode_ends": self.max_episode_ends,
             "filled_slots": slots,
             "filled_ends": ends,
-            "_slot_id": self._slot_id[:slots].clone(),
+            "history_only_segments": self.history_only_segments,
             # clones: a saved view would write its whole storage
-            **{k: getattr(self, k)[:, :slots].clone() for k in self._PER_SLOT},
+            **{
+                k: getattr(self, k)[:, :slots].clone()
+                for k in (*self._PER_SLOT, "_slot_id")
+            },
             **{k: getattr(self, k)[:, :ends].clone() for k in self._PER_END},
         }
-        for key in ("_end_cursor", "_cursor", "_written", "stack"):
-            value = getattr(self, key)
-            state[key] = value.clone() if hasattr(value, "clone") else value
+        for key in ("_end_cursor", "_cursor", "_written"):
+            state[key] = getattr(self, key).clone()
+        state["stack"] = self.stack
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -323,15 +437,18 @@ class FrameStackReplayBuffer:
             self.generator.set_state(saved_generator)
         if not state["initialized"]:
             return
-        if "filled_slots" not in state:  # a whole storage, as saved before
-            for key in self._STATE:
-                value = state[key]
-                setattr(self, key, value.clone() if hasattr(value, "clone") else value)
-            self._initialized = True
-            return
+        state = _one_worker_state(state) if "num_workers" not in state else state
+        if state["num_workers"] != self.num_workers:
+            raise ValueError(
+                f"FrameStackReplayBuffer: the checkpoint's replay holds the "
+                f"environments of {state['num_workers']} collector worker(s), this "
+                f"one is for {self.num_workers} (a ring per worker's environment, "
+                f"each continuing that environment's frames): resume with "
+                f"collector.num_workers={state['num_workers']}"
+            )
         mine = (self.num_envs, self.slots, self.max_episode_ends)
         theirs = (
-            state["_end_cursor"].shape[0],
+            state["_end_cursor"].shape[0] // state["num_workers"],
             state["slots"],
             state["max_episode_ends"],
         )
@@ -340,38 +457,56 @@ class FrameStackReplayBuffer:
                 f"FrameStackReplayBuffer: the checkpoint's buffer has (num_envs, "
                 f"slots, max_episode_ends) = {theirs}, this one {mine}"
             )
-        N, S, E = mine
+        S, E = self.slots, self.max_episode_ends
 
         def full(key, length, saved):
             """``saved``'s first entries along dimension 1, the rest blank."""
             if key == "_data":
-                out = saved[:, :1].expand(N, length, self.T).clone()
+                out = saved[:, :1].expand(saved.shape[0], length, self.T).clone()
                 out = out.apply(torch.zeros_like)
             else:
-                shape = (N, length, *saved.shape[2:])
+                shape = (saved.shape[0], length, *saved.shape[2:])
                 out = torch.full(shape, self._BLANK.get(key, 0), dtype=saved.dtype)
             out[:, : saved.shape[1]] = saved
             return out
 
-        for key in self._PER_SLOT:
+        for key in (*self._PER_SLOT, "_slot_id"):
             setattr(self, key, full(key, S, state[key]))
         for key in self._PER_END:
             setattr(self, key, full(key, E, state[key]))
-        # the slot ids: dimension 0
-        self._slot_id = torch.full((S,), -1, dtype=torch.long)
-        self._slot_id[: len(state["_slot_id"])] = state["_slot_id"]
-        for key in ("_end_cursor", "_cursor", "_written", "stack"):
-            value = state[key]
-            setattr(self, key, value.clone() if hasattr(value, "clone") else value)
+        for key in ("_end_cursor", "_cursor", "_written"):
+            setattr(self, key, state[key].clone())
+        self.stack = state["stack"]
+        self.history_only_segments = state["history_only_segments"]
+        self._sampleable_index = None
         self._initialized = True
 
     def nbytes(self) -> int:
         """Bytes held by the storage."""
         if not self._initialized:
             return 0
-        tensors = [getattr(self, k) for k in self._STATE[:8]]
+        tensors = [getattr(self, k) for k in self._STATE if k not in ("_data", "stack")]
         tensors += list(self._data.values(True, True))
         return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _one_worker_state(state: dict) -> dict:
+    """A state saved before the buffer kept workers apart (one ring for all
+    rows: ``_cursor`` and ``_written`` numbers, ``_slot_id`` per slot), as the
+    state of a buffer for one worker. A whole storage, as saved before only the
+    written part was, is taken as all written."""
+    state = dict(state)
+    slot_id = state["_slot_id"]
+    if "filled_slots" not in state:
+        state["slots"] = slot_id.shape[0]
+        state["max_episode_ends"] = state["_ends"].shape[1]
+    state["num_workers"] = 1
+    state["_slot_id"] = slot_id[None]
+    state["_history_only"] = torch.zeros_like(state["_has_history"])
+    state["_cursor"] = torch.tensor([state["_cursor"]])
+    state["_written"] = torch.tensor([state["_written"]])
+    state["history_only_segments"] = 0
+    return state
 
 
 def _stack_index(positions, episode_start, padding, blank):
