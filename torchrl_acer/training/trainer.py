@@ -786,7 +786,9 @@ class ACERTrainer:
                             f"collected but not delivered are lost. Find why it "
                             f"died (out of memory: the kernel log; an environment "
                             f"error: the worker's output above), then resume "
-                            f"(collector.num_workers may change on resume)"
+                            f"(collector.num_workers may change on resume, except "
+                            f"with the Atari frame replay, which keeps each "
+                            f"worker's environments apart)"
                         ) from err
             except StopIteration:
                 return
