@@ -622,14 +622,6 @@ class ACERTrainer:
         self.episode_end_key = episode_end_key
         self.seed = seed
         self._rng = torch.Generator().manual_seed(seed)
-        # replay keeps what the loss reads; the rest of a batch (episode returns,
-        # trajectory ids, root-level flags, a shared trunk's features) would
-        # cost memory and the time to store and sample it
-        self._replay_keys = [
-            *loss_module.in_keys,
-            # what a replay reads itself (FrameStackReplayBuffer: frames, game ends)
-            *getattr(replay_buffer, "required_keys", ()),
-        ]
         self._params = [p for p in loss_module.parameters() if p.requires_grad]
         self.device = _module_device(loss_module) or torch.device("cpu")
 
@@ -944,6 +936,18 @@ class ACERTrainer:
         ):
             raise KeyboardInterrupt
 
+    def _replay_keys(self) -> list:
+        """What the replay keeps: what the loss reads (as its keys are set now, so
+        that ``set_keys`` after building the trainer is honoured) and what the
+        replay reads itself (:class:`FrameStackReplayBuffer`: frames, game ends).
+        The rest of a batch (episode returns, trajectory ids, root-level flags, a
+        shared trunk's features) would cost memory and the time to store and
+        sample it."""
+        return [
+            *self.loss_module.in_keys,
+            *getattr(self.replay_buffer, "required_keys", ()),
+        ]
+
     def train_on_batch(self, batch: TensorDictBase) -> None:
         """One iteration: an on-policy update, storage, replayed updates, logging.
 
@@ -990,7 +994,7 @@ class ACERTrainer:
             if self.replay_buffer is not None:
                 if fresh:
                     self.replay_buffer.extend(
-                        batch.select(*self._replay_keys, strict=False)
+                        batch.select(*self._replay_keys(), strict=False)
                     )
                 if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
                     rate = torch.tensor(float(self.replay_ratio))
