@@ -10,6 +10,7 @@ at every step (of which only the first step's may be used).
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from recurrent_reference import (
     lstm_cell,
     recurrent_acer_reference,
 )
+from tensordict import TensorDict
 from tensordict.nn import TensorDictModule as Mod
 from tensordict.nn import TensorDictSequential as Seq
 from torch import distributions as D
@@ -33,10 +35,16 @@ from torchrl.envs import (
     StepCounter,
     TransformedEnv,
 )
-from torchrl.modules import GRUModule, LSTMModule, ProbabilisticActor
+from torchrl.modules import (
+    GRUModule,
+    LSTMModule,
+    ProbabilisticActor,
+    set_recurrent_mode,
+)
 from torchrl.objectives import SoftUpdate
 
 from torchrl_acer import ACERLoss, RetraceEstimator
+from torchrl_acer.objectives._recurrent import forward_in_pieces, recurrent_modules
 
 OBS, HIDDEN, A = 3, 5, 4
 GAMMA, RATIO_CLIP, ENTROPY = 0.9, 1.5, 0.05
@@ -526,3 +534,140 @@ def test_collector_batch_through_the_loss():
         )
     for ours, ref in pairs:
         torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-8, atol=1e-11)
+
+
+# -- many episode boundaries per row (issue #18) ----------------------------------
+# The window and the averaged policy run each recurrent module's RNN over the pieces
+# of the rows between resets, padded, in a few calls over spans of time
+# (forward_in_pieces), where the module's own forward would pack them. Rows of 12
+# steps cut into pieces of 1 to 13 entries (with the inserted next observations):
+# row 0 episodes of 1 to 7 entries, row 1 none, row 2 one every 2 steps, row 3 an
+# episode start at step 0 and a truncation at the last step.
+MANY_TRUNCATIONS = [(0, 0), (0, 5), (2, 1), (2, 5), (2, 9), (3, 3), (3, 11)]
+MANY_TERMINATIONS = [(0, 2), (0, 3), (2, 3), (2, 7), (3, 6), (3, 7)]
+
+
+def many_resets_batch(kind, shared, seed=0):
+    batch = random_batch(
+        4, 12, dones=MANY_TRUNCATIONS, terminations=MANY_TERMINATIONS, seed=seed
+    )
+    g = torch.Generator().manual_seed(seed + 1)
+    is_init = torch.zeros(4, 12, 1, dtype=torch.bool)
+    is_init[:, 1:] = batch["next", "done"][:, :-1]
+    is_init[3, 0] = True
+    batch["is_init"] = is_init
+    for prefix in ["pi"] + ([] if shared else ["q"]):
+        for key in state_keys(kind, prefix):
+            batch[key] = torch.randn(4, 12, 1, HIDDEN, generator=g, dtype=torch.float64)
+    return batch
+
+
+@pytest.mark.parametrize("burn_in", [0, 4])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "separate"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_many_resets_per_row_match_step_by_step_unroll(kind, shared, burn_in):
+    # burn-in 4 holds resets in rows 0, 2 and 3: it runs the modules' own forward
+    actor, critic = recurrent_actor_critic(kind, shared)
+    loss = make_loss(actor, critic, burn_in=burn_in)
+    move_average(loss, 0.5)
+    batch = many_resets_batch(kind, shared)
+    out = loss(batch)
+    (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+    net, pairs = reference_net(kind, actor, critic, shared)
+    values, _ = recurrent_acer_reference(
+        net,
+        average_reference_net(kind, loss, actor),
+        batch,
+        gamma=GAMMA,
+        ratio_clip=RATIO_CLIP,
+        entropy_coeff=ENTROPY,
+        critic_coeff=float(loss.critic_coeff),
+        delta=0.05,
+        burn_in=burn_in,
+    )
+    for name, value in values.items():
+        torch.testing.assert_close(
+            out[name], torch.tensor(value, dtype=torch.float64), rtol=1e-10, atol=1e-12
+        )
+    for ours, ref in pairs:
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-8, atol=1e-11)
+
+
+def rows_with_resets(module, seed=0):
+    """``[6, 10]`` rows for ``module`` with episode starts at random steps (pieces
+    of 1 to 10 entries) and a random state stored at every step."""
+    g = torch.Generator().manual_seed(seed)
+    is_init = torch.rand(6, 10, 1, generator=g) < 0.3
+    is_init[1] = False  # one row of a single piece
+    rnn = module.lstm if isinstance(module, LSTMModule) else module.gru
+    td = TensorDict(
+        {
+            "observation": torch.randn(6, 10, OBS, generator=g, dtype=torch.float64),
+            "is_init": is_init,
+        },
+        [6, 10],
+    )
+    for key in module.in_keys[1:-1]:
+        td[key] = torch.randn(
+            6, 10, rnn.num_layers, HIDDEN, generator=g, dtype=torch.float64
+        )
+    return td
+
+
+CORES = {
+    "lstm": lambda: LSTMModule(
+        OBS, HIDDEN, num_layers=2, in_key="observation", out_key="y"
+    ),
+    "python_lstm": lambda: LSTMModule(
+        OBS, HIDDEN, in_key="observation", out_key="y", python_based=True
+    ),
+    "gru": lambda: GRUModule(
+        OBS, HIDDEN, num_layers=2, in_key="observation", out_key="y"
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(CORES))
+def test_forward_in_pieces_equals_the_modules_recurrent_forward(kind):
+    torch.manual_seed(0)
+    module = CORES[kind]().double()
+    rnn = module.lstm if isinstance(module, LSTMModule) else module.gru
+    td = rows_with_resets(module)
+    with set_recurrent_mode(True):
+        expected = module(td.clone())["y"]
+        calls = []
+        hook = rnn.register_forward_hook(lambda *args: calls.append(args[1][0].shape))
+        out = forward_in_pieces(module, td.clone())["y"]
+        hook.remove()
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-14)
+    # over several spans of time, on fewer pieces each
+    assert len(calls) > 2 and calls[0][0] > calls[-1][0] == 1
+    # and the same gradients
+    grads = []
+    for run in (module, functools.partial(forward_in_pieces, module)):
+        module.zero_grad()
+        with set_recurrent_mode(True):
+            run(td.clone())["y"].square().sum().backward()
+        grads.append([p.grad.clone() for p in module.parameters()])
+    for ours, theirs in zip(*grads, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-14)
+
+
+def test_loss_runs_pieces_without_packing_and_leaves_the_modules_as_they_were(
+    monkeypatch,
+):
+    actor, critic = recurrent_actor_critic("lstm", False)
+    loss = make_loss(actor, critic)
+    batch = many_resets_batch("lstm", False)
+    expected = loss(batch)["loss_objective"]
+
+    def no_packing(*args, **kwargs):
+        raise AssertionError("TorchRL packed a sequence")
+
+    monkeypatch.setattr(torch.nn.utils.rnn, "pack_padded_sequence", no_packing)
+    torch.testing.assert_close(loss(batch)["loss_objective"], expected)
+    for module in recurrent_modules(actor) + recurrent_modules(critic):
+        assert "forward" not in vars(module)
+    # outside the loss, the modules run their own forward (which packs)
+    with set_recurrent_mode(True), pytest.raises(AssertionError, match="packed"):
+        actor(batch.clone())
