@@ -116,6 +116,16 @@ def batch(B, T, obs_key, obs_shape, num_actions, dtype):
     )
 
 
+def loss_step(loss, data):
+    """One timed call: ``loss`` forward on ``data`` and backward of its losses."""
+
+    def run():
+        out = loss(data)
+        (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+
+    return run
+
+
 def bare_step(policy, critic_head, trunk, avg_policy, avg_trunk, window, current):
     """The networks alone: what the loss cannot avoid computing."""
     hidden = trunk(window)
@@ -157,21 +167,13 @@ def case(name, actor, critic, data, obs_key, shared, device, compile_loss=False)
     window = torch.cat([data[obs_key], data["next", obs_key][:, -1:]], 1).flatten(0, 1)
     current = data[obs_key].flatten(0, 1)
 
-    def step(fn):
-        def run():
-            out = fn(data)
-            (
-                out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]
-            ).backward()
-
-        return run
-
     def bare():
         bare_step(policy, critic_head, trunk, avg_policy, avg_trunk, window, current)
 
-    fns = {"bare": bare, "loss": step(loss), "unchecked": step(unchecked)}
+    fns = {"bare": bare, "loss": loss_step(loss, data)}
+    fns["unchecked"] = loss_step(unchecked, data)
     if compile_loss:
-        fns["compiled"] = step(torch.compile(unchecked, fullgraph=True))
+        fns["compiled"] = loss_step(torch.compile(unchecked, fullgraph=True), data)
     return name, fns
 
 
@@ -434,16 +436,10 @@ def recurrent_case(name, B, T, burn_in, device):
         logits, q, _ = bare_recurrent(nets, average, layout)
         (logits.sum() + q.sum()).backward()
 
-    def step(loss):
-        def run():
-            out = loss(data)
-            (
-                out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]
-            ).backward()
-
-        return run
-
-    return name, {"bare": bare, **{c: step(loss) for c, loss in losses.items()}}
+    return name, {
+        "bare": bare,
+        **{c: loss_step(loss, data) for c, loss in losses.items()},
+    }
 
 
 def recurrent_main(args, device, sync):

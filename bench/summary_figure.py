@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from torchrl_acer.training.plot import aggregate
+from torchrl_acer.training.plot import aggregate, save_figure
 
 RESULTS = Path(__file__).parent / "results"
 NEWEST = "newest"
@@ -188,12 +188,7 @@ def draw(panels, out, columns=3):
         "median over seeds (line) and min-max (band)",
         fontsize=11,
     )
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def main(argv=None, tasks=TASKS):

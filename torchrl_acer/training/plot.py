@@ -75,6 +75,13 @@ def plot_groups(groups, out, *, metric="eval/reward", title=None, references=())
         ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
+    return save_figure(fig, out)
+
+
+def save_figure(fig, out) -> Path:
+    """Lays ``fig`` out, writes it to ``out`` (folders made), closes it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
