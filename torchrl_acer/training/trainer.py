@@ -705,11 +705,9 @@ class ACERTrainer:
             if self._push_weights and self._pushed_at[-1] != self.updates:
                 # resumed: the workers hold the weights they were built with
                 self._push_policy_weights()
-            due = self._next_eval is not None and self.frames >= self._next_eval
-            if due and self.frames > 0:
+            if self.frames > 0:
                 # resumed from a run stopped during an evaluation that was due
-                self._evaluate()
-                self._next_eval = _next_multiple(self.frames, self.eval_interval)
+                self._evaluate_if_due()
             for batch in self._collected_batches():
                 try:
                     self.train_on_batch(batch)
@@ -1010,9 +1008,7 @@ class ACERTrainer:
             if self.frames >= self._next_log:
                 self._log_training()
                 self._next_log = _next_multiple(self.frames, self.log_interval)
-        if self._next_eval is not None and self.frames >= self._next_eval:
-            self._evaluate()
-            self._next_eval = _next_multiple(self.frames, self.eval_interval)
+        self._evaluate_if_due()
         save = False
         if self._next_checkpoint is not None and self.frames >= self._next_checkpoint:
             # advanced first, so that the checkpoint holds the next one to write
@@ -1250,6 +1246,13 @@ class ACERTrainer:
         if self.logger is not None:
             for key, value in scalars.items():
                 self.logger.log_scalar(key, value, step=self.frames)
+
+    def _evaluate_if_due(self) -> None:
+        """Evaluates when the schedule says so (on multiples of the interval,
+        whatever the batch size), then moves the schedule on."""
+        if self._next_eval is not None and self.frames >= self._next_eval:
+            self._evaluate()
+            self._next_eval = _next_multiple(self.frames, self.eval_interval)
 
     def _evaluate(self):
         with self._policy_acting("evaluating"):
