@@ -65,13 +65,25 @@ def machine() -> dict:
 def interleaved_medians(
     fns: dict, rounds: int, min_time: float = 0.02, sync=None
 ) -> dict:
-    """Median seconds per call of each function, timed round-robin.
+    """Median seconds per call of each function over :func:`interleaved_samples`'
+    rounds; ratios of the medians are what most benchmarks report."""
+    samples = interleaved_samples(fns, rounds, min_time, sync)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def interleaved_samples(
+    fns: dict, rounds: int, min_time: float = 0.02, sync=None
+) -> dict:
+    """Seconds per call of each function in each of ``rounds`` rounds, timed
+    round-robin (``{name: [seconds of round 0, ...]}``).
 
     Each round times every function once, in turn, so that load from elsewhere on
-    a shared machine hits all of them alike; ratios of the medians are what the
-    benchmarks report. ``sync`` (``torch.cuda.synchronize`` for work on a GPU) is
-    called before each timer starts and before it stops, so that the time counts
-    the work the calls queued and not only its launch.
+    a shared machine hits all of them alike (so the same round's samples can be
+    divided: per-round ratios). Each function is warmed up and its calls per
+    sample set (at least ``min_time`` seconds) once, before the rounds. ``sync``
+    (``torch.cuda.synchronize`` for work on a GPU) is called before each timer
+    starts and before it stops, so that the time counts the work the calls queued
+    and not only its launch.
     """
     sync = sync or (lambda: None)
     calls = {}
@@ -93,7 +105,7 @@ def interleaved_medians(
                 fn()
             sync()
             samples[name].append((time.perf_counter() - start) / calls[name])
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return samples
 
 
 def save(name: str, payload: dict) -> Path:

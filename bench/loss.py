@@ -80,7 +80,7 @@ from tensordict import TensorDict
 from torch.nn.utils.rnn import pack_padded_sequence
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import interleaved_medians, save  # noqa: E402
+from _common import interleaved_medians, interleaved_samples, save  # noqa: E402
 
 from torchrl_acer import ACERLoss  # noqa: E402
 from torchrl_acer.modules.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
@@ -114,6 +114,18 @@ def batch(B, T, obs_key, obs_shape, num_actions, dtype):
         },
         [B, T],
     )
+
+
+def run_settings(args, device) -> dict:
+    """The settings every result of this script records."""
+    return {
+        "rounds": args.rounds,
+        "seed": 0,
+        "device": str(device),
+        "B": args.B,
+        "T": args.T,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def loss_step(loss, data):
@@ -458,16 +470,14 @@ def recurrent_main(args, device, sync):
     )
     rows = []
     for name, fns in cases:
-        # one round at a time, so that each round gives its own ratios
-        rounds = [interleaved_medians(fns, 1, sync=sync) for _ in range(args.rounds)]
-        seconds = {f: [r[f] for r in rounds] for f in fns}
+        seconds = interleaved_samples(fns, args.rounds, sync=sync)
         row = {
             "case": name,
             "median_s": {f: statistics.median(s) for f, s in seconds.items()},
             "rounds_s": seconds,
         }
         for c in candidates:
-            ratios = [r[c] / r["bare"] for r in rounds]
+            ratios = [a / b for a, b in zip(seconds[c], seconds["bare"], strict=True)]
             row[f"{c}_over_bare"] = statistics.median(ratios)
             row[f"{c}_over_bare_range"] = [min(ratios), max(ratios)]
         rows.append(row)
@@ -479,12 +489,7 @@ def recurrent_main(args, device, sync):
         )
         print(f"{name:<32} {row['median_s']['bare'] * 1e3:>9.2f}{cells}")
     settings = {
-        "rounds": args.rounds,
-        "seed": 0,
-        "device": str(device),
-        "B": B,
-        "T": T,
-        "threads": torch.get_num_threads(),
+        **run_settings(args, device),
         "recurrent": "lstm",
         "recurrent_size": 64,
         "recurrent_state": "stored",
@@ -569,14 +574,7 @@ def main():
         rows.append(row)
         cells = "".join(f"{med[c] * 1e3:>14.2f} {ratios[c]:>15.2f}" for c in candidates)
         print(f"{name:<30} {med['bare'] * 1e3:>9.2f}{cells}")
-    settings = {
-        "rounds": args.rounds,
-        "seed": 0,
-        "device": str(device),
-        "B": B,
-        "T": T,
-        "threads": torch.get_num_threads(),
-    }
+    settings = run_settings(args, device)
     name = "loss" if device.type == "cpu" else f"loss_{device.type}"
     path = save(name, {"settings": settings, "rows": rows})
     print(f"saved {path}")
