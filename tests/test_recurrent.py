@@ -44,7 +44,11 @@ from torchrl.modules import (
 from torchrl.objectives import SoftUpdate
 
 from torchrl_acer import ACERLoss, RetraceEstimator
-from torchrl_acer.objectives._recurrent import forward_in_pieces, recurrent_modules
+from torchrl_acer.objectives._recurrent import (
+    forward_in_pieces,
+    module_rnn,
+    recurrent_modules,
+)
 
 OBS, HIDDEN, A = 3, 5, 4
 GAMMA, RATIO_CLIP, ENTROPY = 0.9, 1.5, 0.05
@@ -113,7 +117,7 @@ def reference_weights(module):
     """Leaf copies of a recurrent core's or a linear head's parameters, in the
     order the reference takes them."""
     if isinstance(module, (LSTMModule, GRUModule)):
-        rnn = module.lstm if isinstance(module, LSTMModule) else module.gru
+        rnn = module_rnn(module)
         params = [rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0]
     else:
         params = [module.module.weight, module.module.bias]
@@ -587,7 +591,7 @@ def rows_with_resets(module, seed=0):
     g = torch.Generator().manual_seed(seed)
     is_init = torch.rand(6, 10, 1, generator=g) < 0.3
     is_init[1] = False  # one row of a single piece
-    rnn = module.lstm if isinstance(module, LSTMModule) else module.gru
+    rnn = module_rnn(module)
     td = TensorDict(
         {
             "observation": torch.randn(6, 10, OBS, generator=g, dtype=torch.float64),
@@ -619,7 +623,7 @@ CORES = {
 def test_forward_in_pieces_equals_the_modules_recurrent_forward(kind):
     torch.manual_seed(0)
     module = CORES[kind]().double()
-    rnn = module.lstm if isinstance(module, LSTMModule) else module.gru
+    rnn = module_rnn(module)
     td = rows_with_resets(module)
     with set_recurrent_mode(True):
         expected = module(td.clone())["y"]

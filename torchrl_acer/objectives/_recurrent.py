@@ -73,7 +73,7 @@ def recurrent_modules(network) -> list[LSTMModule | GRUModule]:
     return [m for m in network.modules() if isinstance(m, (LSTMModule, GRUModule))]
 
 
-def _rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
+def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
     """The ``torch.nn`` (or TorchRL python-based) RNN inside ``module``."""
     return module.lstm if isinstance(module, LSTMModule) else module.gru
 
@@ -81,7 +81,7 @@ def _rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
 def state_shapes(module: LSTMModule | GRUModule) -> dict[NestedKey, tuple[int, ...]]:
     """``{state key: per-step shape}`` of a recurrent module's hidden state, as its
     ``make_tensordict_primer`` declares it: ``(num_layers * directions, size)``."""
-    rnn = _rnn(module)
+    rnn = module_rnn(module)
     layers = rnn.num_layers * (2 if rnn.bidirectional else 1)
     keys = [unravel_key(k) for k in module.in_keys[1:-1]]
     if isinstance(module, LSTMModule):
@@ -365,7 +365,7 @@ def run_in_pieces(modules):
     modules = [
         m
         for m in modules
-        if not _rnn(m).bidirectional and m.recurrent_backend in ("auto", "pad")
+        if not module_rnn(m).bidirectional and m.recurrent_backend in ("auto", "pad")
     ]
     installed = []
     for module in modules:
@@ -426,7 +426,7 @@ def forward_in_pieces(
     ]
     state = tuple(hidden) if len(hidden) > 1 else hidden[0]
     x = x.flatten(0, 1)[index]
-    rnn = _rnn(module)
+    rnn = module_rnn(module)
     outputs, t, running = [], 0, count
     while t < lengths[0]:
         # a span ends where half of its pieces have: padding at most doubles the work
