@@ -54,9 +54,11 @@ minatar_recurrent() {  # #18: the MinAtar net with an LSTM core, stored state + 
     checkpoint.interval=100000
 }
 cartpole_pomdp() {  # #18: CartPole-v1 without velocities; run again to continue stopped seeds
-  local pomdp=(env.name=CartPole-v1 "env.observation_indices=[0,2]"
+  # rewards x 0.1 (returns logged unscaled) in every variant: with CartPole's action
+  # values of ~100 the Q head's gradients swamped the shared recurrent trunk (README)
+  local pomdp=(env.name=CartPole-v1 "env.observation_indices=[0,2]" env.reward_scale=0.1
     collector.total_frames=300000 eval.interval=5000 eval.episodes=5 checkpoint.interval=50000)
-  local protocol="CartPole-v1 observing cart position and pole angle only (entries 0, 2), 300k env steps, greedy eval mean of 5 episodes every 5k env steps"
+  local protocol="CartPole-v1 observing cart position and pole angle only (entries 0, 2), rewards x 0.1 for learning, 300k env steps, greedy eval mean of 5 episodes every 5k env steps (unscaled returns)"
   local variant name
   for variant in "lstm_burn_in model.recurrent=lstm loss.burn_in=5" \
                  "lstm_zero model.recurrent=lstm loss.recurrent_state=zero" \

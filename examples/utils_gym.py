@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from omegaconf import DictConfig
-from torchrl.envs import InitTracker
+from torchrl.envs import InitTracker, RewardScaling
 
 from torchrl_acer.modules.models import (
     minatar_actor_critic,
@@ -19,8 +19,10 @@ from torchrl_acer.training.envs import make_env as make_gym_env
 def make_env(cfg: DictConfig, num_envs: int, seed: int):
     """``num_envs`` copies of ``cfg.env.name`` stepped as one batched env (on the CPU),
     with each episode's return under ``("next", "episode_reward")``; only the
-    observation entries ``env.observation_indices`` if set; with a recurrent model,
-    ``is_init`` flags (``InitTracker``) and the core's hidden-state entries."""
+    observation entries ``env.observation_indices`` if set; rewards multiplied by
+    ``env.reward_scale`` after the return is summed (logged returns stay the task's);
+    with a recurrent model, ``is_init`` flags (``InitTracker``) and the core's
+    hidden-state entries."""
     indices = cfg.env.get("observation_indices")
     wrappers = (
         []
@@ -36,6 +38,10 @@ def make_env(cfg: DictConfig, num_envs: int, seed: int):
         action_space="discrete",
         wrappers=wrappers,
     )
+    reward_scale = cfg.env.get("reward_scale", 1.0)
+    if reward_scale != 1.0:
+        # after make_gym_env's RewardSum: "episode_reward" sums the unscaled rewards
+        env.append_transform(RewardScaling(loc=0.0, scale=reward_scale))
     recurrent = cfg.model.get("recurrent")
     if recurrent is not None:
         env.append_transform(InitTracker())

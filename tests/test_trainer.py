@@ -44,6 +44,16 @@ def small_config(**overrides):
     return gym_config(SMALL, **overrides)
 
 
+def import_utils_gym():
+    """``examples/utils_gym.py``, the gym example's environments and networks."""
+    examples = str(Path(__file__).parent.parent / "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    import utils_gym
+
+    return utils_gym
+
+
 def make_trainer(run_dir, **overrides):
     """The pieces ``examples/acer_gym.py`` builds, from the small config."""
     cfg = small_config(**overrides)
@@ -51,10 +61,7 @@ def make_trainer(run_dir, **overrides):
     torch.manual_seed(cfg.seed)
     if cfg.model.recurrent or cfg.env.observation_indices:
         # the example's own builders: env transforms and models made for each other
-        examples = str(Path(__file__).parent.parent / "examples")
-        if examples not in sys.path:
-            sys.path.insert(0, examples)
-        import utils_gym
+        utils_gym = import_utils_gym()
 
         def build_env(name, num_envs, seed):
             return utils_gym.make_env(cfg, num_envs, seed)
@@ -362,11 +369,31 @@ def test_evaluation_and_logging(tmp_path):
         ({"replay.start": 10_000}, "replay.start=10000 exceeds replay.capacity"),
         ({"device": "gpu"}, "device='gpu' must be cpu, cuda or auto"),
         ({"compile": "yes"}, "compile='yes' must be true or false"),
+        ({"env.reward_scale": 0.0}, "env.reward_scale=0.0 must be a finite number > 0"),
     ],
 )
 def test_bad_config_fails_at_start(override, match):
     with pytest.raises(ValueError, match=match):
         check_config(small_config(**override))
+
+
+def test_reward_scale_scales_what_the_loss_sees_not_the_logged_return():
+    """``env.reward_scale`` multiplies the stored rewards; each episode's logged
+    return (``episode_reward``) is still its number of CartPole steps."""
+    env = import_utils_gym().make_env(
+        small_config(**{"env.reward_scale": 0.1}), 2, seed=0
+    )
+    steps = env.rollout(300, break_when_any_done=False)
+    torch.testing.assert_close(
+        steps["next", "reward"], torch.full_like(steps["next", "reward"], 0.1)
+    )
+    done = steps["next", "done"].squeeze(-1)
+    assert done.sum() >= 2  # a random policy ends several episodes in 300 steps
+    for row in range(2):
+        ends = done[row].nonzero().squeeze(-1).tolist()
+        lengths = [b - a for a, b in zip([-1] + ends[:-1], ends, strict=True)]
+        returns = steps["next", "episode_reward"][row, ends].squeeze(-1)
+        assert returns.tolist() == [float(n) for n in lengths]
 
 
 def test_device_setting(monkeypatch):

@@ -111,6 +111,7 @@ _SETTINGS: dict[str, _Setting] = {
     "env.max_episode_steps": _int_at_least(1, null="the env's own time limit"),
     "env.repeat_action_probability": _finite("in [0, 1]", lambda v: 0 <= v <= 1),
     "env.num_threads": _int_at_least(0),  # the ALE's; 0: its own choice
+    "env.reward_scale": _finite("> 0", lambda v: v > 0),
     "collector.T": _int_at_least(1),
     "collector.total_frames": _int_at_least(1),
     "collector.backend": _one_of("single", "multiprocess", "ray"),
