@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The venv of bench/time_to_solve.py's and bench/lunar_lander.py's peers
-# (Stable-Baselines3, DI-engine), apart from the project's: neither is a dependency of
-# torchrl-acer.
+# The venv of the peers of bench/time_to_solve.py, bench/lunar_lander.py and
+# bench/recurrent_peer.py (Stable-Baselines3, sb3-contrib, DI-engine), apart from the
+# project's: none is a dependency of torchrl-acer.
 #   bash bench/peers_setup.sh          # creates .venv-bench (ignored by git) from scratch
 #   VENV=/tmp/peers PYTHON=python3.11 TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu \
 #     bash bench/peers_setup.sh
@@ -20,7 +20,7 @@ rm -rf "$VENV"
 PIP=("$VENV/bin/python" -m pip install --quiet)
 "${PIP[@]}" "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 common=(numpy==1.26.4 pandas==2.2.3 gymnasium==1.4.0 torch==2.13.0)
-"${PIP[@]}" stable-baselines3==2.9.2 "${common[@]}"
+"${PIP[@]}" stable-baselines3==2.9.2 sb3-contrib==2.9.2 "${common[@]}"
 "${PIP[@]}" --no-deps di-engine==0.5.3
 "${PIP[@]}" "${common[@]}" \
   DI-treetensor==0.5.0 DI-toolkit==0.3.0 easydict==1.14 tensorboardX==2.6.5 PyYAML==6.0.4 \
@@ -29,7 +29,7 @@ common=(numpy==1.26.4 pandas==2.2.3 gymnasium==1.4.0 torch==2.13.0)
   redis==8.1.0 mpire==2.10.2 hickle==5.0.3 trueskill==0.4.5 yapf==0.29.0 gym==0.25.1 \
   Box2D==2.3.10 pygame==2.6.1
 "$VENV/bin/python" - <<'EOF'
-import ding, gymnasium, numpy, stable_baselines3, torch
+import ding, gymnasium, numpy, sb3_contrib, stable_baselines3, torch
 from ding.policy import ACERPolicy  # noqa: F401  the path time_to_solve.py takes
 from ding.worker import BaseLearner, create_serial_collector  # noqa: F401
 from dizoo.box2d.lunarlander.config.lunarlander_acer_config import main_config
