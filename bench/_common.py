@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -44,10 +45,16 @@ def git_commit() -> str:
         return os.environ.get("ACER_COMMIT", "unknown")
 
 
-def machine() -> dict:
-    import tensordict
-    import torchrl
+def _version(package: str) -> str | None:
+    """``package``'s version, ``None`` where it is not installed (the peers' venv
+    has no torchrl)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
+
+def machine() -> dict:
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
@@ -55,8 +62,8 @@ def machine() -> dict:
         "torch_threads": torch.get_num_threads(),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
-        "torchrl": torchrl.__version__,
-        "tensordict": tensordict.__version__,
+        "torchrl": _version("torchrl"),
+        "tensordict": _version("tensordict"),
         "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "cuda_runtime": torch.version.cuda,
     }

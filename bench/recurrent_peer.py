@@ -19,18 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
+import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import save  # noqa: E402
+
 VISIBLE = [0, 2]  # cart position, pole angle
 
 
@@ -144,9 +144,9 @@ def main():
     import stable_baselines3
 
     result = {
-        "name": "recurrent_peer",
         "peer": f"sb3-contrib {sb3_contrib.__version__} RecurrentPPO (RL Zoo "
-        "hyperparameters for CartPoleNoVel-v1)",
+        "hyperparameters for CartPoleNoVel-v1), stable-baselines3 "
+        f"{stable_baselines3.__version__}, torch on 1 thread",
         "protocol": "CartPole-v1 observing cart position and pole angle only "
         f"(entries 0, 2), {args.total_steps} env steps, greedy eval mean of "
         f"{args.episodes} episodes every {args.interval} env steps",
@@ -159,21 +159,8 @@ def main():
             "max": max(finals),
         },
         "runs": runs,
-        "commit": subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "stable_baselines3": stable_baselines3.__version__,
-            "sb3_contrib": sb3_contrib.__version__,
-            "torch_threads": 1,
-        },
     }
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"recurrent_peer-{stamp}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    path = save("recurrent_peer", result)
     print(json.dumps({k: result[k] for k in ("steps_to_threshold", "final_eval")}))
     print(path)
 
