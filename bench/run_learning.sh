@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari|lunar_lander|summary_plot]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|cue_recall|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari|lunar_lander|summary_plot]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -68,6 +68,23 @@ cartpole_pomdp() {  # #18: CartPole-v1 without velocities; run again to continue
     # shellcheck disable=SC2086  # extra: overrides without brackets, split on purpose
     $L cartpole_pomdp_$name --seeds 0 1 2 3 4 ${JOBS:+--jobs $JOBS} --threshold 475 \
       --protocol "$protocol" -- "${pomdp[@]}" $extra
+  done
+}
+cue_recall() {  # #18: a cue to recall 15 steps later, in segments of T = 20 steps
+  # a segment started inside an episode holds decisions whose cue it does not hold:
+  # only a state that carries the cue (stored, or burned in over it) can learn there
+  local task=(env.name=torchrl_acer/CueRecall-v0 collector.total_frames=100000
+    eval.interval=5000 eval.episodes=20 eval.max_steps=100 checkpoint.interval=50000)
+  local protocol="torchrl_acer/CueRecall-v0 (delay 15: 16-step episodes, return +1 or -1 at the last step), 100k env steps, greedy eval mean of 20 episodes every 5k env steps"
+  local variant name
+  for variant in "lstm_stored model.recurrent=lstm" \
+                 "lstm_zero model.recurrent=lstm loss.recurrent_state=zero" \
+                 "lstm_burn_in model.recurrent=lstm loss.burn_in=5" \
+                 "feedforward"; do
+    read -r name extra <<< "$variant"
+    # shellcheck disable=SC2086  # extra: overrides without brackets, split on purpose
+    $L cue_recall_$name --seeds 0 1 2 3 4 ${JOBS:+--jobs $JOBS} --threshold 0.9 \
+      --protocol "$protocol" -- "${task[@]}" $extra
   done
 }
 minatar_ablations() {

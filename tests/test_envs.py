@@ -95,3 +95,66 @@ def test_the_primer_declares_the_cores_state(kind):
     )
     core = trunk[1]  # encoder, core, skip concatenation
     assert recurrent_primer(kind, 7).primers == core.make_tensordict_primer().primers
+
+
+class TestCueRecall:
+    """The memory task of the recurrent benchmark: its rules, played by hand."""
+
+    def play(self, env, policy, seed):
+        obs, _ = env.reset(seed=seed)
+        cue, observations, rewards = obs[0], [obs], []
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy(cue))
+            observations.append(obs)
+            rewards.append(reward)
+            done = terminated or truncated
+        return cue, observations, rewards, terminated
+
+    @pytest.mark.parametrize("delay", [1, 4])
+    def test_naming_the_cue_earns_one_and_the_other_action_minus_one(self, delay):
+        from torchrl_acer.training.cue_recall import CueRecallEnv
+
+        env = CueRecallEnv(delay=delay)
+        cues = set()
+        for seed in range(8):
+            right = self.play(env, lambda cue: int(cue > 0), seed)
+            wrong = self.play(env, lambda cue: int(cue < 0), seed)
+            cue, observations, rewards, terminated = right
+            cues.add(float(cue))
+            assert terminated and len(rewards) == delay + 1
+            assert rewards == [0.0] * delay + [1.0]
+            assert wrong[2] == [0.0] * delay + [-1.0]
+            # the cue on the first observation only, the decision flag on the last
+            assert [float(o[0]) for o in observations[: delay + 1]] == [cue] + [
+                0.0
+            ] * delay
+            assert [float(o[1]) for o in observations[: delay + 1]] == [0.0] * delay + [
+                1.0
+            ]
+        assert cues == {-1.0, 1.0}
+
+    def test_actions_before_the_decision_change_nothing(self):
+        from torchrl_acer.training.cue_recall import CueRecallEnv
+
+        env = CueRecallEnv(delay=3)
+        env.reset(seed=0)
+        firsts = [env.step(a)[:3] for a in (0, 1, 1)]
+        env.reset(seed=0)
+        seconds = [env.step(a)[:3] for a in (1, 0, 0)]
+        for (o1, r1, d1), (o2, r2, d2) in zip(firsts, seconds, strict=True):
+            assert (o1 == o2).all() and r1 == r2 == 0.0 and not d1 and not d2
+
+    def test_registered_id_builds_as_a_torchrl_env(self):
+        from torchrl_acer.training.cue_recall import ENV_ID
+
+        env = make_env(ENV_ID, num_envs=2, action_space="discrete", seed=0)
+        td = env.rollout(16, break_when_any_done=False)
+        assert td["observation"].shape == (2, 16, 2)
+        assert td["next", "reward"].abs().sum() > 0
+
+    def test_a_bad_delay_is_named(self):
+        from torchrl_acer.training.cue_recall import CueRecallEnv
+
+        with pytest.raises(ValueError, match="delay"):
+            CueRecallEnv(delay=0)

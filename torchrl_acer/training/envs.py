@@ -36,6 +36,10 @@ def check_env_id(env_id: str) -> None:
             ) from err
         if env_id not in gym.registry:
             register_envs()
+    if env_id.startswith("torchrl_acer/"):
+        from torchrl_acer.training.cue_recall import register
+
+        register()
     if env_id.startswith("ALE/"):
         try:
             import ale_py
