@@ -53,39 +53,42 @@ minatar_recurrent() {  # #18: the MinAtar net with an LSTM core, stored state + 
   minatar_run minatar_breakout_lstm Breakout model.recurrent=lstm loss.burn_in=5 \
     checkpoint.interval=100000
 }
+variants_run() {  # prefix threshold protocol task-overrides... -- "name overrides..."...
+  # 5 seeds of each variant of one task, as prefix_name
+  local prefix=$1 threshold=$2 protocol=$3 task=() variant name extra
+  shift 3
+  while [ "$1" != "--" ]; do task+=("$1"); shift; done
+  shift
+  for variant in "$@"; do
+    read -r name extra <<< "$variant"
+    # shellcheck disable=SC2086  # extra: overrides without brackets, split on purpose
+    $L ${prefix}_$name --seeds 0 1 2 3 4 ${JOBS:+--jobs $JOBS} --threshold $threshold \
+      --protocol "$protocol" -- "${task[@]}" $extra
+  done
+}
 cartpole_pomdp() {  # #18: CartPole-v1 without velocities; run again to continue stopped seeds
   # rewards x 0.1 (returns logged unscaled) in every variant: with CartPole's action
   # values of ~100 the Q head's gradients swamped the shared recurrent trunk (README)
-  local pomdp=(env.name=CartPole-v1 "env.observation_indices=[0,2]" env.reward_scale=0.1
-    collector.total_frames=300000 eval.interval=5000 eval.episodes=5 checkpoint.interval=50000)
-  local protocol="CartPole-v1 observing cart position and pole angle only (entries 0, 2), rewards x 0.1 for learning, 300k env steps, greedy eval mean of 5 episodes every 5k env steps (unscaled returns)"
-  local variant name
-  for variant in "lstm_burn_in model.recurrent=lstm loss.burn_in=5" \
-                 "lstm_zero model.recurrent=lstm loss.recurrent_state=zero" \
-                 "feedforward" \
-                 "lstm_stored model.recurrent=lstm"; do
-    read -r name extra <<< "$variant"
-    # shellcheck disable=SC2086  # extra: overrides without brackets, split on purpose
-    $L cartpole_pomdp_$name --seeds 0 1 2 3 4 ${JOBS:+--jobs $JOBS} --threshold 475 \
-      --protocol "$protocol" -- "${pomdp[@]}" $extra
-  done
+  variants_run cartpole_pomdp 475 \
+    "CartPole-v1 observing cart position and pole angle only (entries 0, 2), rewards x 0.1 for learning, 300k env steps, greedy eval mean of 5 episodes every 5k env steps (unscaled returns)" \
+    env.name=CartPole-v1 "env.observation_indices=[0,2]" env.reward_scale=0.1 \
+    collector.total_frames=300000 eval.interval=5000 eval.episodes=5 checkpoint.interval=50000 -- \
+    "lstm_burn_in model.recurrent=lstm loss.burn_in=5" \
+    "lstm_zero model.recurrent=lstm loss.recurrent_state=zero" \
+    "feedforward" \
+    "lstm_stored model.recurrent=lstm"
 }
 cue_recall() {  # #18: a cue to recall 15 steps later, in segments of T = 20 steps
   # a segment started inside an episode holds decisions whose cue it does not hold:
   # only a state that carries the cue (stored, or burned in over it) can learn there
-  local task=(env.name=torchrl_acer/CueRecall-v0 collector.total_frames=100000
-    eval.interval=5000 eval.episodes=20 eval.max_steps=100 checkpoint.interval=50000)
-  local protocol="torchrl_acer/CueRecall-v0 (delay 15: 16-step episodes, return +1 or -1 at the last step), 100k env steps, greedy eval mean of 20 episodes every 5k env steps"
-  local variant name
-  for variant in "lstm_stored model.recurrent=lstm" \
-                 "lstm_zero model.recurrent=lstm loss.recurrent_state=zero" \
-                 "lstm_burn_in model.recurrent=lstm loss.burn_in=5" \
-                 "feedforward"; do
-    read -r name extra <<< "$variant"
-    # shellcheck disable=SC2086  # extra: overrides without brackets, split on purpose
-    $L cue_recall_$name --seeds 0 1 2 3 4 ${JOBS:+--jobs $JOBS} --threshold 0.9 \
-      --protocol "$protocol" -- "${task[@]}" $extra
-  done
+  variants_run cue_recall 0.9 \
+    "torchrl_acer/CueRecall-v0 (delay 15: 16-step episodes, return +1 or -1 at the last step), 100k env steps, greedy eval mean of 20 episodes every 5k env steps" \
+    env.name=torchrl_acer/CueRecall-v0 collector.total_frames=100000 eval.interval=5000 \
+    eval.episodes=20 eval.max_steps=100 checkpoint.interval=50000 -- \
+    "lstm_stored model.recurrent=lstm" \
+    "lstm_zero model.recurrent=lstm loss.recurrent_state=zero" \
+    "lstm_burn_in model.recurrent=lstm loss.burn_in=5" \
+    "feedforward"
 }
 minatar_ablations() {
   for game in Breakout SpaceInvaders; do
