@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|cue_recall|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari|lunar_lander|summary_plot]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_asterix_ablations|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|cue_recall|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari|lunar_lander|summary_plot]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -44,6 +44,11 @@ minatar_more() {  # the other three games; run again to continue stopped seeds
   minatar_run minatar_asterix Asterix
   minatar_run minatar_freeway Freeway
   minatar_run minatar_seaquest Seaquest
+}
+minatar_asterix_ablations() {  # #19: Asterix is still rising at 1M (entropy falls steadily,
+  # the trust region is inactive): more replay per collected step, and more exploration
+  minatar_run minatar_asterix_ratio8 Asterix replay.ratio=8 checkpoint.interval=100000
+  minatar_run minatar_asterix_entropy003 Asterix loss.entropy_coeff=0.03 checkpoint.interval=100000
 }
 minatar_multiprocess() {  # #16: learning unchanged by the backend (2 async worker processes)
   minatar_run minatar_breakout_multiprocess Breakout \
