@@ -135,6 +135,16 @@ def speed_and_memory():
                 + " |"
             )
         print()
+    path, r = newest("example_cost_minatar_breakout_lstm")
+    if r:
+        s, ratio = r["setting"], r["b_over_a"]
+        print(
+            f"MinAtar Breakout's training loop with {' '.join(s['b'])} / feed-forward, "
+            f"per env step: {ratio['median']:.2f}x ({ratio['min']:.2f}-"
+            f"{ratio['max']:.2f}), {s['rounds']} rounds of {s['frames_per_run']} env "
+            f"steps (`{path.name}`)"
+        )
+        print()
     path, r = newest("throughput")
     if r:
         s = r["settings"]
@@ -256,6 +266,8 @@ def main():
         ("minatar_breakout_no_trust_region", "MinAtar Breakout, no trust region"),
         ("minatar_space_invaders", "MinAtar SpaceInvaders, 1M"),
         ("minatar_asterix", "MinAtar Asterix, 1M"),
+        ("minatar_asterix_ratio8", "MinAtar Asterix, replay ratio 8"),
+        ("minatar_asterix_entropy003", "MinAtar Asterix, entropy 0.03"),
         ("minatar_freeway", "MinAtar Freeway, 1M"),
         ("minatar_seaquest", "MinAtar Seaquest, 1M"),
         ("minatar_breakout_lstm", "MinAtar Breakout, 1M, LSTM, burn-in 5"),
@@ -269,6 +281,10 @@ def main():
         ("cartpole_pomdp_lstm_stored", "CartPole-v1 no velocities, LSTM, stored"),
         ("cartpole_pomdp_lstm_zero", "CartPole-v1 no velocities, LSTM, zero state"),
         ("cartpole_pomdp_feedforward", "CartPole-v1 no velocities, feed-forward"),
+        ("cue_recall_lstm_stored", "CueRecall (delay 15) → 0.9, LSTM, stored"),
+        ("cue_recall_lstm_zero", "CueRecall (delay 15), LSTM, zero state"),
+        ("cue_recall_lstm_burn_in", "CueRecall (delay 15), LSTM, burn-in 5"),
+        ("cue_recall_feedforward", "CueRecall (delay 15), feed-forward"),
         (
             "halfcheetah_scale01_delta2",
             "HalfCheetah-v5, 1M, scale 0.1, δ = 2 (defaults)",
