@@ -87,8 +87,8 @@ cue_recall() {  # #18: a cue to recall 15 steps later, in segments of T = 20 ste
   # a segment started inside an episode holds decisions whose cue it does not hold:
   # only a state that carries the cue (stored, or burned in over it) can learn there
   variants_run cue_recall 0.9 \
-    "torchrl_acer/CueRecall-v0 (delay 15: 16-step episodes, return +1 or -1 at the last step), 100k env steps, greedy eval mean of 20 episodes every 5k env steps" \
-    env.name=torchrl_acer/CueRecall-v0 collector.total_frames=100000 eval.interval=5000 \
+    "CueRecall-v0 (delay 15: 16-step episodes, return +1 or -1 at the last step), 100k env steps, greedy eval mean of 20 episodes every 5k env steps" \
+    env.name=CueRecall-v0 collector.total_frames=100000 eval.interval=5000 \
     eval.episodes=20 eval.max_steps=100 checkpoint.interval=50000 -- \
     "lstm_stored model.recurrent=lstm" \
     "lstm_zero model.recurrent=lstm loss.recurrent_state=zero" \

@@ -1,14 +1,13 @@
 """A memory task for recurrent policies: recall a cue seen ``delay`` steps earlier.
 
-``torchrl_acer/CueRecall-v0`` (registered by :func:`register`, which
-:func:`~torchrl_acer.training.envs.check_env_id` calls for ids in the
-``torchrl_acer/`` namespace). An episode lasts ``delay + 1`` steps. The first
-observation shows a cue, ``+1`` or ``-1`` with equal probability; the following
-``delay - 1`` observations show nothing; the last one flags the decision. The
-action at the decision step earns ``+1`` if it names the cue (action 1 for ``+1``,
-action 0 for ``-1``) and ``-1`` otherwise; the actions before it earn nothing and
-change nothing. A policy without memory returns 0 on average, one that remembers
-the cue returns 1.
+``CueRecall-v0`` (registered by :func:`register`, which
+:func:`~torchrl_acer.training.envs.check_env_id` calls for that id). An episode
+lasts ``delay + 1`` steps. The first observation shows a cue, ``+1`` or ``-1``
+with equal probability; the following ``delay - 1`` observations show nothing;
+the last one flags the decision. The action at the decision step earns ``+1`` if
+it names the cue (action 1 for ``+1``, action 0 for ``-1``) and ``-1`` otherwise;
+the actions before it earn nothing and change nothing. A policy without memory
+returns 0 on average, one that remembers the cue returns 1.
 
 Observation: ``[cue, decision]``, the cue on the first step and 0 after it, the
 decision flag 1 on the last step and 0 before it.
@@ -18,7 +17,11 @@ how a replayed segment's recurrent state starts hardly matters. Here, with the
 collector's segments of ``T`` steps and ``delay < T``, a segment that holds the
 decision but not its cue (started inside the episode) can only be learned from
 with a state that carries the cue: the stored state, or a burn-in over the cue.
-A replay from a zero state sees no cue there.
+A replay from a zero state sees no cue there. Learning to *store* the cue, on the
+other hand, takes a segment holding both the cue and its decision in its loss
+steps (no gradient crosses a segment's start or its burn-in): with ``delay`` 15
+and ``T`` 20, segments starting at the episode's first 5 steps; none after a
+burn-in of 5.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-ENV_ID = "torchrl_acer/CueRecall-v0"
+ENV_ID = "CueRecall-v0"
 
 __all__ = ["ENV_ID", "CueRecallEnv", "register"]
 

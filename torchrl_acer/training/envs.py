@@ -11,6 +11,9 @@ import numpy as np
 import torch
 from torchrl.envs import DoubleToFloat, EnvBase, GymWrapper, RewardSum
 
+from torchrl_acer.training.cue_recall import ENV_ID as CUE_RECALL
+from torchrl_acer.training.cue_recall import register as register_cue_recall
+
 __all__ = [
     "SelectObservation",
     "check_env_id",
@@ -36,10 +39,8 @@ def check_env_id(env_id: str) -> None:
             ) from err
         if env_id not in gym.registry:
             register_envs()
-    if env_id.startswith("torchrl_acer/"):
-        from torchrl_acer.training.cue_recall import register
-
-        register()
+    if env_id == CUE_RECALL:
+        register_cue_recall()
     if env_id.startswith("ALE/"):
         try:
             import ale_py
