@@ -273,10 +273,18 @@ def gaussian_table_batch(B, T, action_dim, *, dones=(), terminations=(), seed=0)
     batch, ids, num_states = table_batch(
         B, T, 2, dones=dones, terminations=terminations, seed=seed
     )
-    loc = torch.randn(B, T, action_dim, generator=g, dtype=torch.float64) * 0.5
-    scale = 0.3 + torch.rand(B, T, action_dim, generator=g, dtype=torch.float64)
+    return with_gaussian_behaviour(batch, action_dim, g), ids, num_states
+
+
+def with_gaussian_behaviour(batch, action_dim, generator):
+    """``batch`` (``[B, T]``) with a behaviour Gaussian stored at each step
+    (``loc``, ``scale``) in place of the logits, an action drawn from it and its
+    log-probability."""
+    B, T = batch.batch_size
+    loc = torch.randn(B, T, action_dim, generator=generator, dtype=torch.float64) * 0.5
+    scale = 0.3 + torch.rand(B, T, action_dim, generator=generator, dtype=torch.float64)
     action = loc + scale * torch.randn(
-        B, T, action_dim, generator=g, dtype=torch.float64
+        B, T, action_dim, generator=generator, dtype=torch.float64
     )
     log_prob = D.Normal(loc, scale).log_prob(action).sum(-1)
     del batch["logits"]
@@ -284,7 +292,7 @@ def gaussian_table_batch(B, T, action_dim, *, dones=(), terminations=(), seed=0)
     batch.set("loc", loc)
     batch.set("scale", scale)
     batch.set("action_log_prob", log_prob)
-    return batch, ids, num_states
+    return batch
 
 
 def make_loss(actor, critic, *, gamma=0.9, **kwargs):

@@ -3,7 +3,8 @@
 Nothing here imports torchrl_acer. The LSTM and GRU cells are written from their
 equations (PyTorch's gate order), the rows are walked in a Python loop, and the
 ACER math is ``tests/reference.py``'s (the Retrace backward loop and the discrete
-ACER gradients), fed with the per-step outputs of the unroll.
+ACER gradients; the continuous ACER gradients, with a stochastic dueling network on
+the recurrent trunk's features), fed with the per-step outputs of the unroll.
 
 The recurrent semantics the reference encodes:
 
@@ -18,7 +19,11 @@ The recurrent semantics the reference encodes:
 from __future__ import annotations
 
 import torch
-from reference import acer_discrete_reference, retrace_backward_loop
+from reference import (
+    acer_discrete_reference,
+    acer_gaussian_reference,
+    retrace_backward_loop,
+)
 
 
 def lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh):
@@ -54,6 +59,11 @@ class RecurrentNet:
         self.cores = cores
         self.heads = heads
 
+    @property
+    def outputs(self):
+        """The names of the outputs: the heads', then each core's (its features)."""
+        return [*self.heads, *self.cores]
+
     def step(self, x, states):
         """``({output name: tensor}, new states)`` for one observation."""
         outputs, new = {}, {}
@@ -63,20 +73,21 @@ class RecurrentNet:
             key: weight @ outputs[core] + bias
             for key, (core, weight, bias) in self.heads.items()
         }
-        return heads, new
+        return {**heads, **outputs}, new
 
 
 def unroll(net, data, *, stored_state: bool, burn_in: int = 0):
     """Runs ``net`` over every row of ``data`` (``[B, T]``), step by step.
 
     Returns ``(now, next)``: ``{output name: [B, T - burn_in, F]}`` at ``s_t`` and at
-    ``s'_t``, in the graph of the net's weights.
+    ``s'_t`` (the heads' outputs and each core's features), in the graph of the
+    net's weights.
     """
     B, T = data.batch_size
     done = data["next", "done"][..., 0]
     is_init = data["is_init"][..., 0]
-    now = {key: [] for key in net.heads}
-    nxt = {key: [] for key in net.heads}
+    now = {key: [] for key in net.outputs}
+    nxt = {key: [] for key in net.outputs}
     for b in range(B):
         states = {}
         for name, (_, _, keys) in net.cores.items():
@@ -86,8 +97,8 @@ def unroll(net, data, *, stored_state: bool, burn_in: int = 0):
                 else torch.zeros_like(data[key][b, 0, 0])
                 for key in keys
             )
-        row_now = {key: [] for key in net.heads}
-        row_next = {key: [] for key in net.heads}
+        row_now = {key: [] for key in net.outputs}
+        row_next = {key: [] for key in net.outputs}
         for t in range(T):
             if is_init[b, t] or (t > 0 and done[b, t - 1]):
                 states = {
@@ -99,10 +110,10 @@ def unroll(net, data, *, stored_state: bool, burn_in: int = 0):
                 out_next, _ = net.step(data["next", "observation"][b, t], after)
             states = after
             if t >= burn_in:
-                for key in net.heads:
+                for key in net.outputs:
                     row_now[key].append(out[key])
                     row_next[key].append(out_next[key])
-        for key in net.heads:
+        for key in net.outputs:
             now[key].append(torch.stack(row_now[key]))
             nxt[key].append(torch.stack(row_next[key]))
     return (
@@ -225,3 +236,98 @@ def recurrent_acer_reference(
     )
     torch.autograd.backward([logits_table, q_table], [grad_logits, grad_q])
     return values, G
+
+
+def recurrent_gaussian_reference(
+    net,
+    average_net,
+    data,
+    critic,
+    noise,
+    *,
+    log_scale,
+    fixed_scale,
+    avg_scale,
+    gamma,
+    ratio_clip,
+    entropy_coeff,
+    critic_coeff,
+    delta,
+    stored_state=True,
+    burn_in=0,
+    dueling=True,
+):
+    r"""Continuous ACER (paper section 5) with a recurrent actor on a ``[B, T]``
+    segment, and a stochastic dueling network on the actor's features.
+
+    ``net`` has one core ``"pi"`` and writes the Gaussian mean ``"loc"``; the scale
+    is ``exp(log_scale)`` (a leaf, state-independent) or ``fixed_scale``.
+    ``average_net`` writes the averaged policy's ``"loc"`` (unrolled over the whole
+    segment from the same states), its scale is ``avg_scale``. The dueling network
+    reads, at each step, the core's output next to the observation:
+    ``critic(inputs, loc)`` takes the table of those inputs (``[2 n, F]``, row
+    ``b T + t`` at ``s_t`` and row ``n + b T + t`` at ``s'_t``, ``n = B (T -
+    burn_in)``) and the policy's mean at each row (detached), and returns ``(V at
+    each row [2 n], A(row, action))``. ``noise[0]`` draws :math:`a'_t`,
+    ``noise[1:]`` the baseline's :math:`u_i`, for the steps ``burn_in .. T-1``.
+    With ``dueling=False`` the critic is a plain Q (``A`` is Q, no baseline draws,
+    no V term), as ``acer_gaussian_reference`` takes it.
+
+    Back-propagates the ACER gradients (mean reduction) into ``net``'s and the
+    critic's weights (and sets ``log_scale.grad``), and returns the values of
+    ``acer_gaussian_reference`` (the loss's outputs and the targets
+    :math:`Q_{ret}`, :math:`Q_{opc}` of steps ``burn_in .. T-1``).
+    """
+    now, nxt = unroll(net, data, stored_state=stored_state, burn_in=burn_in)
+    with torch.no_grad():
+        average, _ = unroll(
+            average_net, data, stored_state=stored_state, burn_in=burn_in
+        )
+    part = data[:, burn_in:]
+    B, T = part.batch_size
+    n = B * T
+    d = now["loc"].shape[-1]
+    ids = torch.arange(n).reshape(B, T)
+    loc_table = torch.cat([now["loc"].reshape(n, d), nxt["loc"].reshape(n, d)])
+    inputs = torch.cat(
+        [
+            torch.cat([now["pi"], part["observation"]], -1).reshape(n, -1),
+            torch.cat([nxt["pi"], part["next", "observation"]], -1).reshape(n, -1),
+        ]
+    )
+    value_table, advantage_fn = critic(inputs, loc_table.detach())
+    values = {}
+    grad_loc, grad_log_scale, critic_loss = acer_gaussian_reference(
+        loc_table,
+        log_scale,
+        fixed_scale,
+        value_table if dueling else value_table.__getitem__,
+        advantage_fn,
+        torch.cat([average["loc"].reshape(n, d)] * 2),
+        avg_scale,
+        ids,
+        ids + n,
+        part["action"],
+        part["loc"],
+        part["scale"],
+        part["action_log_prob"],
+        part["next", "reward"][..., 0],
+        part["next", "done"][..., 0],
+        part["next", "terminated"][..., 0],
+        noise,
+        gamma=gamma,
+        ratio_clip=ratio_clip,
+        entropy_coeff=entropy_coeff,
+        critic_coeff=critic_coeff,
+        delta=delta,
+        dueling=dueling,
+        values=values,
+    )
+    # the policy's gradient at each step's mean and the critic loss's graph, back
+    # through the critic and the unroll
+    torch.autograd.backward(
+        [loc_table, critic_loss], [grad_loc, torch.ones_like(critic_loss)]
+    )
+    if log_scale is not None:
+        log_scale.grad = grad_log_scale
+    return values

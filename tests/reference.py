@@ -268,6 +268,7 @@ def acer_gaussian_reference(
     delta=None,
     reduction="mean",
     dueling=True,
+    values=None,
 ):
     """Gradients of continuous ACER (paper section 5), step by step.
 
@@ -283,6 +284,11 @@ def acer_gaussian_reference(
     Returns the policy objective's gradients ``(at loc_table, at log_scale or
     None)`` and the total critic loss (a scalar in the critic's graph), with
     reduce(-J - beta H) and critic_coeff * reduce(critic loss).
+
+    A ``values`` dict, if given, is filled with the loss's outputs as floats
+    (``loss_objective`` = reduce(-J), ``loss_entropy`` = reduce(-beta H),
+    ``loss_critic``, and ``kl_avg``, the mean KL(pi_avg || pi)) and the targets
+    ``value_target`` (Q_ret) and ``value_target_opc`` (Q_opc), ``[B, T, 1]``.
     """
     B, T, d = action.shape
     n_baseline = noise.shape[0] - 1
@@ -300,6 +306,8 @@ def acer_gaussian_reference(
     grad_L = torch.zeros_like(L)
     grad_log_scale = torch.zeros(d, dtype=L.dtype) if learned else None
     critic_total = 0.0
+    objective_total = entropy_total = kl_total = 0.0
+    targets = torch.zeros(2, B, T, 1, dtype=L.dtype)  # Q_ret, Q_opc
     for b in range(B):
         # Q~ at the taken actions, V now and next, and the traces
         q_taken, v_now, v_next, log_pi, rho, q_sampled, drawn = (
@@ -340,6 +348,8 @@ def acer_gaussian_reference(
                 boot_opc = boot_opc + 1.0 * (q_opc[t + 1] - q_next)
             q_ret[t] = reward[b, t] + gamma * keep * boot_ret
             q_opc[t] = reward[b, t] + gamma * keep * boot_opc
+            targets[0, b, t, 0] = float(q_ret[t])
+            targets[1, b, t, 0] = float(q_opc[t])
         for t in range(T):
             s = state_ids[b, t]
             # critic: (Q_ret - Q~)^2 + (V_target - V)^2 with the paper's
@@ -367,6 +377,17 @@ def acer_gaussian_reference(
             J = min(ratio_clip, rho[t]) * (float(q_opc[t]) - v) * lp
             J = J + weight * (float(q_sampled[t]) - v) * lp_prime
             H = torch.log(sig_t).sum() + 0.5 * d * (1 + math.log(2 * math.pi))
+            objective_total -= float(J.detach()) / n
+            entropy_total -= entropy_coeff * float(H.detach()) / n
+            # KL(N(mu_a, sigma_a^2) || N(mu, sigma^2)), per dimension, summed
+            mu_a = avg_loc_table[s]
+            kl_total += float(
+                (
+                    torch.log(sigma / avg_sigma)
+                    + (avg_sigma**2 + (mu_a - L[s]) ** 2) / (2 * sigma**2)
+                    - 0.5
+                ).sum()
+            )
             (g,) = torch.autograd.grad(J + entropy_coeff * H, phi)
             if delta is not None:
                 mu_a = avg_loc_table[s]
@@ -378,6 +399,15 @@ def acer_gaussian_reference(
             grad_L[s] += -g[:d] / n
             if learned:
                 grad_log_scale += -g[d:] * sigma / n  # d sigma / d log sigma = sigma
+    if values is not None:
+        values.update(
+            loss_objective=objective_total,
+            loss_entropy=entropy_total,
+            loss_critic=float(critic_total.detach()),
+            kl_avg=kl_total / (B * T),
+            value_target=targets[0],
+            value_target_opc=targets[1],
+        )
     return grad_L, grad_log_scale, critic_total
 
 

@@ -14,13 +14,15 @@ import functools
 
 import pytest
 import torch
-from builders import move_average, random_batch
+from builders import move_average, random_batch, with_gaussian_behaviour
 from recurrent_reference import (
     RecurrentNet,
     gru_cell,
     lstm_cell,
     recurrent_acer_reference,
+    recurrent_gaussian_reference,
 )
+from reference import plain_mlp
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule as Mod
 from tensordict.nn import TensorDictSequential as Seq
@@ -36,14 +38,17 @@ from torchrl.envs import (
     TransformedEnv,
 )
 from torchrl.modules import (
+    MLP,
     GRUModule,
+    IndependentNormal,
     LSTMModule,
     ProbabilisticActor,
     set_recurrent_mode,
 )
 from torchrl.objectives import SoftUpdate
 
-from torchrl_acer import ACERLoss, RetraceEstimator
+from torchrl_acer import ACERLoss, RetraceEstimator, StochasticDuelingNetwork
+from torchrl_acer.modules.sdn import PlainQCritic
 from torchrl_acer.objectives._recurrent import (
     forward_in_pieces,
     module_rnn,
@@ -430,35 +435,6 @@ class TestBadInput:
         with pytest.raises(ValueError, match="neither the actor nor the critic"):
             ACERLoss(actor, critic, burn_in=2)
 
-    def test_recurrent_gaussian_policy_is_refused(self):
-        from torchrl.modules import MLP, IndependentNormal
-
-        from torchrl_acer import StochasticDuelingNetwork
-
-        class LocScale(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.linear = nn.Linear(HIDDEN, 2)
-
-            def forward(self, y):
-                return self.linear(y), torch.full_like(self.linear(y), 0.3)
-
-        actor = ProbabilisticActor(
-            Seq(core("lstm", "pi"), Mod(LocScale(), ["pi_y"], ["loc", "scale"])),
-            in_keys=["loc", "scale"],
-            distribution_class=IndependentNormal,
-        )
-        critic = StochasticDuelingNetwork(
-            Mod(nn.Linear(OBS, 1), ["observation"], ["state_value"]),
-            Mod(
-                MLP(in_features=OBS + 2, out_features=1, num_cells=[4]),
-                ["observation", "action"],
-                ["advantage"],
-            ),
-        )
-        with pytest.raises(TypeError, match="supported for categorical policies"):
-            ACERLoss(actor, critic)
-
     def test_bare_torch_rnn_is_refused(self):
         actor, _ = recurrent_actor_critic("lstm", True)
         critic = Seq(
@@ -663,3 +639,396 @@ def test_loss_runs_pieces_without_packing_and_leaves_the_modules_as_they_were(
     # outside the loss, the modules run their own forward (which packs)
     with set_recurrent_mode(True), pytest.raises(AssertionError, match="packed"):
         actor(batch.clone())
+
+
+# -- Gaussian policies: a recurrent actor, a dueling critic on its features -------
+# The recurrent core is in the actor (its trunk); the stochastic dueling network's
+# feed-forward V and A read the core's output "pi_y" next to the observation. The
+# reference unrolls the actor step by step and evaluates V, A, Q~ (with the loss's
+# draws), Q_ret, Q_opc and the loss terms of tests/reference.py on each step.
+D_ACT = 2
+GAUSSIAN_DELTA = 0.02
+
+
+class GaussianHead(nn.Module):
+    """The policy's mean, linear in the trunk's features, and its scale: learned
+    and state-independent (``exp(log_scale)``), or fixed."""
+
+    def __init__(self, fixed_scale=None):
+        super().__init__()
+        self.loc = nn.Linear(HIDDEN, D_ACT)
+        self.fixed_scale = fixed_scale
+        if fixed_scale is None:
+            self.log_scale = nn.Parameter(torch.full((D_ACT,), -0.5))
+
+    def forward(self, features):
+        loc = self.loc(features)
+        if self.fixed_scale is not None:
+            return loc, torch.full_like(loc, self.fixed_scale)
+        return loc, self.log_scale.exp().expand_as(loc)
+
+
+def tanh_mlp(in_features, cells):
+    return MLP(
+        in_features=in_features,
+        out_features=1,
+        num_cells=cells,
+        activation_class=nn.Tanh,
+    )
+
+
+def recurrent_gaussian_actor_sdn(kind, fixed_scale=None, seed=0):
+    """A Gaussian actor on a recurrent core, and a stochastic dueling network whose
+    feed-forward V and A (tanh MLPs) read the core's features next to the
+    observation."""
+    torch.manual_seed(seed)
+    actor = ProbabilisticActor(
+        Seq(
+            core(kind, "pi"),
+            Mod(GaussianHead(fixed_scale), ["pi_y"], ["loc", "scale"]),
+        ),
+        in_keys=["loc", "scale"],
+        distribution_class=IndependentNormal,
+        return_log_prob=True,
+    ).double()
+    critic = StochasticDuelingNetwork(
+        Mod(tanh_mlp(HIDDEN + OBS, [4]), ["pi_y", "observation"], ["state_value"]),
+        Mod(
+            tanh_mlp(HIDDEN + OBS + D_ACT, [6]),
+            ["pi_y", "observation", "action"],
+            ["advantage"],
+        ),
+        num_samples=3,
+    ).double()
+    return actor, critic
+
+
+def gaussian_segment_batch(kind, seed=0):
+    """``segment_batch`` (truncations and terminations mid-row, ``is_init``, a
+    stored state at every step) with Gaussian behaviour and actions."""
+    batch = segment_batch(kind, True, seed=seed)
+    return with_gaussian_behaviour(
+        batch, D_ACT, torch.Generator().manual_seed(seed + 2)
+    )
+
+
+def gaussian_reference(kind, loss, actor, critic, baseline_noise=None):
+    """The reference's copies of the actor, the averaged policy and the dueling
+    network (or plain Q critic, whose V draws ``loc + scale * baseline_noise[i]``):
+    ``(net, average_net, critic function, log_scale leaf or None, the averaged
+    scale, pairs (parameter, its reference copy))``."""
+    cell = lstm_cell if kind == "lstm" else gru_cell
+    pairs = []
+
+    def leaves(params):
+        ref = [p.detach().clone().requires_grad_() for p in params]
+        pairs.extend(zip(params, ref, strict=True))
+        return ref
+
+    actor_core, head = actor.module[0].module
+    head = head.module
+    rnn = module_rnn(actor_core)
+    core_weights = leaves(
+        [rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0]
+    )
+    loc_w, loc_b = leaves([head.loc.weight, head.loc.bias])
+    fixed = head.fixed_scale
+    log_scale = None if fixed is not None else leaves([head.log_scale])[0]
+    states = state_keys(kind, "pi")
+    net = RecurrentNet(
+        {"pi": (cell, core_weights, states)}, {"loc": ("pi", loc_w, loc_b)}
+    )
+
+    average = copy.deepcopy(actor)
+    loss.target_actor_network_params.to_module(average)
+    average_core, average_head = average.module[0].module
+    average_head = average_head.module
+    average_net = RecurrentNet(
+        {"pi": (cell, reference_weights(average_core), states)},
+        {
+            "loc": (
+                "pi",
+                average_head.loc.weight.detach(),
+                average_head.loc.bias.detach(),
+            )
+        },
+    )
+    avg_scale = (
+        torch.full((D_ACT,), fixed, dtype=torch.float64)
+        if fixed is not None
+        else average_head.log_scale.detach().exp()
+    )
+
+    a_mlp = critic.advantage_network.module
+    if isinstance(critic, PlainQCritic):
+        q_weights = leaves(list(a_mlp.parameters()))
+        sigma = (
+            log_scale.detach().exp()
+            if log_scale is not None
+            else torch.full((D_ACT,), fixed, dtype=torch.float64)
+        )
+
+        def critic_fn(inputs, loc):
+            # V(s) = mean_i Q(s, loc(s) + sigma c_i), Q on [features, observation]
+            q = plain_mlp(a_mlp, q_weights, inputs)
+            values = [
+                sum(q(s, loc[s] + sigma * c) for c in baseline_noise)
+                / len(baseline_noise)
+                for s in range(len(inputs))
+            ]
+            return torch.stack(values), q
+
+        return net, average_net, critic_fn, log_scale, avg_scale, pairs
+
+    v_mlp = critic.value_network.module
+    v_weights = leaves(list(v_mlp.parameters()))
+    a_weights = leaves(list(a_mlp.parameters()))
+
+    def critic_fn(inputs, loc):
+        # V and A on the rows of the table [features, observation] (and the action)
+        v = plain_mlp(v_mlp, v_weights, inputs)
+        no_action = inputs.new_zeros(0)
+        values = torch.stack([v(s, no_action) for s in range(len(inputs))])
+        return values, plain_mlp(a_mlp, a_weights, inputs)
+
+    return net, average_net, critic_fn, log_scale, avg_scale, pairs
+
+
+def replayed_noise(loss, batch, burn_in, seed=3):
+    """Draws for a'_t and the u_i of the steps after the burn-in, replayed by the
+    loss (ACERLoss._action_noise) and returned for the reference."""
+    B, T = batch.batch_size
+    critic = loss.critic_network
+    n = 1 + critic.num_samples * critic.dueling  # a' (and the u_i)
+    g = torch.Generator().manual_seed(seed)
+    noise = torch.randn(n, B, T - burn_in, D_ACT, generator=g, dtype=torch.float64)
+
+    def action_noise(loc, count):
+        assert count == n and loc.shape == noise.shape[1:], (count, loc.shape)
+        return noise
+
+    loss._action_noise = action_noise
+    return noise
+
+
+def check_gaussian_against_reference(
+    kind, *, burn_in=0, recurrent_state="stored", fixed_scale=None
+):
+    actor, critic = recurrent_gaussian_actor_sdn(kind, fixed_scale)
+    loss = make_loss(
+        actor,
+        critic,
+        burn_in=burn_in,
+        recurrent_state=recurrent_state,
+        delta=GAUSSIAN_DELTA,
+    )
+    move_average(loss, 0.3)
+    batch = gaussian_segment_batch(kind)
+    noise = replayed_noise(loss, batch, burn_in)
+    out = loss(batch)
+    (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+
+    net, average_net, critic_fn, log_scale, avg_scale, pairs = gaussian_reference(
+        kind, loss, actor, critic
+    )
+    values = recurrent_gaussian_reference(
+        net,
+        average_net,
+        batch,
+        critic_fn,
+        noise,
+        log_scale=log_scale,
+        fixed_scale=fixed_scale,
+        avg_scale=avg_scale,
+        gamma=GAMMA,
+        ratio_clip=RATIO_CLIP,
+        entropy_coeff=ENTROPY,
+        critic_coeff=float(loss.critic_coeff),
+        delta=GAUSSIAN_DELTA,
+        stored_state=recurrent_state == "stored",
+        burn_in=burn_in,
+    )
+    for name in ("loss_objective", "loss_entropy", "loss_critic", "kl_avg"):
+        torch.testing.assert_close(
+            out[name],
+            torch.tensor(values[name], dtype=torch.float64),
+            rtol=1e-10,
+            atol=1e-12,
+        )
+    assert len(pairs) == len(list(loss.parameters()))
+    for ours, ref in pairs:
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-8, atol=1e-11)
+    # the truncations and the trust region act at some steps only: both were
+    # checked
+    assert 0 < float(out["rho_clip_fraction"]) < 1
+    assert 0 < loss.trust_region_stats["active_fraction"] < 1
+    return loss, batch, values
+
+
+@pytest.mark.parametrize("burn_in", [0, 3])
+@pytest.mark.parametrize("recurrent_state", ["stored", "zero"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_gaussian_policy_on_recurrent_trunk_matches_step_by_step_unroll(
+    kind, recurrent_state, burn_in
+):
+    # burn-in 3 holds a truncation (0, 1) and the reset after it, and ends right
+    # after the truncation (2, 2)
+    check_gaussian_against_reference(
+        kind, burn_in=burn_in, recurrent_state=recurrent_state
+    )
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_gaussian_policy_with_fixed_scale_matches_step_by_step_unroll(kind):
+    check_gaussian_against_reference(kind, burn_in=2, fixed_scale=0.4)
+
+
+def test_plain_q_critic_on_recurrent_trunk_matches_step_by_step_unroll():
+    """The paper's ablation without the dueling network: Q on the trunk's
+    features, V(s) = mean_i Q(s, u_i) on the sequences (at s'_t too, from the
+    policy there), no V term in the critic loss."""
+    kind, burn_in = "gru", 2
+    actor, _ = recurrent_gaussian_actor_sdn(kind)
+    q = Mod(
+        tanh_mlp(HIDDEN + OBS + D_ACT, [6]), ["pi_y", "observation", "action"], ["q"]
+    )
+    critic = PlainQCritic(q, num_samples=3).double()
+    # V's draws u_i = loc + scale * c_i, the same c_i at every entry
+    c = torch.randn(3, D_ACT, generator=torch.Generator().manual_seed(5)).double()
+    critic.value_network.noise = lambda loc: c.view(
+        3, *[1] * (loc.ndim - 1), D_ACT
+    ).expand(3, *loc.shape)
+    loss = make_loss(actor, critic, burn_in=burn_in, delta=GAUSSIAN_DELTA)
+    move_average(loss, 0.3)
+    batch = gaussian_segment_batch(kind)
+    noise = replayed_noise(loss, batch, burn_in)
+    out = loss(batch)
+    (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+    net, average_net, critic_fn, log_scale, avg_scale, pairs = gaussian_reference(
+        kind, loss, actor, critic, baseline_noise=c
+    )
+    values = recurrent_gaussian_reference(
+        net,
+        average_net,
+        batch,
+        critic_fn,
+        noise,
+        log_scale=log_scale,
+        fixed_scale=None,
+        avg_scale=avg_scale,
+        gamma=GAMMA,
+        ratio_clip=RATIO_CLIP,
+        entropy_coeff=ENTROPY,
+        critic_coeff=float(loss.critic_coeff),
+        delta=GAUSSIAN_DELTA,
+        burn_in=burn_in,
+        dueling=False,
+    )
+    for name in ("loss_objective", "loss_entropy", "loss_critic", "kl_avg"):
+        torch.testing.assert_close(
+            out[name],
+            torch.tensor(values[name], dtype=torch.float64),
+            rtol=1e-10,
+            atol=1e-12,
+        )
+    assert len(pairs) == len(list(loss.parameters()))
+    for ours, ref in pairs:
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-8, atol=1e-11)
+
+
+def test_gaussian_retrace_estimator_targets_match_reference_and_burn_in_gets_nan():
+    kind, burn_in = "lstm", 2
+    actor, critic = recurrent_gaussian_actor_sdn(kind)
+    # the loss's targets, from the same draws, are checked above: the estimator
+    # draws its baseline u_i itself; here it replays the reference's
+    loss = make_loss(actor, critic, burn_in=burn_in)
+    batch = gaussian_segment_batch(kind)
+    noise = replayed_noise(loss, batch, burn_in)
+    nb, B, T = noise.shape[0] - 1, *noise.shape[1:3]
+    critic.sample_baseline_actions = lambda loc, scale: (
+        loc.detach() + scale.detach() * noise[1:].reshape(nb, B * T, D_ACT)
+    )
+    estimator = RetraceEstimator(
+        gamma=GAMMA, actor_network=actor, value_network=critic, burn_in=burn_in
+    )
+    out = estimator(batch.clone())
+    net, average_net, critic_fn, log_scale, avg_scale, _ = gaussian_reference(
+        kind, loss, actor, critic
+    )
+    values = recurrent_gaussian_reference(
+        net,
+        average_net,
+        batch,
+        critic_fn,
+        noise,
+        log_scale=log_scale,
+        fixed_scale=None,
+        avg_scale=avg_scale,
+        gamma=GAMMA,
+        ratio_clip=RATIO_CLIP,
+        entropy_coeff=ENTROPY,
+        critic_coeff=0.25,
+        delta=None,
+        burn_in=burn_in,
+    )
+    for key in ("value_target", "value_target_opc"):
+        torch.testing.assert_close(
+            out[key][:, burn_in:], values[key], rtol=1e-10, atol=1e-12
+        )
+        assert out[key][:, :burn_in].isnan().all()
+    assert out["advantage"][:, :burn_in].isnan().all()
+    assert set(estimator.in_keys) >= {"is_init", "pi_h", "pi_c", "observation"}
+    # the trunk's features come from the actor's pass, never from the data
+    assert "pi_y" not in estimator.in_keys
+
+
+def test_gaussian_separate_losses_keep_the_critic_loss_out_of_the_trunk():
+    batch = gaussian_segment_batch("gru")
+    losses = {}
+    for separate in (False, True):
+        actor, critic = recurrent_gaussian_actor_sdn("gru")
+        loss = make_loss(actor, critic, separate_losses=separate)
+        replayed_noise(loss, batch, 0)
+        out = loss(batch)
+        out["loss_critic"].backward()
+        losses[separate] = out
+        trunk = actor.module[0].module[0].parameters()
+        assert all((p.grad is None) is separate for p in trunk)
+        assert all(p.grad is not None for p in critic.parameters())
+    for name in ("loss_objective", "loss_critic", "loss_entropy"):
+        torch.testing.assert_close(losses[True][name], losses[False][name])
+
+
+def test_gaussian_loss_runs_on_a_batch_holding_only_its_in_keys():
+    actor, critic = recurrent_gaussian_actor_sdn("lstm")
+    batch = gaussian_segment_batch("lstm")
+    for mode, states in (("stored", {"pi_h", "pi_c"}), ("zero", set())):
+        loss = make_loss(actor, critic, recurrent_state=mode, burn_in=1)
+        keys = set(loss.in_keys)
+        assert keys >= {"is_init", "observation", "loc", "scale"}
+        assert keys & {"pi_h", "pi_c", "pi_y"} == states
+        replayed_noise(loss, batch, 1)
+        torch.testing.assert_close(
+            loss(batch.select(*loss.in_keys))["loss_objective"],
+            loss(batch)["loss_objective"],
+        )
+
+
+def test_dueling_network_holding_a_recurrent_module_is_refused():
+    actor, _ = recurrent_gaussian_actor_sdn("lstm")
+    critic = StochasticDuelingNetwork(
+        Seq(core("gru", "v"), Mod(nn.Linear(HIDDEN, 1), ["v_y"], ["state_value"])),
+        Mod(
+            MLP(in_features=OBS + D_ACT, out_features=1, num_cells=[4]),
+            ["observation", "action"],
+            ["advantage"],
+        ),
+    ).double()
+    with pytest.raises(
+        TypeError,
+        match=r"StochasticDuelingNetwork holds a recurrent module at "
+        r"'value_network.module.0' \(GRUModule\).*must be in the actor network",
+    ):
+        ACERLoss(actor, critic)
+    with pytest.raises(TypeError, match="must be in the actor network"):
+        RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)

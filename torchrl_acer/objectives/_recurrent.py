@@ -28,6 +28,16 @@ Every recurrent module of the actor and of the critic is run this way (a trunk t
 share runs once); the averaged policy runs over the whole segment, burn-in
 included, from the same stored states with its own parameters.
 
+A critic may also read the actor's features by key rather than share its modules:
+a Gaussian policy's :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`,
+whose feed-forward value and advantage networks read the output of the actor's
+recurrent trunk (an ``LSTMModule``'s ``out_key``), possibly with observations. Those
+entries (:attr:`RecurrentEvaluator.features`) are not read from the data: they are
+the actor's outputs on the sequences, at each ``s_t`` and ``s'_t``, and the value
+network runs on them like a shared trunk's head; the advantage network, called on
+several actions per step, runs on the steps' entries, flattened
+(:meth:`SequenceWindow.flat_current`).
+
 Where only the networks' outputs are read (the window and the averaged policy; the
 burn-in reads the states after its last step), the recurrent modules do not run
 their own forward but :func:`forward_in_pieces`: their RNN (``module.lstm`` /
@@ -46,6 +56,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Sequence
 from contextvars import ContextVar
 
 import torch
@@ -57,6 +68,7 @@ from torchrl_acer.objectives._checks import as_step_tensor, get_entry
 from torchrl_acer.objectives._window import (
     PolicyCriticEvaluator,
     _next,
+    _probabilistic_module,
     _skip_existing_set_to,
     transition_in_keys,
 )
@@ -71,6 +83,15 @@ def recurrent_modules(network) -> list[LSTMModule | GRUModule]:
     """The :class:`~torchrl.modules.LSTMModule` and
     :class:`~torchrl.modules.GRUModule` inside ``network``, in order."""
     return [m for m in network.modules() if isinstance(m, (LSTMModule, GRUModule))]
+
+
+def actor_features(actor_network) -> set[NestedKey]:
+    """The entries the actor writes on its way to its distribution (its trunk's
+    features, the distribution parameters), not the sample or its log-prob, nor
+    what it reads from the data (an entry it rewrites in place)."""
+    sampled = {unravel_key(k) for k in _probabilistic_module(actor_network).out_keys}
+    read = {unravel_key(k) for k in actor_network.in_keys}
+    return {unravel_key(k) for k in actor_network.out_keys} - sampled - read
 
 
 def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
@@ -102,6 +123,14 @@ class RecurrentEvaluator:
         recurrent_state (str): ``"stored"`` or ``"zero"``, the state entering a
             segment (see the module docstring).
         burn_in (int): steps at the start of each segment that only warm the state.
+        critic_keys (list of NestedKey): entries read by heads of the critic that
+            run on the flattened steps rather than on the sequences (a stochastic
+            dueling network's advantage network, without the action).
+
+    Attributes:
+        features: the entries the critic reads that the actor writes (the actor's
+            trunk features): taken from the actor's pass, never from the data.
+        obs_keys: the entries read from the data, at ``s_t`` and ``s'_t``.
     """
 
     def __init__(
@@ -110,6 +139,7 @@ class RecurrentEvaluator:
         *,
         recurrent_state: str = "stored",
         burn_in: int = 0,
+        critic_keys: Sequence[NestedKey] = (),
     ):
         self.evaluator = evaluator
         self.recurrent_state = recurrent_state
@@ -135,9 +165,16 @@ class RecurrentEvaluator:
                 self.states[key] = (module, shapes[key])
                 self._state_out[key] = unravel_key(out_key)
         hidden = {*self.states, IS_INIT}
-        self.obs_keys = [
-            key for key in evaluator.in_keys if unravel_key(key) not in hidden
+        written = actor_features(evaluator.actor_network)
+        keys = [
+            key
+            for key in dict.fromkeys(
+                map(unravel_key, (*evaluator.in_keys, *critic_keys))
+            )
+            if key not in hidden
         ]
+        self.features = [key for key in keys if key in written]
+        self.obs_keys = [key for key in keys if key not in written]
 
     def parameter(self) -> torch.Tensor:
         """A parameter of the recurrent modules: the dtype and device of states."""
@@ -252,7 +289,7 @@ class RecurrentEvaluator:
                 ev.actor_network.get_dist_params(inputs)
             params = {name: inputs.get(key) for name, key in ev.dist_param_keys.items()}
             if detach_shared:
-                for key in ev.shared_out_keys:
+                for key in (*ev.shared_out_keys, *self.features):
                     inputs.set(key, inputs.get(key).detach())
             with ev.params_context(critic_params, ev.critic_network):
                 ev.critic_tail(inputs)
@@ -535,6 +572,17 @@ class SequenceWindow:
         """Outputs on ``inputs`` (``[R, L, *F]``) at ``s_t``, ``[*B, T, *F]``."""
         out = values[self._row_index, self.positions]
         return out.reshape(*self.batch_shape, self.T, *values.shape[2:])
+
+    def flat_current(self, keys: list[NestedKey]) -> TensorDictBase:
+        """The entries ``keys`` of ``inputs`` at each ``s_t`` (observations, and
+        the features the networks wrote there), ``[prod(B) T]``, steps in the order
+        of ``[*B, T]`` flattened: for heads run on independent steps."""
+        n = self.rows * self.T
+        tensors = {}
+        for key in keys:
+            value = self.inputs.get(key)[self._row_index, self.positions]
+            tensors[key] = value.reshape(n, *value.shape[2:])
+        return TensorDict(tensors, [n])
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each

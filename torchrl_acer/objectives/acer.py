@@ -130,8 +130,9 @@ class ACERLoss(LossModule):
     state dict is unchanged), without swapping parameters in and out.
 
     **Recurrent networks** (TorchRL's :class:`~torchrl.modules.LSTMModule` and
-    :class:`~torchrl.modules.GRUModule`, in the actor, the critic or a trunk they
-    share; categorical policies). Each row of the ``[*B, T]`` segment is run as one
+    :class:`~torchrl.modules.GRUModule`; for a categorical policy in the actor, the
+    critic or a trunk they share; for a Gaussian one in the actor, see below). Each
+    row of the ``[*B, T]`` segment is run as one
     sequence in recurrent mode. With :math:`h_t` the state entering step ``t``
     (every module's), :math:`f` the recurrent core and :math:`h^{stored}_0` the
     state stored with the segment's first step (the collector stores the state
@@ -165,6 +166,18 @@ class ACERLoss(LossModule):
     The loss's :attr:`in_keys` then hold ``is_init`` and, with ``"stored"``,
     every module's hidden-state keys: a replay that keeps the loss's ``in_keys``
     keeps what recurrence needs.
+
+    With a Gaussian policy the recurrent trunk is the actor's, and the stochastic
+    dueling network's value and advantage networks are feed-forward modules that
+    read its output features (e.g. the ``LSTMModule``'s ``out_key``), possibly
+    next to observations. With :math:`y_t` the trunk's output at :math:`(s_t,
+    h_t)` and :math:`y'_t` at :math:`(s'_t, h_{t+1})`, :math:`V_t = V(y_t, s_t)`,
+    :math:`V(s'_t) = V(y'_t, s'_t)` and :math:`\tilde Q(s_t, a) = V_t + A(y_t,
+    s_t, a) - \frac1n \sum_i A(y_t, s_t, u_i)`, the advantage network running on
+    the flattened steps (for :math:`a_t`, :math:`a'_t` and the :math:`u_i` at
+    once). The features are the actor's outputs, not entries of the batch; the
+    critic loss trains the trunk through them (not with ``separate_losses=True``).
+    A dueling network holding a recurrent module itself is refused.
 
     With ``check_values=False`` on the estimator, ``torch.compile(loss)`` traces
     the whole forward, trust-region hook included, as one graph. Shapes must not
@@ -671,7 +684,7 @@ class ACERLoss(LossModule):
         actions = torch.cat([steps.action[None], drawn], 0)
         with self._evaluator.params_context(self.critic_network_params, sdn):
             advantages = sdn.advantages(
-                steps.window.current, actions.flatten(1, -2)
+                steps.observations, actions.flatten(1, -2)
             ).unflatten(1, steps.loc.shape[:-1])
         value = steps.value
         if sdn.dueling:  # Q~ = V + A - mean_i A(u_i)

@@ -12,7 +12,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import composite_lp_aggregate, dispatch, skip_existing
 from tensordict.utils import NestedKey, unravel_key
 from torch import distributions as D
-from torchrl.modules import IndependentNormal
+from torchrl.modules import GRUModule, IndependentNormal, LSTMModule
 from torchrl.objectives.utils import register_value_estimator
 from torchrl.objectives.value import ValueEstimatorBase
 
@@ -93,8 +93,10 @@ class RetraceEstimator(ValueEstimatorBase):
     :math:`Q_{opc}` (the same recursion with every trace 1) is also written, under
     ``value_target_opc``.
 
-    **Recurrent networks** (TorchRL's ``LSTMModule`` / ``GRUModule``, categorical
-    policies): each row runs as one sequence in recurrent mode, from the state
+    **Recurrent networks** (TorchRL's ``LSTMModule`` / ``GRUModule``; for a
+    Gaussian policy in the actor alone, the dueling network's value and advantage
+    networks being feed-forward modules that read the actor's trunk features):
+    each row runs as one sequence in recurrent mode, from the state
     stored with its first step (``recurrent_state="stored"``) or zero (``"zero"``),
     reset to zero at ``is_init`` (and after ``done``); :math:`V(s'_t)` is evaluated
     from the state after step ``t``, so a mid-row truncation bootstraps from the
@@ -339,14 +341,26 @@ class RetraceEstimator(ValueEstimatorBase):
                     f"GRUModule"
                 )
             return None
+        critic_keys = ()
         if self.family == "gaussian":
-            raise TypeError(
-                "recurrent networks (LSTMModule, GRUModule) are supported for "
-                "categorical policies; a Gaussian policy with a stochastic dueling "
-                "critic must be feed-forward"
-            )
+            sdn = self.value_network
+            for name, module in sdn.named_modules():
+                if isinstance(module, (LSTMModule, GRUModule)):
+                    raise TypeError(
+                        f"the {type(sdn).__name__} holds a recurrent module at "
+                        f"{name!r} ({type(module).__name__}); with a Gaussian policy "
+                        f"the LSTMModule / GRUModule must be in the actor network, "
+                        f"and the dueling network's value and advantage networks "
+                        f"feed-forward modules reading its output features (its "
+                        f"out_key, e.g. {module.out_keys[0]!r}) and observations"
+                    )
+            # the advantage network runs on the steps, outside the sequences
+            critic_keys = sdn.observation_keys
         return RecurrentEvaluator(
-            self.evaluator, recurrent_state=recurrent_state, burn_in=burn_in
+            self.evaluator,
+            recurrent_state=recurrent_state,
+            burn_in=burn_in,
+            critic_keys=critic_keys,
         )
 
     @property
@@ -512,6 +526,11 @@ class RetraceEstimator(ValueEstimatorBase):
                 critic_params=critic_params,
                 detach_shared=detach_shared,
             )
+            if gaussian:
+                # the advantage network reads each step's features (from the
+                # actor's pass over the sequences) and observations, flattened
+                observations = window.flat_current(self.value_network.observation_keys)
+                return self._gaussian_steps(data, window, params, out, observations)
             return self._discrete_steps(data, window, params, out, read_entries)
         in_keys = self.evaluator.in_keys
         skip = skip_existing() if self.skip_existing is None else self.skip_existing
@@ -547,14 +566,7 @@ class RetraceEstimator(ValueEstimatorBase):
             )
             raise
         if gaussian:
-            action = get_entry(
-                data, self.tensor_keys.action, owner, "the stored action"
-            )
-            loc, scale = params["loc"], params["scale"]
-            check_gaussian(
-                action, loc, scale, data.batch_size, owner, self.check_values
-            )
-            return GaussianSteps(window, loc, scale, out, action)
+            return self._gaussian_steps(data, window, params, out, window.current)
         return self._discrete_steps(data, window, params, out, read_entries)
 
     def _run_recurrent(self, data, prefix, *, done, terminated, output_key, **kwargs):
@@ -613,6 +625,14 @@ class RetraceEstimator(ValueEstimatorBase):
                 checks.run()
         return DiscreteSteps(window, logits, out, action)
 
+    def _gaussian_steps(self, data, window, params, out, observations):
+        """Checks the Gaussian outputs and the stored actions; the steps."""
+        owner = type(self).__name__
+        action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
+        loc, scale = params["loc"], params["scale"]
+        check_gaussian(action, loc, scale, data.batch_size, owner, self.check_values)
+        return GaussianSteps(window, loc, scale, out, action, observations)
+
     def _gaussian_outputs(self, data, steps, actor_params, critic_params):
         """Q_ret, Q_opc, V and the advantage for a Gaussian policy and an SDN."""
         sdn = self.value_network
@@ -620,7 +640,7 @@ class RetraceEstimator(ValueEstimatorBase):
         # the window's observations are flat: [*B, T] entries go in flattened
         with self.evaluator.params_context(critic_params, sdn):
             q_taken = sdn.dueling_action_value(
-                steps.window.current,
+                steps.observations,
                 steps.value.flatten(0, -2),
                 steps.action.flatten(0, -2),
                 steps.loc.flatten(0, -2),
@@ -857,15 +877,19 @@ class GaussianSteps:
         value: :math:`V(s_t)`, ``[*B, T, 1]``, in the graph.
         next_state_value: :math:`V(s'_t)` at the real next observation.
         action: the stored actions, ``[*B, T, d]``.
-        window: the observations, for the advantage head.
+        window: the window the networks ran on.
+        observations: what the advantage head reads at each ``s_t`` (the
+            observations, and with a recurrent actor the features of its trunk),
+            a flat ``[prod(B) T]`` TensorDict.
     """
 
-    def __init__(self, window, loc, scale, value, action):
+    def __init__(self, window, loc, scale, value, action, observations):
         self.window = window
         self.loc = window.split(loc)[0]
         self.scale = window.split(scale.expand_as(loc))[0]
         self.value, self.next_state_value = window.split(value)
         self.action = action
+        self.observations = observations
 
 
 def _as_tuple(key: NestedKey) -> tuple[str, ...]:
