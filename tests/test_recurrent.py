@@ -794,6 +794,37 @@ def gaussian_reference(kind, loss, actor, critic, baseline_noise=None):
     return net, average_net, critic_fn, log_scale, avg_scale, pairs
 
 
+def gaussian_reference_values(
+    kind, loss, actor, critic, batch, noise, *, baseline_noise=None, **settings
+):
+    """``(values, pairs)``: :func:`recurrent_gaussian_reference` on copies of
+    ``loss``'s networks (:func:`gaussian_reference`), with this file's
+    hyperparameters unless ``settings`` say otherwise."""
+    net, average_net, critic_fn, log_scale, avg_scale, pairs = gaussian_reference(
+        kind, loss, actor, critic, baseline_noise=baseline_noise
+    )
+    settings = {
+        "fixed_scale": None,
+        "gamma": GAMMA,
+        "ratio_clip": RATIO_CLIP,
+        "entropy_coeff": ENTROPY,
+        "critic_coeff": float(loss.critic_coeff),
+        "delta": GAUSSIAN_DELTA,
+        **settings,
+    }
+    values = recurrent_gaussian_reference(
+        net,
+        average_net,
+        batch,
+        critic_fn,
+        noise,
+        log_scale=log_scale,
+        avg_scale=avg_scale,
+        **settings,
+    )
+    return values, pairs
+
+
 def replayed_noise(loss, batch, burn_in, seed=3):
     """Draws for a'_t and the u_i of the steps after the burn-in, replayed by the
     loss (ACERLoss._action_noise) and returned for the reference."""
@@ -828,23 +859,14 @@ def check_gaussian_against_reference(
     out = loss(batch)
     (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
 
-    net, average_net, critic_fn, log_scale, avg_scale, pairs = gaussian_reference(
-        kind, loss, actor, critic
-    )
-    values = recurrent_gaussian_reference(
-        net,
-        average_net,
+    values, pairs = gaussian_reference_values(
+        kind,
+        loss,
+        actor,
+        critic,
         batch,
-        critic_fn,
         noise,
-        log_scale=log_scale,
         fixed_scale=fixed_scale,
-        avg_scale=avg_scale,
-        gamma=GAMMA,
-        ratio_clip=RATIO_CLIP,
-        entropy_coeff=ENTROPY,
-        critic_coeff=float(loss.critic_coeff),
-        delta=GAUSSIAN_DELTA,
         stored_state=recurrent_state == "stored",
         burn_in=burn_in,
     )
@@ -904,23 +926,14 @@ def test_plain_q_critic_on_recurrent_trunk_matches_step_by_step_unroll():
     noise = replayed_noise(loss, batch, burn_in)
     out = loss(batch)
     (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
-    net, average_net, critic_fn, log_scale, avg_scale, pairs = gaussian_reference(
-        kind, loss, actor, critic, baseline_noise=c
-    )
-    values = recurrent_gaussian_reference(
-        net,
-        average_net,
+    values, pairs = gaussian_reference_values(
+        kind,
+        loss,
+        actor,
+        critic,
         batch,
-        critic_fn,
         noise,
-        log_scale=log_scale,
-        fixed_scale=None,
-        avg_scale=avg_scale,
-        gamma=GAMMA,
-        ratio_clip=RATIO_CLIP,
-        entropy_coeff=ENTROPY,
-        critic_coeff=float(loss.critic_coeff),
-        delta=GAUSSIAN_DELTA,
+        baseline_noise=c,
         burn_in=burn_in,
         dueling=False,
     )
@@ -952,21 +965,13 @@ def test_gaussian_retrace_estimator_targets_match_reference_and_burn_in_gets_nan
         gamma=GAMMA, actor_network=actor, value_network=critic, burn_in=burn_in
     )
     out = estimator(batch.clone())
-    net, average_net, critic_fn, log_scale, avg_scale, _ = gaussian_reference(
-        kind, loss, actor, critic
-    )
-    values = recurrent_gaussian_reference(
-        net,
-        average_net,
+    values, _ = gaussian_reference_values(
+        kind,
+        loss,
+        actor,
+        critic,
         batch,
-        critic_fn,
         noise,
-        log_scale=log_scale,
-        fixed_scale=None,
-        avg_scale=avg_scale,
-        gamma=GAMMA,
-        ratio_clip=RATIO_CLIP,
-        entropy_coeff=ENTROPY,
         critic_coeff=0.25,
         delta=None,
         burn_in=burn_in,
