@@ -577,12 +577,12 @@ class SequenceWindow:
         """The entries ``keys`` of ``inputs`` at each ``s_t`` (observations, and
         the features the networks wrote there), ``[prod(B) T]``, steps in the order
         of ``[*B, T]`` flattened: for heads run on independent steps."""
-        n = self.rows * self.T
-        tensors = {}
-        for key in keys:
-            value = self.inputs.get(key)[self._row_index, self.positions]
-            tensors[key] = value.reshape(n, *value.shape[2:])
-        return TensorDict(tensors, [n])
+        # current() is [*B, T, *F]: B's dims and T flattened into one
+        last = len(self.batch_shape)
+        return TensorDict(
+            {key: self.current(self.inputs.get(key)).flatten(0, last) for key in keys},
+            [self.rows * self.T],
+        )
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each
