@@ -390,7 +390,6 @@ def acer_gaussian_reference(
             )
             (g,) = torch.autograd.grad(J + entropy_coeff * H, phi)
             if delta is not None:
-                mu_a = avg_loc_table[s]
                 k = (L[s] - mu_a) / sigma**2
                 if learned:
                     k_sigma = 1 / sigma - (avg_sigma**2 + (mu_a - L[s]) ** 2) / sigma**3

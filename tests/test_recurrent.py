@@ -794,6 +794,21 @@ def gaussian_reference(kind, loss, actor, critic, baseline_noise=None):
     return net, average_net, critic_fn, log_scale, avg_scale, pairs
 
 
+def assert_matches_reference(out, values, pairs, loss):
+    """The loss's outputs equal the reference's ``values`` and every parameter's
+    gradient its reference copy's (``pairs``), to float64 precision."""
+    for name in ("loss_objective", "loss_entropy", "loss_critic", "kl_avg"):
+        torch.testing.assert_close(
+            out[name],
+            torch.tensor(values[name], dtype=torch.float64),
+            rtol=1e-10,
+            atol=1e-12,
+        )
+    assert len(pairs) == len(list(loss.parameters()))
+    for ours, ref in pairs:
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-8, atol=1e-11)
+
+
 def gaussian_reference_values(
     kind, loss, actor, critic, batch, noise, *, baseline_noise=None, **settings
 ):
@@ -870,16 +885,7 @@ def check_gaussian_against_reference(
         stored_state=recurrent_state == "stored",
         burn_in=burn_in,
     )
-    for name in ("loss_objective", "loss_entropy", "loss_critic", "kl_avg"):
-        torch.testing.assert_close(
-            out[name],
-            torch.tensor(values[name], dtype=torch.float64),
-            rtol=1e-10,
-            atol=1e-12,
-        )
-    assert len(pairs) == len(list(loss.parameters()))
-    for ours, ref in pairs:
-        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-8, atol=1e-11)
+    assert_matches_reference(out, values, pairs, loss)
     # the truncations and the trust region act at some steps only: both were
     # checked
     assert 0 < float(out["rho_clip_fraction"]) < 1
@@ -937,16 +943,7 @@ def test_plain_q_critic_on_recurrent_trunk_matches_step_by_step_unroll():
         burn_in=burn_in,
         dueling=False,
     )
-    for name in ("loss_objective", "loss_entropy", "loss_critic", "kl_avg"):
-        torch.testing.assert_close(
-            out[name],
-            torch.tensor(values[name], dtype=torch.float64),
-            rtol=1e-10,
-            atol=1e-12,
-        )
-    assert len(pairs) == len(list(loss.parameters()))
-    for ours, ref in pairs:
-        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-8, atol=1e-11)
+    assert_matches_reference(out, values, pairs, loss)
 
 
 def test_gaussian_retrace_estimator_targets_match_reference_and_burn_in_gets_nan():
