@@ -65,16 +65,12 @@ and the steps per second predicted for 1-64 collector cores feeding one CPU
 learner, the smaller of the collectors' rate and the learner's. It is a
 prediction from the measured costs, not a measurement.
 
-Atari replay: the example's ``FrameStackReplayBuffer`` rebuilds frame stacks
-across consecutive batches of the same environments, and refuses a batch that
-does not continue the last one it stored: the batches after a collection-only
-window (which stores nothing), the ``[workers x num_envs, T]`` batches of a
-synchronous multi-worker collector, the interleaved batches of asynchronous
-workers (even one buffer per worker, each batch routed to the worker whose last
-next stacks it continues, found none that it continued). Every Atari
-configuration here stores whole stacks in a segment replay
-(``make_segment_replay_buffer``) of ``ATARI_REPLAY_STEPS`` steps instead: the
-updates cost the same, replay storage and sampling differ; the JSON says so.
+Atari replay: the example's frame-lean ``FrameStackReplayBuffer``
+(``utils_atari.make_replay``), one ring per environment of each worker, built
+for the configuration's number of workers as the example builds it. A
+collection-only window stores nothing, so each worker's first batch after it
+continues nothing stored and serves as frame history only (the buffer warns and
+counts it); the untimed batches at the start of every window absorb that.
 
 **Two Ray nodes on this machine** (``--two-nodes``): starts a head node
 (``ray start --head --num-cpus=1``, a temp dir of its own) and a second raylet
@@ -155,8 +151,6 @@ TASKS = {
 # (MinAtar) and 800 000 (Atari, 6 GB): the cost of an update or a sample does not
 # depend on it, and six trainers must fit in memory beside the machine's others
 REPLAY_STEPS = 16_000
-# Atari: whole frame stacks (56 KB a step), so fewer
-ATARI_REPLAY_STEPS = 4_000
 
 
 def load_config(task: str, backend: str, workers: int, sync: bool):
@@ -208,10 +202,8 @@ def make_trainer(task: str, cfg, pieces: dict | None = None) -> ACERTrainer:
     T, num_envs = cfg.collector.T, cfg.env.num_envs
     segments = cfg.replay.batch_segments or num_envs
     if task == "atari":
-        # the example's FrameStackReplayBuffer takes only every batch of one set
-        # of environments, in order (see the module's docstring): whole stacks
-        # in a segment replay instead, smaller
-        replay = make_segment_replay_buffer(ATARI_REPLAY_STEPS, T, segments)
+        workers = cfg.collector.num_workers if cfg.collector.backend != "single" else 1
+        replay = utils.make_replay(num_envs, REPLAY_STEPS, T, segments, workers)
     else:
         replay = make_segment_replay_buffer(cfg.replay.capacity, T, segments)
     return ACERTrainer(
@@ -596,9 +588,7 @@ def run_task(task: str, configs: list[str], args, base_threads: int) -> dict:
                 "num_envs_per_worker": num_envs,
                 "T": T,
                 "replay_ratio": float(setups[configs[0]].cfg.replay.ratio),
-                "replay_capacity_steps": (
-                    ATARI_REPLAY_STEPS if task == "atari" else REPLAY_STEPS
-                ),
+                "replay_capacity_steps": REPLAY_STEPS,
                 "replay_start": 0,
                 "steps_per_window": steps,
                 "prefill_steps": args.prefill * num_envs * T,
@@ -629,11 +619,9 @@ def run_task(task: str, configs: list[str], args, base_threads: int) -> dict:
         )
         if task == "atari":
             result["settings"]["replay_note"] = (
-                f"a segment replay of whole frame stacks, {ATARI_REPLAY_STEPS} "
-                "steps, for every configuration: the example's "
-                "FrameStackReplayBuffer takes every batch of one set of "
-                "environments in order (collection-only windows skip storage; "
-                "several workers interleave)"
+                "the example's frame-lean FrameStackReplayBuffer, one ring per "
+                "environment of each worker; a worker's first batch after a "
+                "collection-only window is frame history only"
             )
         if "single" in setups:
             print(f"  {task}: per-step costs", flush=True)
