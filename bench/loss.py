@@ -18,6 +18,15 @@ value checks on), ``unchecked`` (``check_values=False``) and, with ``--compile``
 it compiles in the warm-up call, a minute or more per case on a small CPU, so it
 is not in ``bench/gpu_check.sh``'s timed run).
 
+TorchRL's own losses run in the same rounds on the CartPole cases, each on its own
+networks of the same sizes ([64, 64] ReLU MLPs, 4 inputs, 2 actions) and the same
+batch, and are divided by the same bare work (ACER's networks): ``a2c_gae``
+(``A2CLoss``, its GAE with lambda 0.95 computed inside the call, as ACER's
+Retrace is), ``ppo_gae`` (``ClipPPOLoss`` and GAE alike), ``dqn`` (``DQNLoss``
+with a target network, ``delay_value=True``). They do less network work than
+ACER (no averaged policy; A2C and PPO a value head of one output), so their
+ratios are not a measure of their own overhead, only of their cost beside ours.
+
 Cases: separate [64, 64] MLPs on CartPole-sized inputs (4 features, 2 actions)
 with [16, 20] batches (and [128, 20], to show how much of the overhead is fixed),
 and the DQN conv trunk shared by both heads on Atari-sized
@@ -73,6 +82,7 @@ import argparse
 import copy
 import statistics
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -80,7 +90,7 @@ from tensordict import TensorDict
 from torch.nn.utils.rnn import pack_padded_sequence
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import interleaved_medians, interleaved_samples, save  # noqa: E402
+from _common import interleaved_samples, save  # noqa: E402
 
 from torchrl_acer import ACERLoss  # noqa: E402
 from torchrl_acer.modules.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
@@ -160,7 +170,68 @@ class Head(torch.nn.Module):
         return self.module(x)
 
 
-def case(name, actor, critic, data, obs_key, shared, device, compile_loss=False):
+def torchrl_peers(data, obs_dim, num_actions, device):
+    """TorchRL's A2C, PPO (both with GAE) and DQN losses on [64, 64] MLPs of
+    their own, as timed calls on ``data`` (see the module docstring)."""
+    from tensordict.nn import TensorDictModule
+    from torchrl.data import OneHot
+    from torchrl.modules import (
+        MLP,
+        OneHotCategorical,
+        ProbabilisticActor,
+        QValueActor,
+        ValueOperator,
+    )
+    from torchrl.objectives import A2CLoss, ClipPPOLoss, DQNLoss, ValueEstimators
+
+    def mlp(out):
+        return MLP(in_features=obs_dim, out_features=out, num_cells=[64, 64]).to(device)
+
+    def actor_critic():
+        actor = ProbabilisticActor(
+            TensorDictModule(mlp(num_actions), ["observation"], ["logits"]),
+            in_keys=["logits"],
+            distribution_class=OneHotCategorical,
+            return_log_prob=True,
+        )
+        return actor, ValueOperator(mlp(1), in_keys=["observation"])
+
+    # DQN's target network is left as built: no updater is the point here
+    warnings.filterwarnings("ignore", "No target network updater")
+    data = data.to(device)
+    peers = {}
+    for name, cls in (("a2c_gae", A2CLoss), ("ppo_gae", ClipPPOLoss)):
+        loss = cls(*actor_critic())
+        loss.make_value_estimator(ValueEstimators.GAE, gamma=0.99, lmbda=0.95)
+
+        def run(loss=loss):
+            td = data.clone(False)  # the loss writes its advantage into the batch
+            out = loss(td)
+            sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+
+        peers[name] = run
+    qnet = QValueActor(mlp(num_actions), in_keys=["observation"], spec=OneHot(2))
+    dqn = DQNLoss(qnet, delay_value=True)
+    dqn.make_value_estimator(gamma=0.99)
+
+    def run_dqn():
+        dqn(data.clone(False))["loss"].backward()
+
+    peers["dqn"] = run_dqn
+    return peers
+
+
+def case(
+    name,
+    actor,
+    critic,
+    data,
+    obs_key,
+    shared,
+    device,
+    compile_loss=False,
+    peers=False,
+):
     actor, critic, data = actor.to(device), critic.to(device), data.to(device)
     loss = ACERLoss(actor, critic)
     loss.make_value_estimator(gamma=0.99)
@@ -186,6 +257,8 @@ def case(name, actor, critic, data, obs_key, shared, device, compile_loss=False)
     fns["unchecked"] = loss_step(unchecked, data)
     if compile_loss:
         fns["compiled"] = loss_step(torch.compile(unchecked, fullgraph=True), data)
+    if peers:
+        fns.update(torchrl_peers(data, obs_dim=4, num_actions=2, device=device))
     return name, fns
 
 
@@ -454,6 +527,24 @@ def recurrent_case(name, B, T, burn_in, device):
     }
 
 
+def timed_row(name, fns, rounds, sync) -> dict:
+    """A case's result: median seconds of each candidate over interleaved rounds,
+    and each candidate's median and range of per-round ratios to ``bare`` (each
+    round's load hits both sides alike)."""
+    seconds = interleaved_samples(fns, rounds, sync=sync)
+    row = {
+        "case": name,
+        "median_s": {f: statistics.median(s) for f, s in seconds.items()},
+        "rounds_s": seconds,
+    }
+    for c in fns:
+        if c != "bare":
+            ratios = [a / b for a, b in zip(seconds[c], seconds["bare"], strict=True)]
+            row[f"{c}_over_bare"] = statistics.median(ratios)
+            row[f"{c}_over_bare_range"] = [min(ratios), max(ratios)]
+    return row
+
+
 def recurrent_main(args, device, sync):
     """The LSTM cases: per-round ratios, their median and range."""
     B, T = args.B, args.T
@@ -470,16 +561,7 @@ def recurrent_main(args, device, sync):
     )
     rows = []
     for name, fns in cases:
-        seconds = interleaved_samples(fns, args.rounds, sync=sync)
-        row = {
-            "case": name,
-            "median_s": {f: statistics.median(s) for f, s in seconds.items()},
-            "rounds_s": seconds,
-        }
-        for c in candidates:
-            ratios = [a / b for a, b in zip(seconds[c], seconds["bare"], strict=True)]
-            row[f"{c}_over_bare"] = statistics.median(ratios)
-            row[f"{c}_over_bare_range"] = [min(ratios), max(ratios)]
+        row = timed_row(name, fns, args.rounds, sync)
         rows.append(row)
         cells = "".join(
             f"{row['median_s'][c] * 1e3:>14.2f} {row[f'{c}_over_bare']:>10.2f} "
@@ -541,6 +623,7 @@ def main():
             shared=False,
             device=device,
             compile_loss=args.compile,
+            peers=True,
         ),
         case(
             f"cartpole_mlp_{8 * B}x{T}",
@@ -550,6 +633,7 @@ def main():
             shared=False,
             device=device,
             compile_loss=args.compile,
+            peers=True,
         ),
         case(
             f"atari_dqn_conv_shared_{B}x{T}",
@@ -562,18 +646,17 @@ def main():
         ),
     ]
     rows = []
-    candidates = ["loss", "unchecked"] + (["compiled"] if args.compile else [])
-    header = "".join(f"{c + ' ms':>14} {c + '/bare':>15}" for c in candidates)
-    print(f"{'case':<30} {'bare ms':>9}{header}")
     for name, fns in cases:
         rounds = args.rounds if "mlp" in name else max(3, args.rounds // 2)
-        med = interleaved_medians(fns, rounds, sync=sync)
-        ratios = {c: med[c] / med["bare"] for c in candidates}
-        row = {"case": name, "median_s": med, "loss_over_bare": ratios["loss"]}
-        row.update({f"{c}_over_bare": ratios[c] for c in candidates[1:]})
+        row = timed_row(name, fns, rounds, sync)
         rows.append(row)
-        cells = "".join(f"{med[c] * 1e3:>14.2f} {ratios[c]:>15.2f}" for c in candidates)
-        print(f"{name:<30} {med['bare'] * 1e3:>9.2f}{cells}")
+        med = row["median_s"]
+        cells = ", ".join(
+            f"{c} {med[c] * 1e3:.2f} ms ({row[f'{c}_over_bare']:.2f}x)"
+            for c in fns
+            if c != "bare"
+        )
+        print(f"{name}: bare {med['bare'] * 1e3:.2f} ms; {cells}", flush=True)
     settings = run_settings(args, device)
     name = "loss" if device.type == "cpu" else f"loss_{device.type}"
     path = save(name, {"settings": settings, "rows": rows})

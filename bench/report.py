@@ -94,6 +94,16 @@ def print_over_seeds(names, per_seed, what, fmt):
             )
 
 
+LOSS_COLUMNS = {
+    "loss": "ACERLoss",
+    "unchecked": "`check_values=False`",
+    "compiled": "`torch.compile`",
+    "a2c_gae": "TorchRL A2CLoss + GAE",
+    "ppo_gae": "TorchRL ClipPPOLoss + GAE",
+    "dqn": "TorchRL DQNLoss",
+}
+
+
 def speed_and_memory():
     path, r = newest("retrace")
     if r:
@@ -113,10 +123,25 @@ def speed_and_memory():
     if r:
         print(f"ACERLoss forward+backward / bare networks' (`{path.name}`):")
         print()
-        print("| case | loss / bare |")
-        print("|---|---|")
+        columns = [
+            c for c in LOSS_COLUMNS if any(f"{c}_over_bare" in w for w in r["rows"])
+        ]
+        print("| case | " + " | ".join(LOSS_COLUMNS[c] for c in columns) + " |")
+        print("|---" * (len(columns) + 1) + "|")
         for row in r["rows"]:
-            print(f"| {row['case']} | {row['loss_over_bare']:.2f}x |")
+            cells = []
+            for c in columns:
+                ratio, spread = (
+                    row.get(f"{c}_over_bare"),
+                    row.get(f"{c}_over_bare_range"),
+                )
+                cells.append(
+                    "-"
+                    if ratio is None
+                    else f"{ratio:.2f}x"
+                    + (f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else "")
+                )
+            print(f"| {row['case']} | " + " | ".join(cells) + " |")
         print()
     path, r = newest("loss_recurrent")
     if r:
