@@ -210,7 +210,11 @@ def torchrl_peers(data, obs_dim, num_actions, device):
             sum(v for k, v in out.items() if k.startswith("loss_")).backward()
 
         peers[name] = run
-    qnet = QValueActor(mlp(num_actions), in_keys=["observation"], spec=OneHot(2))
+    qnet = QValueActor(
+        mlp(num_actions),
+        in_keys=["observation"],
+        spec=OneHot(num_actions, device=device),
+    )
     dqn = DQNLoss(qnet, delay_value=True)
     dqn.make_value_estimator(gamma=0.99)
 
