@@ -10,18 +10,25 @@ Times, round-robin in one run (medians over ``--rounds``), one ``[8, 20]`` batch
   example used before :class:`~torchrl_acer.modules.actors.CategoricalActor`);
 - ``collector``: the same with the example's actor, a ``CategoricalActor`` on
   the same network (same draws, see tests/test_categorical_actor.py);
+- ``lean_collector``: :class:`~torchrl_acer.training.gym_collector.GymVectorCollector`
+  (``collector.backend=lean``) on the same env and actor: the same batches as
+  ``collector``, bit for bit (tests/test_gym_collector.py), stepping gymnasium's
+  vector env itself;
 - ``gymnasium``: gymnasium's own vector env stepped 20 times with random actions
   (no torch, no TensorDict);
 - ``policy_bare``: the policy network's forward on 8 observations, 20 times.
 
-It reports the speed-up of the lean actor and both collectors against the
-gymnasium + bare-network floor (``gymnasium + policy_bare``): what TorchRL's env
-wrapper, transforms and collector add to the work they wrap.
+It reports the speed-up of the lean actor and of the lean collector (the median
+of the per-round ratios to TorchRL's ``Collector``), and each collector against
+the gymnasium + bare-network floor (``gymnasium + policy_bare``): what TorchRL's
+env wrapper, transforms and collector add to the work they wrap, and what is left
+of it without them (the actor's sampling, the batch's TensorDict).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -34,24 +41,28 @@ from torchrl.modules import OneHotCategorical, ProbabilisticActor
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import interleaved_medians, save  # noqa: E402
+from _common import interleaved_samples, save  # noqa: E402
 
 from torchrl_acer.modules.models import mlp_actor_critic  # noqa: E402
 from torchrl_acer.training.envs import make_env  # noqa: E402
+from torchrl_acer.training.gym_collector import GymVectorCollector  # noqa: E402
 
 NUM_ENVS, T = 8, 20
 
 
-def collector_batches(policy, seed):
+def collector_batches(policy, seed, gym_vector=False):
     env = make_env("CartPole-v1", num_envs=NUM_ENVS, seed=seed, action_space="discrete")
-    collector = Collector(
-        env,
-        policy,
-        frames_per_batch=NUM_ENVS * T,
-        total_frames=-1,
-        storing_device="cpu",
-        auto_register_policy_transforms=False,
-    )
+    if gym_vector:
+        collector = GymVectorCollector(env, policy, frames_per_batch=NUM_ENVS * T)
+    else:
+        collector = Collector(
+            env,
+            policy,
+            frames_per_batch=NUM_ENVS * T,
+            total_frames=-1,
+            storing_device="cpu",
+            auto_register_policy_transforms=False,
+        )
     iterator = iter(collector)
     return collector, lambda: next(iterator)
 
@@ -71,8 +82,9 @@ def main():
         distribution_class=OneHotCategorical,
         return_log_prob=True,
     )
-    lean_collector, lean_batch = collector_batches(lean, 0)
+    torchrl_collector, torchrl_batch = collector_batches(lean, 0)
     prob_collector, prob_batch = collector_batches(probabilistic, 0)
+    gym_collector, gym_collector_batch = collector_batches(lean, 0, gym_vector=True)
 
     vec = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync")
     vec.reset(seed=0)
@@ -90,18 +102,26 @@ def main():
         for _ in range(T):
             net(obs)
 
-    seconds = interleaved_medians(
+    samples = interleaved_samples(
         {
             "collector_probabilistic": prob_batch,
-            "collector": lean_batch,
+            "collector": torchrl_batch,
+            "lean_collector": gym_collector_batch,
             "gymnasium": gymnasium_batch,
             "policy_bare": policy_bare,
         },
         rounds=args.rounds,
         min_time=0.3,
     )
-    lean_collector.shutdown()
+    seconds = {name: statistics.median(s) for name, s in samples.items()}
+    # the same round's samples saw the same load from elsewhere
+    round_ratios = [
+        c / g
+        for c, g in zip(samples["collector"], samples["lean_collector"], strict=True)
+    ]
+    torchrl_collector.shutdown()
     prob_collector.shutdown()
+    gym_collector.shutdown()
     vec.close()
     steps = NUM_ENVS * T
     floor = seconds["gymnasium"] + seconds["policy_bare"]
@@ -119,6 +139,10 @@ def main():
         "collector_over_floor": seconds["collector"] / floor,
         "collector_probabilistic_over_floor": seconds["collector_probabilistic"]
         / floor,
+        "lean_collector_over_floor": seconds["lean_collector"] / floor,
+        # median of the per-round ratios, and their range
+        "lean_collector_speedup": statistics.median(round_ratios),
+        "lean_collector_speedup_range": [min(round_ratios), max(round_ratios)],
     }
     path = save("collection", result)
     for name, s in seconds.items():
@@ -127,6 +151,12 @@ def main():
         f"lean actor: collection {result['lean_actor_speedup']:.2f}x faster; "
         f"collector / (gymnasium + bare policy): {result['collector_over_floor']:.1f} "
         f"(was {result['collector_probabilistic_over_floor']:.1f})"
+    )
+    print(
+        f"lean collector: {result['lean_collector_speedup']:.2f}x faster than "
+        f"TorchRL's Collector (rounds: {min(round_ratios):.2f} to "
+        f"{max(round_ratios):.2f}); lean collector / (gymnasium + bare policy): "
+        f"{result['lean_collector_over_floor']:.1f}"
     )
     print(f"saved {path}")
 

@@ -29,6 +29,7 @@ from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay
 
 from torchrl_acer.training.experiment import (
     check_config,
+    collector_workers,
     final_summary,
     get_device,
     make_collector,
@@ -83,13 +84,12 @@ def main(cfg: DictConfig) -> None:
     # previous segment of its env (batches name their worker: "worker_index")
     replay = None
     if cfg.replay.ratio > 0:
-        c = cfg.collector
         replay = make_replay(
             cfg.env.num_envs,
             cfg.replay.capacity,
-            c.T,
+            cfg.collector.T,
             cfg.replay.batch_segments or cfg.env.num_envs,
-            num_workers=1 if c.backend == "single" else c.num_workers,
+            num_workers=collector_workers(cfg),
         )
 
     # -- evaluator (greedy policy, one real game per env) and logger -----------------

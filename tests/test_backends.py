@@ -159,7 +159,8 @@ def test_config_refuses_bad_collector_settings():
         (
             "collector.backend",
             "mp",
-            "collector.backend='mp' must be 'single', 'multiprocess' or 'ray'",
+            "collector.backend='mp' must be 'auto', 'single', 'lean', 'multiprocess' "
+            "or 'ray'",
         ),
         ("collector.num_workers", 0, "collector.num_workers=0 must be an integer"),
         ("collector.sync", "yes", "collector.sync='yes' must be true or false"),

@@ -23,7 +23,11 @@ from test_trainer import assert_tree_equal, make_trainer, small_config
 from torchrl.envs import GymWrapper
 
 from torchrl_acer.training.checkpoint import read_checkpoint
-from torchrl_acer.training.env_state import env_state_dict, resume_seed
+from torchrl_acer.training.env_state import (
+    collector_state_dict,
+    env_state_dict,
+    resume_seed,
+)
 from torchrl_acer.training.envs import make_env
 from torchrl_acer.training.experiment import checkpoint_run_dir, resume, run_dir_for
 from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
@@ -193,8 +197,9 @@ def test_environments_that_cannot_be_saved_restart_with_derived_seeds(tmp_path):
     # the collector carries the first observations of environments seeded so
     reference = make_env("CartPole-v1", num_envs=2, seed=seed)
     expected = reference.reset()["observation"]
-    assert torch.equal(fresh.collector._carrier["observation"], expected)
-    assert (fresh.collector._carrier["episode_reward"] == 0).all()
+    carrier = collector_state_dict(fresh.collector)["carrier"]
+    assert torch.equal(carrier["observation"], expected)
+    assert (carrier["episode_reward"] == 0).all()
     reference.close()
     fresh.train()  # and training goes on from there
     assert fresh.frames == 40

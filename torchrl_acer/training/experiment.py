@@ -31,11 +31,13 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.training.checkpoint import read_header
+from torchrl_acer.training.gym_collector import GymVectorCollector
 from torchrl_acer.training.trainer import ACERTrainer, VersionedPolicy
 
 __all__ = [
     "check_config",
     "checkpoint_run_dir",
+    "collector_workers",
     "cut_csv_logs",
     "final_summary",
     "get_device",
@@ -114,7 +116,7 @@ _SETTINGS: dict[str, _Setting] = {
     "env.reward_scale": _finite("> 0", lambda v: v > 0),
     "collector.T": _int_at_least(1),
     "collector.total_frames": _int_at_least(1),
-    "collector.backend": _one_of("single", "multiprocess", "ray"),
+    "collector.backend": _one_of("auto", "single", "lean", "multiprocess", "ray"),
     "collector.num_workers": _int_at_least(1),
     "collector.sync": _BOOL,
     "collector.weight_update_interval": _int_at_least(1),
@@ -423,12 +425,29 @@ class PatientAsyncCollector(MultiAsyncCollector):
         return self.num_workers
 
 
+def collector_workers(cfg: DictConfig) -> int:
+    """The collectors ``cfg.collector.backend`` runs: ``collector.num_workers``
+    for the multi-process and Ray backends, one in this process otherwise."""
+    c = cfg.collector
+    return c.num_workers if c.get("backend", "single") in _TORCHRL_BACKENDS else 1
+
+
 def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     """The collector ``cfg.collector.backend`` names, running ``actor``.
 
     ``single`` (the default): one :class:`~torchrl.collectors.Collector` in this
     process, stepping ``env`` (or ``make_env(num_envs, seed=cfg.seed)``) with the
     learner's own actor: ``[num_envs, T]`` batches, no lag, nothing to push.
+
+    ``auto``: ``lean`` where it reproduces ``single``, ``single`` elsewhere (it
+    says so and why).
+
+    ``lean``: the same in-process collection by a
+    :class:`~torchrl_acer.training.gym_collector.GymVectorCollector`, which steps
+    the gymnasium vector env itself: the ``single`` backend's batches, bit for bit,
+    at a fraction of its cost (``bench/collection.py``). It refuses, naming them,
+    environments and transforms it does not reproduce (Atari's, recurrent
+    models' ``InitTracker`` and primers).
 
     ``multiprocess`` and ``ray``: ``collector.num_workers`` collectors, each
     stepping ``make_env(num_envs, seed=cfg.seed + i * num_envs)``, each step
@@ -455,6 +474,23 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     c = cfg.collector
     T, num_envs = c.T, cfg.env.num_envs
     backend = c.get("backend", "single")
+    if backend in ("lean", "auto"):
+        env = env if env is not None else make_env(num_envs, seed=cfg.seed)
+        try:
+            return GymVectorCollector(
+                env,
+                actor,
+                frames_per_batch=T * num_envs,
+                total_frames=-1,  # endless: the trainer counts frames
+                policy_device=device,
+            )
+        except ValueError as err:
+            if backend == "lean":
+                raise
+            # the same batches from TorchRL's own Collector (its refusals come
+            # before it touches the env: nothing differs but the cost)
+            print(f"collector.backend=auto: TorchRL's Collector, since {err}")
+        backend = "single"
     if backend == "single":
         return Collector(
             env if env is not None else make_env(num_envs, seed=cfg.seed),

@@ -53,6 +53,7 @@ from torchrl_acer.training.env_state import (
     restart_episodes,
     resume_seed,
 )
+from torchrl_acer.training.gym_collector import GymVectorCollector
 from torchrl_acer.training.soft_update import ForeachSoftUpdate
 
 __all__ = [
@@ -658,11 +659,12 @@ class ACERTrainer:
         self._metrics: dict = defaultdict(list)
         # Weights go to collectors whose workers act with a copy of the policy
         # (TorchRL's multi-process and Ray collectors); an in-process Collector
-        # acts with the learner's own modules.
+        # (TorchRL's, or the lean GymVectorCollector) acts with the learner's own
+        # modules.
         self.weight_update_interval = weight_update_interval
         self.max_policy_lag = max_policy_lag
         self._push_weights = isinstance(collector, BaseCollector) and not isinstance(
-            collector, Collector
+            collector, (Collector, GymVectorCollector)
         )
         # _pushed_at[v]: the learner's update count when policy version v was
         # pushed; version 0 is the weights the collector was built with
