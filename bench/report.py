@@ -196,6 +196,35 @@ def speed_and_memory():
                 f"{len(overlap)} repeats, range {min(overlap):.2f}-{max(overlap):.2f})."
             )
         print()
+    path, r = newest("loop")
+    if r:
+        lo, hi = r["loop_over_bound_range"]
+        shares = ", ".join(
+            f"{name} {share:.0%}"
+            for name, share in sorted(r["time_fractions"].items(), key=lambda x: -x[1])
+        )
+        print(
+            f"CartPole loop / its networks' compute bound (`{path.name}`): "
+            f"{r['loop_over_bound']:.3f} (range {lo:.3f}-{hi:.3f}); "
+            f"{r['loop_steps_per_s']:.0f} env steps/s against {r['bound_steps_per_s']:.0f}; "
+            f"time: {shares}."
+        )
+        print()
+    path, r = newest("collection")
+    if r:
+        line = (
+            f"One [8, 20] CartPole batch (`{path.name}`): TorchRL's Collector takes "
+            f"{r['collector_over_floor']:.1f}x gymnasium + the bare policy"
+        )
+        if "lean_collector_speedup" in r:
+            lo, hi = r["lean_collector_speedup_range"]
+            line += (
+                f"; GymVectorCollector {r['lean_collector_over_floor']:.1f}x, "
+                f"{r['lean_collector_speedup']:.2f}x faster than the Collector "
+                f"(per-round {lo:.2f}-{hi:.2f})"
+            )
+        print(line + ".")
+        print()
     path, r = newest("memory")
     if r:
         gb = 1e9
