@@ -8,7 +8,8 @@ when it is unset (``bench/gpu_check.sh`` sets it on a lent GPU machine;
 ``bench/gpu_check.sh --dry-run`` does). The loss's forward and backward, the
 trust-region projection and Retrace on the device equal the same on the CPU in
 float32 (TF32 off, so that both sides compute in full float32), replay kept in
-host memory feeds a loss on the device (the learner's layout), and a short
+host memory feeds a loss on the device (the learner's layout), GymVectorCollector acts
+with a policy on the device as TorchRL's Collector does, and a short
 training run with the learner on the device completes.
 """
 
@@ -31,6 +32,7 @@ from torchrl_acer.modules.models import (
 )
 from torchrl_acer.training.envs import make_env
 from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
+from torchrl_acer.training.gym_collector import GymVectorCollector
 from torchrl_acer.training.trainer import (
     ACERTrainer,
     GreedyEvaluator,
@@ -430,6 +432,46 @@ def test_cartpole_trainer_with_the_learner_on_the_device(device, tmp_path):
     trainer.train()
     check_trained_on(trainer, device, batches=10)
     trainer.close()
+
+
+def test_lean_collector_with_the_policy_on_the_device_equals_torchrls(device):
+    """GymVectorCollector acting with a policy on the device (its outputs brought
+    back to the CPU) collects TorchRL's Collector's batches there, bit for bit."""
+    batches = {}
+    for name in ("torchrl", "lean"):
+        env = make_env("CartPole-v1", num_envs=3, seed=0)
+        torch.manual_seed(0)
+        actor, _ = mlp_actor_critic(
+            4, 2, num_cells=[16], action_spec=env.action_spec[0]
+        )
+        actor = actor.to(device)
+        torch.manual_seed(1)
+        if device.type == "cuda":
+            torch.cuda.manual_seed_all(1)
+        if name == "torchrl":
+            collector = Collector(
+                env,
+                actor,
+                frames_per_batch=3 * 30,
+                total_frames=-1,
+                policy_device=device,
+                storing_device="cpu",
+                auto_register_policy_transforms=False,
+            )
+        else:
+            collector = GymVectorCollector(
+                env, actor, frames_per_batch=3 * 30, policy_device=device
+            )
+        iterator = iter(collector)
+        batches[name] = [next(iterator) for _ in range(2)]
+        collector.shutdown()
+    for expected, got in zip(batches["torchrl"], batches["lean"], strict=True):
+        assert got.device == torch.device("cpu")
+        assert set(got.keys(True, True)) == set(expected.keys(True, True))
+        for key in expected.keys(True, True):
+            a, b = expected.get(key), got.get(key)
+            assert a.dtype == b.dtype and torch.equal(a, b.to(a.device)), key
+    assert batches["lean"][1]["next", "done"].any()  # episodes ended on the way
 
 
 def test_atari_trainer_with_the_learner_on_the_device(device, tmp_path):
