@@ -325,6 +325,10 @@ def main():
         ("minatar_freeway", "MinAtar Freeway, 1M"),
         ("minatar_seaquest", "MinAtar Seaquest, 1M"),
         ("minatar_breakout_lstm", "MinAtar Breakout, 1M, LSTM, burn-in 5"),
+        (
+            "minatar_breakout_multiprocess",
+            "MinAtar Breakout, 1M, 2 async worker processes",
+        ),
         ("minatar_space_invaders_no_replay", "MinAtar SpaceInvaders, replay ratio 0"),
         (
             "minatar_space_invaders_no_trust_region",
