@@ -1,6 +1,6 @@
 """The CartPole training loop against its networks' compute bound.
 
-    python bench/loop.py [--batches 20] [--repeats 5] [--threads 1]
+    python bench/loop.py [--batches 20] [--repeats 5] [--threads 1] [--compile]
 
 Measures, in one run, alternating windows of each:
 
@@ -187,10 +187,17 @@ def main():
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="the example's compile=true: torch.compile of the loss's forward",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     trainer = cartpole_trainer(True)
+    if args.compile:
+        trainer.loss_module.compile()  # as examples/acer_gym.py does
     num_envs = trainer.collector.env.batch_size.numel()
     batch_segments = trainer.replay_buffer._batch_size
     # the trainer's own iteration: the policy's inputs are checked there
@@ -239,6 +246,7 @@ def main():
             "batches_per_round": args.batches,
             "repeats": args.repeats,
             "torch_threads": args.threads,
+            "compile": args.compile,
         },
         "loop_steps_per_s": median("loop_steps_per_s"),
         "bound_steps_per_s": median("bound_steps_per_s"),
