@@ -117,6 +117,7 @@ from _common import interleaved_medians, save  # noqa: E402
 
 from torchrl_acer.training.experiment import (  # noqa: E402
     check_config,
+    collector_workers,
     make_collector,
     make_loss,
     make_optimizer,
@@ -202,8 +203,9 @@ def make_trainer(task: str, cfg, pieces: dict | None = None) -> ACERTrainer:
     T, num_envs = cfg.collector.T, cfg.env.num_envs
     segments = cfg.replay.batch_segments or num_envs
     if task == "atari":
-        workers = cfg.collector.num_workers if cfg.collector.backend != "single" else 1
-        replay = utils.make_replay(num_envs, REPLAY_STEPS, T, segments, workers)
+        replay = utils.make_replay(
+            num_envs, REPLAY_STEPS, T, segments, collector_workers(cfg)
+        )
     else:
         replay = make_segment_replay_buffer(cfg.replay.capacity, T, segments)
     return ACERTrainer(
