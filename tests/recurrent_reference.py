@@ -122,6 +122,18 @@ def unroll(net, data, *, stored_state: bool, burn_in: int = 0):
     )
 
 
+def unroll_with_average(net, average_net, data, stored_state, burn_in):
+    """``(now, nxt, average, part)``: ``net`` unrolled at ``s_t`` and ``s'_t``,
+    the averaged policy at ``s_t`` (no gradient), both over the whole segment
+    from the same states, and the steps ``burn_in .. T-1`` of ``data``."""
+    now, nxt = unroll(net, data, stored_state=stored_state, burn_in=burn_in)
+    with torch.no_grad():
+        average, _ = unroll(
+            average_net, data, stored_state=stored_state, burn_in=burn_in
+        )
+    return now, nxt, average, data[:, burn_in:]
+
+
 def recurrent_acer_reference(
     net,
     average_net,
@@ -147,12 +159,9 @@ def recurrent_acer_reference(
     ``{"loss_objective", "loss_entropy", "loss_critic", "kl_avg"}`` (the mean
     :math:`KL(\pi_{avg} \| \pi)`).
     """
-    now, nxt = unroll(net, data, stored_state=stored_state, burn_in=burn_in)
-    with torch.no_grad():
-        average, _ = unroll(
-            average_net, data, stored_state=stored_state, burn_in=burn_in
-        )
-    part = data[:, burn_in:]
+    now, nxt, average, part = unroll_with_average(
+        net, average_net, data, stored_state, burn_in
+    )
     B, T = part.batch_size
     A = now["logits"].shape[-1]
     action = part["action"]
@@ -278,12 +287,9 @@ def recurrent_gaussian_reference(
     ``acer_gaussian_reference`` (the loss's outputs and the targets
     :math:`Q_{ret}`, :math:`Q_{opc}` of steps ``burn_in .. T-1``).
     """
-    now, nxt = unroll(net, data, stored_state=stored_state, burn_in=burn_in)
-    with torch.no_grad():
-        average, _ = unroll(
-            average_net, data, stored_state=stored_state, burn_in=burn_in
-        )
-    part = data[:, burn_in:]
+    now, nxt, average, part = unroll_with_average(
+        net, average_net, data, stored_state, burn_in
+    )
     B, T = part.batch_size
     n = B * T
     d = now["loc"].shape[-1]

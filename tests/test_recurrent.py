@@ -857,22 +857,28 @@ def replayed_noise(loss, batch, burn_in, seed=3):
     return noise
 
 
-def check_gaussian_against_reference(
-    kind, *, burn_in=0, recurrent_state="stored", fixed_scale=None
-):
-    actor, critic = recurrent_gaussian_actor_sdn(kind, fixed_scale)
+def run_gaussian_loss(kind, actor, critic, burn_in, **loss_kwargs):
+    """``(loss, batch, noise, out)``: the loss (trust region on, the averaged
+    policy moved away from the policy) on ``kind``'s segment batch with the
+    reference's draws, its forward, and the backward of its three losses."""
     loss = make_loss(
-        actor,
-        critic,
-        burn_in=burn_in,
-        recurrent_state=recurrent_state,
-        delta=GAUSSIAN_DELTA,
+        actor, critic, burn_in=burn_in, delta=GAUSSIAN_DELTA, **loss_kwargs
     )
     move_average(loss, 0.3)
     batch = gaussian_segment_batch(kind)
     noise = replayed_noise(loss, batch, burn_in)
     out = loss(batch)
     (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+    return loss, batch, noise, out
+
+
+def check_gaussian_against_reference(
+    kind, *, burn_in=0, recurrent_state="stored", fixed_scale=None
+):
+    actor, critic = recurrent_gaussian_actor_sdn(kind, fixed_scale)
+    loss, batch, noise, out = run_gaussian_loss(
+        kind, actor, critic, burn_in, recurrent_state=recurrent_state
+    )
 
     values, pairs = gaussian_reference_values(
         kind,
@@ -926,12 +932,7 @@ def test_plain_q_critic_on_recurrent_trunk_matches_step_by_step_unroll():
     critic.value_network.noise = lambda loc: c.view(
         3, *[1] * (loc.ndim - 1), D_ACT
     ).expand(3, *loc.shape)
-    loss = make_loss(actor, critic, burn_in=burn_in, delta=GAUSSIAN_DELTA)
-    move_average(loss, 0.3)
-    batch = gaussian_segment_batch(kind)
-    noise = replayed_noise(loss, batch, burn_in)
-    out = loss(batch)
-    (out["loss_objective"] + out["loss_entropy"] + out["loss_critic"]).backward()
+    loss, batch, noise, out = run_gaussian_loss(kind, actor, critic, burn_in)
     values, pairs = gaussian_reference_values(
         kind,
         loss,
