@@ -50,19 +50,24 @@ from torchrl_acer.training.gym_collector import GymVectorCollector  # noqa: E402
 NUM_ENVS, T = 8, 20
 
 
+def torchrl_collector(env, policy) -> Collector:
+    """TorchRL's ``Collector`` of endless ``[NUM_ENVS, T]`` batches on the CPU."""
+    return Collector(
+        env,
+        policy,
+        frames_per_batch=NUM_ENVS * T,
+        total_frames=-1,
+        storing_device="cpu",
+        auto_register_policy_transforms=False,
+    )
+
+
 def collector_batches(policy, seed, gym_vector=False):
     env = make_env("CartPole-v1", num_envs=NUM_ENVS, seed=seed, action_space="discrete")
     if gym_vector:
         collector = GymVectorCollector(env, policy, frames_per_batch=NUM_ENVS * T)
     else:
-        collector = Collector(
-            env,
-            policy,
-            frames_per_batch=NUM_ENVS * T,
-            total_frames=-1,
-            storing_device="cpu",
-            auto_register_policy_transforms=False,
-        )
+        collector = torchrl_collector(env, policy)
     iterator = iter(collector)
     return collector, lambda: next(iterator)
 

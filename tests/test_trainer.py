@@ -2,6 +2,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from builders import gym_config, run_example
@@ -248,6 +249,41 @@ def test_greedy_evaluator_scores_each_environments_first_episode(max_steps):
     else:
         assert max(expected) == max_steps  # some episode was cut off
     env.close()
+
+
+class _StateCheckingPolicy:
+    """The actor, keeping at each call the observation it is given and the state
+    CartPole's copies are in (its observation is its state)."""
+
+    def __init__(self, actor, env):
+        self.actor, self.env, self.seen = actor, env, []
+
+    def __call__(self, td):
+        copies = self.env.base_env._env.envs
+        states = np.stack([copy.unwrapped.state for copy in copies])
+        self.seen.append((td["observation"].clone(), torch.as_tensor(states)))
+        return self.actor(td)
+
+
+def test_greedy_evaluator_acts_on_the_states_its_episodes_are_in():
+    # TorchRL 0.14's env.reset() after a step where some copies ended returns the
+    # observations saved at that step (upstream/torchrl/0002-*.patch): a second
+    # evaluation on the same env would act first on the last one's observations,
+    # not on the states its new episodes start from.
+    torch.manual_seed(0)
+    env = make_env("CartPole-v1", num_envs=4, seed=3)
+    actor, _ = mlp_actor_critic(4, 2, num_cells=[8], action_spec=env.action_spec[0])
+    with torch.no_grad():  # episodes of different lengths: the last step ends some
+        for p in actor.parameters():
+            p.mul_(3.0)
+    policy = _StateCheckingPolicy(actor, env)
+    evaluator = GreedyEvaluator(env, policy, max_steps=400)
+    for _ in range(3):
+        evaluator()
+    env.close()
+    assert len(policy.seen) > 30
+    for step, (observation, state) in enumerate(policy.seen):
+        assert torch.equal(observation, state.to(observation.dtype)), step
 
 
 def test_checkpoint_holds_the_next_checkpoint_to_write(tmp_path):

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torchrl.envs import EnvBase
 
+from torchrl_acer.training.envs import reset_every_copy
 from torchrl_acer.training.gym_collector import GymVectorCollector
 
 __all__ = [
@@ -203,6 +204,8 @@ def restart_episodes(target, seed: int) -> None:
     ``seed``."""
     if hasattr(target, "set_seed"):
         target.set_seed(seed)
-    if hasattr(target, "reset"):
-        with torch.no_grad():
+    with torch.no_grad():
+        if isinstance(target, EnvBase):
+            reset_every_copy(target)
+        elif hasattr(target, "reset"):
             target.reset()

@@ -9,7 +9,9 @@ import signal
 import gymnasium as gym
 import numpy as np
 import torch
-from torchrl.envs import DoubleToFloat, EnvBase, GymWrapper, RewardSum
+from tensordict import TensorDictBase
+from torchrl.envs import Compose, DoubleToFloat, EnvBase, GymWrapper, RewardSum
+from torchrl.envs.transforms import VecGymEnvTransform
 
 from torchrl_acer.training.cue_recall import ENV_ID as CUE_RECALL
 from torchrl_acer.training.cue_recall import register as register_cue_recall
@@ -20,6 +22,7 @@ __all__ = [
     "check_spaces",
     "is_minatar",
     "make_env",
+    "reset_every_copy",
 ]
 
 
@@ -137,6 +140,25 @@ class SelectObservation(gym.ObservationWrapper):
 
     def observation(self, observation):
         return observation[..., self.indices]
+
+
+def reset_every_copy(env: EnvBase) -> TensorDictBase:
+    """``env.reset()``, returning the first observations of the new episodes.
+
+    With TorchRL 0.14, a bare ``env.reset()`` of a gymnasium vector env (one that
+    resets finished copies within the step) after a step where some but not all
+    copies ended resets every copy, yet its ``VecGymEnvTransform`` returns the
+    observations it saved at that step, those of the episodes that were running
+    (``upstream/torchrl/0002-*.patch`` fixes it in TorchRL: the transform forgets
+    them on a full reset). This does what the fix does before resetting. (A reset
+    mask over every copy is no way round: the transform fails on one before the
+    env's first step.)
+    """
+    transforms = getattr(env, "transform", None)
+    for transform in transforms if isinstance(transforms, Compose) else [transforms]:
+        if isinstance(transform, VecGymEnvTransform):
+            transform._memo.clear()
+    return env.reset()
 
 
 def make_env(

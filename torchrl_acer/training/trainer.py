@@ -53,6 +53,7 @@ from torchrl_acer.training.env_state import (
     restart_episodes,
     resume_seed,
 )
+from torchrl_acer.training.envs import reset_every_copy
 from torchrl_acer.training.gym_collector import GymVectorCollector
 from torchrl_acer.training.soft_update import ForeachSoftUpdate
 
@@ -198,7 +199,7 @@ class GreedyEvaluator:
         policy_device = _module_device(self.policy)
         env_device = self.env.device or torch.device("cpu")
         with set_exploration_type(ExplorationType.DETERMINISTIC):
-            td = self.env.reset()
+            td = reset_every_copy(self.env)
             for _ in range(self.max_steps):
                 if policy_device is None or policy_device == env_device:
                     td = self.policy(td)

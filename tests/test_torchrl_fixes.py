@@ -1,0 +1,219 @@
+"""The fixes to TorchRL's gymnasium path offered upstream (``upstream/torchrl/``).
+
+Each check runs the same script on the installed TorchRL and on a copy of it with
+the patches applied (``tools/torchrl_fixes.py``), in subprocesses:
+
+- 0001 (the terminal-observation reader's fast path) changes no output: a
+  CartPole rollout of vector envs, with episodes ending alone and together, is the
+  same bit for bit, and so is a collector's batch;
+- 0002 (a full reset after a step where some copies ended) returns the states the
+  new episodes start from, where the installed TorchRL returns what it saved at
+  that step (the bug ``reset_every_copy`` works around).
+
+With a TorchRL checkout that has the patches' base commit (``TORCHRL_CHECKOUT``,
+else /work/torchrl_checkout), the patches also apply there with ``git am``, and
+the tests they add pass (``--runslow``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location(
+    "torchrl_fixes", ROOT / "tools" / "torchrl_fixes.py"
+)
+fixes = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fixes)
+
+BASE_COMMIT = "ae9719f17b1517af5c2523a36c4616f003ee55cf"  # upstream/torchrl/README.md
+
+# Writes what the TorchRL it imports does into argv[2] (torch.save).
+SCRIPT = r"""
+import sys, warnings
+import gymnasium as gym
+import numpy as np
+import torch
+import torchrl
+from torchrl.collectors import Collector
+from torchrl.envs import GymWrapper
+from torchrl.modules import RandomPolicy
+
+warnings.filterwarnings("ignore")
+torch.manual_seed(0)
+out = {"torchrl": torchrl.__file__}
+
+
+def vector(lengths=None, num_envs=4, env_id="CartPole-v1"):
+    kwargs = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    if lengths is None:
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                            vector_kwargs=kwargs)
+    fns = [lambda n=n: gym.make(env_id, max_episode_steps=n) for n in lengths]
+    return gym.vector.SyncVectorEnv(fns, **kwargs)
+
+
+# a rollout: episodes end alone (CartPole) and together (time limits of 7)
+for name, vec in (("alone", vector()), ("together", vector([7, 7, 7, 7]))):
+    env = GymWrapper(vec)
+    env.set_seed(0)
+    rollout = env.rollout(120, break_when_any_done=False)
+    out[name] = rollout.to_dict()
+    done = rollout["next", "done"].squeeze(-1)  # [copies, steps]
+    out[name + "_ends"] = {"all": int(done.all(0).sum()),
+                           "some": int((done.any(0) & ~done.all(0)).sum())}
+    env.close()
+
+# a collector's batch
+env = GymWrapper(vector())
+env.set_seed(1)
+collector = Collector(env, RandomPolicy(env.action_spec), frames_per_batch=200,
+                      total_frames=400)
+out["batches"] = [batch.exclude("collector").to_dict() for batch in collector]
+collector.shutdown()
+
+# a full reset after a step where some, not all, copies ended
+vec = vector()
+env = GymWrapper(vec)
+env.set_seed(2)
+td = env.reset()
+for _ in range(500):
+    td = env.rand_step(td)
+    done = td["next", "done"].squeeze(-1)
+    if done.any() and not done.all():
+        break
+    td = td["next"].exclude("reward", "done", "terminated", "truncated")
+out["partial_done"] = done.tolist()
+reset = env.reset()
+out["reset_observation"] = reset["observation"]
+out["reset_state"] = torch.as_tensor(
+    np.stack([copy.unwrapped.state for copy in vec.envs]), dtype=torch.float32
+)
+env.close()
+torch.save(out, sys.argv[1])
+"""
+
+
+def run_script(tmp_path: Path, name: str, pythonpath: Path | None) -> dict:
+    out = tmp_path / f"{name}.pt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(pythonpath), *filter(None, [env.get("PYTHONPATH")])]
+        )
+    subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out)],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=600,
+    )
+    return torch.load(out, weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """What the script records on the installed TorchRL and on the patched copy."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    tmp = tmp_path_factory.mktemp("torchrl_fixes")
+    copy = fixes.patched_copy(tmp / "patched")
+    return run_script(tmp, "installed", None), run_script(tmp, "patched", copy)
+
+
+def assert_same(a, b, where=""):
+    assert type(a) is type(b), where
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    else:
+        assert a == b, where
+
+
+def test_each_patch_changes_the_installed_torchrl(outputs):
+    installed, patched = outputs
+    assert Path(installed["torchrl"]).parent == fixes.installed_torchrl()
+    assert "patched" in Path(patched["torchrl"]).parts
+
+
+def test_reader_fast_path_changes_no_output(outputs):
+    installed, patched = outputs
+    # the rollouts had steps where copies ended alone and all together
+    assert installed["alone_ends"]["some"] >= 2
+    assert installed["together_ends"] == {"all": 120 // 7, "some": 0}
+    for key in ("alone", "together", "batches"):
+        assert_same(installed[key], patched[key], key)
+
+
+def test_full_reset_returns_the_new_episodes_observations(outputs):
+    installed, patched = outputs
+    for out in outputs:
+        assert any(out["partial_done"]) and not all(out["partial_done"])
+    assert torch.equal(patched["reset_observation"], patched["reset_state"])
+    # the installed TorchRL returns what the last step saved; when this fails,
+    # TorchRL fixed it, and reset_every_copy's workaround can go
+    assert not torch.equal(installed["reset_observation"], installed["reset_state"])
+
+
+def checkout_or_skip() -> Path:
+    source = Path(os.environ.get("TORCHRL_CHECKOUT", "/work/torchrl_checkout"))
+    if not (source / ".git").exists() or shutil.which("git") is None:
+        pytest.skip(f"no TorchRL checkout at {source} (TORCHRL_CHECKOUT) or no git")
+    has = subprocess.run(
+        ["git", "-C", str(source), "cat-file", "-e", f"{BASE_COMMIT}^{{commit}}"],
+        capture_output=True,
+    )
+    if has.returncode != 0:
+        pytest.skip(f"{source} does not have the commit {BASE_COMMIT}")
+    return source
+
+
+@pytest.mark.slow
+def test_patches_apply_upstream_and_their_tests_pass(tmp_path):
+    source = checkout_or_skip()
+    clone = tmp_path / "rl"
+
+    def git(*args):
+        return subprocess.run(
+            ["git", "-C", str(clone), *args], check=True, capture_output=True
+        )
+
+    subprocess.run(
+        ["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)],
+        check=True,
+    )
+    git("checkout", "-q", "--detach", BASE_COMMIT)
+    identity = ["-c", "user.name=check", "-c", "user.email=check@example.com"]
+    git(*identity, "am", "-q", *map(str, fixes.PATCHES))
+    # the tests the patches add, run from the patched test file against the
+    # patched copy of the installed torchrl (the checkout's own torchrl is a
+    # newer development version than the installed tensordict)
+    copy = fixes.patched_copy(tmp_path / "patched")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for name in ("test_gym.py", "conftest.py"):
+        shutil.copy(clone / "test" / "libs" / name, tests / name)
+    env = {**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "test_gym.py", "-k", "final_observations or full_reset_after_partial_done"],
+        cwd=tests, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "4 passed" in result.stdout, result.stdout[-3000:]
