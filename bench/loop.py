@@ -1,6 +1,7 @@
 """The CartPole training loop against its networks' compute bound.
 
     python bench/loop.py [--batches 20] [--repeats 5] [--threads 1] [--compile]
+                         [--no-value-checks]
 
 Measures, in one run, alternating windows of each:
 
@@ -192,10 +193,18 @@ def main():
         action="store_true",
         help="the example's compile=true: torch.compile of the loss's forward",
     )
+    parser.add_argument(
+        "--no-value-checks",
+        action="store_true",
+        help="the Retrace estimator's check_values=False (no read-back of the "
+        "importance weights' validity: the compiled loss then has no graph break)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     trainer = cartpole_trainer(True)
+    if args.no_value_checks:
+        trainer.loss_module.value_estimator.check_values = False
     if args.compile:
         trainer.loss_module.compile()  # as examples/acer_gym.py does
     num_envs = trainer.collector.env.batch_size.numel()
@@ -247,6 +256,7 @@ def main():
             "repeats": args.repeats,
             "torch_threads": args.threads,
             "compile": args.compile,
+            "value_checks": not args.no_value_checks,
         },
         "loop_steps_per_s": median("loop_steps_per_s"),
         "bound_steps_per_s": median("bound_steps_per_s"),

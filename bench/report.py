@@ -225,6 +225,22 @@ def speed_and_memory():
             )
         print(line + ".")
         print()
+    path, r = newest("torchrl_fixes")
+    if r:
+        parts = []
+        for task, t in r["tasks"].items():
+            lo, hi = t["speedup_range"]
+            rlo, rhi = t["reader_speedup_range"]
+            parts.append(
+                f"{task}: a Collector batch {t['speedup']:.2f}x (per-round "
+                f"{lo:.2f}-{hi:.2f}), the reader on a step where no copy ended "
+                f"{t['reader_speedup']:.1f}x ({rlo:.1f}-{rhi:.1f})"
+            )
+        print(
+            f"TorchRL with `upstream/torchrl/` applied against the installed one "
+            f"(`{path.name}`): " + "; ".join(parts) + "."
+        )
+        print()
     path, r = newest("memory")
     if r:
         gb = 1e9
