@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from builders import gym_config
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from test_trainer import make_trainer
@@ -44,6 +45,7 @@ from torchrl_acer.training.env_state import (
     restart_episodes,
 )
 from torchrl_acer.training.envs import make_env
+from torchrl_acer.training.experiment import make_collector
 from torchrl_acer.training.gym_collector import GymVectorCollector
 
 SEED = 3
@@ -446,3 +448,19 @@ def test_auto_backend_is_lean_where_it_reproduces_single(tmp_path, capsys):
     ) in capsys.readouterr().out
     with pytest.raises(ValueError, match="transform InitTracker"):
         make_trainer(tmp_path / "lean", **{"collector.backend": "lean", **recurrent})
+
+
+def test_auto_backend_raises_what_the_policy_raises(capsys):
+    """``auto`` falls back to TorchRL's Collector on a refusal only: a policy that
+    fails on the first observation fails the same way, with no fallback."""
+    cfg = gym_config({}, **{"collector.backend": "auto", "env.num_envs": 2})
+    env = make_env("CartPole-v1", num_envs=2, seed=0)
+
+    def broken(observation):
+        raise ValueError("broken policy")
+
+    policy = TensorDictModule(broken, ["observation"], ["action"])
+    with pytest.raises(ValueError, match="broken policy"):
+        make_collector(cfg, None, policy, device=None, env=env)
+    assert "TorchRL's Collector" not in capsys.readouterr().out
+    env.close()

@@ -31,7 +31,7 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.training.checkpoint import read_header
-from torchrl_acer.training.gym_collector import GymVectorCollector
+from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproducedError
 from torchrl_acer.training.trainer import ACERTrainer, VersionedPolicy
 
 __all__ = [
@@ -484,11 +484,12 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
                 total_frames=-1,  # endless: the trainer counts frames
                 policy_device=device,
             )
-        except ValueError as err:
+        except NotReproducedError as err:
             if backend == "lean":
                 raise
             # the same batches from TorchRL's own Collector (its refusals come
-            # before it touches the env: nothing differs but the cost)
+            # before it touches the env: nothing differs but the cost); any other
+            # error, the policy failing on the first observation say, is raised
             print(f"collector.backend=auto: TorchRL's Collector, since {err}")
         backend = "single"
     if backend == "single":

@@ -47,7 +47,13 @@ from torchrl.envs import (
 from torchrl.envs.transforms import VecGymEnvTransform
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-__all__ = ["GymVectorCollector"]
+__all__ = ["GymVectorCollector", "NotReproducedError"]
+
+
+class NotReproducedError(ValueError):
+    """An environment or policy :class:`GymVectorCollector` does not reproduce
+    TorchRL's ``Collector`` on (raised before it touches the environment)."""
+
 
 _USE_COLLECTOR = "use TorchRL's Collector (collector.backend=single) for it"
 _DONE_KEYS = ["done", "terminated", "truncated"]
@@ -200,7 +206,7 @@ class GymVectorCollector(BaseCollector):
         """The gymnasium vector env to step; reads what ``env``'s transforms do,
         refusing what this collector does not reproduce."""
         if not isinstance(env, EnvBase):
-            raise ValueError(
+            raise NotReproducedError(
                 f"GymVectorCollector needs a TorchRL env, got {type(env).__name__}"
             )
         base, transforms = _transforms(env)
@@ -209,7 +215,7 @@ class GymVectorCollector(BaseCollector):
             vector, gym.vector.VectorEnv
         ):
             inner = type(vector).__name__ if isinstance(base, GymWrapper) else None
-            raise ValueError(
+            raise NotReproducedError(
                 f"GymVectorCollector steps a gymnasium vector env in TorchRL's "
                 f"GymWrapper (torchrl_acer.training.envs.make_env), got "
                 f"{type(base).__name__}"
@@ -218,7 +224,7 @@ class GymVectorCollector(BaseCollector):
             )
         mode = getattr(vector, "autoreset_mode", None)
         if mode != gym.vector.AutoresetMode.SAME_STEP:
-            raise ValueError(
+            raise NotReproducedError(
                 f"GymVectorCollector needs a vector env that resets finished copies "
                 f"within the step (autoreset_mode=SAME_STEP), got {mode}; "
                 f"{_USE_COLLECTOR}"
@@ -227,14 +233,14 @@ class GymVectorCollector(BaseCollector):
             None,
             torch.device("cpu"),
         ):
-            raise ValueError(
+            raise NotReproducedError(
                 f"GymVectorCollector steps a GymWrapper on the CPU without frame "
                 f"skip, got frame_skip={base.wrapper_frame_skip} on {base.device}; "
                 f"{_USE_COLLECTOR}"
             )
         entries = _keys(base.observation_spec)
         if entries - {("final", "observation")} != {"observation"}:
-            raise ValueError(
+            raise NotReproducedError(
                 f"GymVectorCollector reproduces a single 'observation' entry (a Box "
                 f"observation space, no info entries), got the entries "
                 f"{sorted(map(str, entries))}; {_USE_COLLECTOR}"
@@ -244,7 +250,7 @@ class GymVectorCollector(BaseCollector):
             or list(env.reward_keys) != ["reward"]
             or sorted(env.done_keys) != _DONE_KEYS
         ):
-            raise ValueError(
+            raise NotReproducedError(
                 f"GymVectorCollector needs the keys 'action', 'reward' and "
                 f"{_DONE_KEYS}, got action {env.action_keys}, reward "
                 f"{env.reward_keys}, done {env.done_keys}; {_USE_COLLECTOR}"
@@ -259,7 +265,7 @@ class GymVectorCollector(BaseCollector):
                 continue  # its swap of the final observation is done here
             if kind is DoubleToFloat:
                 if self._return_key is not None or self._reward_scalings:
-                    raise ValueError(
+                    raise NotReproducedError(
                         "GymVectorCollector reproduces DoubleToFloat before the "
                         "reward transforms (RewardSum, RewardScaling) only; "
                         "append it first, as make_env does, or " + _USE_COLLECTOR
@@ -271,7 +277,7 @@ class GymVectorCollector(BaseCollector):
                     or list(transform.in_keys) != ["reward"]
                     or len(transform.out_keys) != 1
                 ):
-                    raise ValueError(
+                    raise NotReproducedError(
                         f"GymVectorCollector reproduces one RewardSum of 'reward' "
                         f"into one key, got in_keys={transform.in_keys}, "
                         f"out_keys={transform.out_keys}; {_USE_COLLECTOR}"
@@ -283,7 +289,7 @@ class GymVectorCollector(BaseCollector):
                 if list(transform.in_keys) != ["reward"] or list(
                     transform.out_keys
                 ) != ["reward"]:
-                    raise ValueError(
+                    raise NotReproducedError(
                         f"GymVectorCollector reproduces RewardScaling of 'reward' in "
                         f"place, got in_keys={transform.in_keys}, "
                         f"out_keys={transform.out_keys}; {_USE_COLLECTOR}"
@@ -296,7 +302,7 @@ class GymVectorCollector(BaseCollector):
                     )
                 )
                 continue
-            raise ValueError(
+            raise NotReproducedError(
                 f"GymVectorCollector does not reproduce the transform "
                 f"{kind.__name__} (it reproduces RewardSum, DoubleToFloat and "
                 f"RewardScaling); {_USE_COLLECTOR}"
@@ -308,7 +314,7 @@ class GymVectorCollector(BaseCollector):
             # RewardSum adds the rewards to the return in their own dtype
             return_dtype = env.observation_spec[self._return_key].dtype
             if return_dtype != self._reward_dtype:
-                raise ValueError(
+                raise NotReproducedError(
                     f"{self._return_key!r} is {return_dtype}, the reward "
                     f"{self._reward_dtype}; {_USE_COLLECTOR}"
                 )
@@ -321,20 +327,20 @@ class GymVectorCollector(BaseCollector):
     def _check_policy(self, policy) -> None:
         in_keys = getattr(policy, "in_keys", None)
         if in_keys is None or not callable(policy):
-            raise ValueError(
+            raise NotReproducedError(
                 f"GymVectorCollector needs a TensorDict module (with in_keys) as "
                 f"its policy, got {type(policy).__name__}; {_USE_COLLECTOR}"
             )
         for key in in_keys:
             if key != "observation":
-                raise ValueError(
+                raise NotReproducedError(
                     f"the policy reads {key!r}, but GymVectorCollector gives it the "
                     f"observation only: it carries no recurrent state or is_init "
                     f"flags between steps; {_USE_COLLECTOR}"
                 )
         for key in getattr(policy, "out_keys", ()):
             if isinstance(key, tuple) and key[0] == "next":
-                raise ValueError(
+                raise NotReproducedError(
                     f"the policy writes {key!r}, a state for the next step, which "
                     f"GymVectorCollector does not carry; {_USE_COLLECTOR}"
                 )
