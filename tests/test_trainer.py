@@ -405,12 +405,20 @@ def test_evaluation_and_logging(tmp_path):
         ({"replay.start": 10_000}, "replay.start=10000 exceeds replay.capacity"),
         ({"device": "gpu"}, "device='gpu' must be cpu, cuda or auto"),
         ({"compile": "yes"}, "compile='yes' must be true or false"),
+        ({"loss.check_values": "no"}, "loss.check_values='no' must be true or"),
         ({"env.reward_scale": 0.0}, "env.reward_scale=0.0 must be a finite number > 0"),
     ],
 )
 def test_bad_config_fails_at_start(override, match):
     with pytest.raises(ValueError, match=match):
         check_config(small_config(**override))
+
+
+@pytest.mark.parametrize("check_values", [True, False])
+def test_check_values_setting_reaches_the_estimator(tmp_path, check_values):
+    trainer = make_trainer(tmp_path, **{"loss.check_values": check_values})
+    assert trainer.loss_module.value_estimator.check_values is check_values
+    trainer.close()
 
 
 def test_reward_scale_scales_what_the_loss_sees_not_the_logged_return():

@@ -66,6 +66,7 @@ SAFE_CONFIG_CHANGES = (
     "threads",
     "device",
     "compile",
+    "loss.check_values",  # checks the batch, changes nothing it computes
     "env.num_threads",
     # where the environments run; a resume then starts fresh episodes
     "collector.backend",

@@ -167,6 +167,7 @@ _SETTINGS: dict[str, _Setting] = {
     "loss.entropy_coeff": _finite(">= 0", lambda v: v >= 0),
     "loss.critic_coeff": _finite(">= 0", lambda v: v >= 0, null="no critic term"),
     "loss.alpha": _finite("in [0, 1)", lambda v: 0 <= v < 1),
+    "loss.check_values": _BOOL,
     "optim.name": _one_of("adam", "rmsprop"),
     "optim.lr": _finite("> 0", lambda v: v > 0),
     "optim.eps": _finite(">= 0", lambda v: v >= 0),
@@ -355,7 +356,8 @@ def _csv_step(line: str) -> float:
 
 def make_loss(loss: DictConfig, actor, critic) -> ACERLoss:
     """:class:`~torchrl_acer.ACERLoss` from a config's ``loss`` section, with ACER's
-    Retrace estimator (:math:`\\lambda = 1`, :math:`\bar c = 1`)."""
+    Retrace estimator (:math:`\\lambda = 1`, :math:`\bar c = 1`); its value checks
+    unless ``loss.check_values`` is false."""
     module = ACERLoss(
         actor,
         critic,
@@ -368,7 +370,12 @@ def make_loss(loss: DictConfig, actor, critic) -> ACERLoss:
         recurrent_state=loss.get("recurrent_state", "stored"),
         burn_in=loss.get("burn_in", 0),
     )
-    module.make_value_estimator(gamma=loss.gamma, lmbda=1.0, c_thresh=1.0)
+    module.make_value_estimator(
+        gamma=loss.gamma,
+        lmbda=1.0,
+        c_thresh=1.0,
+        check_values=loss.get("check_values", True),
+    )
     return module
 
 
