@@ -96,14 +96,11 @@ def worker(task: str) -> None:
 class Worker:
     def __init__(self, task: str, pythonpath: Path | None):
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        if pythonpath is not None:
-            env["PYTHONPATH"] = os.pathsep.join(
-                [str(pythonpath), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
-            )
-        else:
-            env["PYTHONPATH"] = os.pathsep.join(
-                [str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
-            )
+        # the patched copy, if any, before the installed torchrl
+        first = [] if pythonpath is None else [str(pythonpath)]
+        env["PYTHONPATH"] = os.pathsep.join(
+            [*first, str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        )
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--worker", task],
             stdin=subprocess.PIPE,
