@@ -26,6 +26,7 @@ from torchrl_acer.training.checkpoint import read_checkpoint
 from torchrl_acer.training.env_state import (
     collector_state_dict,
     env_state_dict,
+    restart_episodes,
     resume_seed,
 )
 from torchrl_acer.training.envs import make_env
@@ -212,6 +213,29 @@ def snapshot(directory):
         for p in sorted(Path(directory).rglob("*"))
         if p.is_file()
     }
+
+
+def test_a_restarted_collector_starts_from_the_states_its_copies_are_in():
+    # restart_episodes after a step where some copies ended (a checkpoint loaded
+    # into a trainer that has run): TorchRL 0.14's bare reset would hand the
+    # collector the observations saved at that step (upstream/torchrl/0002-*.patch)
+    from torchrl.collectors import Collector
+    from torchrl.modules import RandomPolicy
+
+    env = make_env("CartPole-v1", num_envs=4, seed=0)
+    torch.manual_seed(0)
+    collector = Collector(
+        env, RandomPolicy(env.action_spec), frames_per_batch=4, total_frames=-1
+    )
+    for batch in collector:  # one step per batch
+        done = batch["next", "done"].reshape(-1)
+        if done.any() and not done.all():
+            break
+    restart_episodes(collector, seed=5)
+    observation = collector_state_dict(collector)["carrier"]["observation"]
+    states = np.stack([copy.unwrapped.state for copy in env.base_env._env.envs])
+    assert torch.equal(observation, torch.as_tensor(states, dtype=observation.dtype))
+    collector.shutdown()
 
 
 def test_a_finished_run_is_left_alone_and_copies_find_their_run(tmp_path, capsys):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torchrl.envs import EnvBase
 
-from torchrl_acer.training.envs import reset_every_copy
+from torchrl_acer.training.envs import forget_saved_step, reset_every_copy
 from torchrl_acer.training.gym_collector import GymVectorCollector
 
 __all__ = [
@@ -208,4 +208,8 @@ def restart_episodes(target, seed: int) -> None:
         if isinstance(target, EnvBase):
             reset_every_copy(target)
         elif hasattr(target, "reset"):
+            # a collector: TorchRL's resets its env with a bare env.reset()
+            env = getattr(target, "env", None)
+            if isinstance(env, EnvBase):
+                forget_saved_step(env)
             target.reset()

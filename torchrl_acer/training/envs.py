@@ -21,6 +21,7 @@ __all__ = [
     "check_env_id",
     "check_spaces",
     "is_minatar",
+    "forget_saved_step",
     "make_env",
     "reset_every_copy",
 ]
@@ -142,22 +143,29 @@ class SelectObservation(gym.ObservationWrapper):
         return observation[..., self.indices]
 
 
-def reset_every_copy(env: EnvBase) -> TensorDictBase:
-    """``env.reset()``, returning the first observations of the new episodes.
+def forget_saved_step(env: EnvBase) -> None:
+    """Makes the next bare ``env.reset()`` of ``env`` return the new episodes' first
+    observations.
 
     With TorchRL 0.14, a bare ``env.reset()`` of a gymnasium vector env (one that
     resets finished copies within the step) after a step where some but not all
     copies ended resets every copy, yet its ``VecGymEnvTransform`` returns the
     observations it saved at that step, those of the episodes that were running
     (``upstream/torchrl/0002-*.patch`` fixes it in TorchRL: the transform forgets
-    them on a full reset). This does what the fix does before resetting. (A reset
+    them on a full reset). This does what the fix does, before a reset. (A reset
     mask over every copy is no way round: the transform fails on one before the
-    env's first step.)
+    env's first step.) Other envs are left alone.
     """
     transforms = getattr(env, "transform", None)
     for transform in transforms if isinstance(transforms, Compose) else [transforms]:
         if isinstance(transform, VecGymEnvTransform):
             transform._memo.clear()
+
+
+def reset_every_copy(env: EnvBase) -> TensorDictBase:
+    """``env.reset()``, returning the first observations of the new episodes in
+    every copy (see :func:`forget_saved_step`)."""
+    forget_saved_step(env)
     return env.reset()
 
 
