@@ -135,21 +135,23 @@ def measure(task: str, copy: Path, rounds: int, min_time: float) -> dict:
     for name, w in workers.items():
         w.batches(5)  # warm-up
         calls[name] = max(1, round(min_time / w.batches(5)["seconds"]))
-    samples = {name: [] for name in workers}
-    ended = {name: [] for name in workers}
-    order = list(workers)
-    for _ in range(rounds):
-        random.shuffle(order)
-        for name in order:
-            out = workers[name].batches(calls[name])
-            samples[name].append(out["seconds"])
-            ended[name].append(out["ended"])
+
+    def interleaved(request) -> dict:
+        """``{worker: [answer of round 0, ...]}``, the workers' order shuffled
+        each round."""
+        answers = {name: [] for name in workers}
+        order = list(workers)
+        for _ in range(rounds):
+            random.shuffle(order)
+            for name in order:
+                answers[name].append(request(name))
+        return answers
+
+    outs = interleaved(lambda name: workers[name].batches(calls[name]))
+    samples = {k: [out["seconds"] for out in v] for k, v in outs.items()}
+    ended = {k: [out["ended"] for out in v] for k, v in outs.items()}
     # the reader alone: many short calls, interleaved the same way
-    reader = {name: [] for name in workers}
-    for _ in range(rounds):
-        random.shuffle(order)
-        for name in order:
-            reader[name].append(workers[name].batches(2000, "reader ")["seconds"])
+    reader = interleaved(lambda name: workers[name].batches(2000, "reader ")["seconds"])
     reader_ratios = [
         i / p for i, p in zip(reader["installed"], reader["patched"], strict=True)
     ]

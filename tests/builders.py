@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
@@ -203,6 +204,13 @@ def table_batch(B, T, num_actions, *, dones=(), terminations=(), seed=0):
         [B, T],
     )
     return batch, (state_ids, next_ids), num_states
+
+
+def cartpole_states(env) -> torch.Tensor:
+    """The states of the CartPole copies in ``make_env``'s env (a ``GymWrapper``
+    around a gymnasium ``SyncVectorEnv``; CartPole's observation is its state)."""
+    copies = env.base_env._env.envs
+    return torch.as_tensor(np.stack([copy.unwrapped.state for copy in copies]))
 
 
 def run_example(script, *args, cwd):

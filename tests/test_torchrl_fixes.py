@@ -34,8 +34,6 @@ spec = importlib.util.spec_from_file_location(
 fixes = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(fixes)
 
-BASE_COMMIT = "ae9719f17b1517af5c2523a36c4616f003ee55cf"  # upstream/torchrl/README.md
-
 # Writes what the TorchRL it imports does into argv[2] (torch.save).
 SCRIPT = r"""
 import sys, warnings
@@ -176,11 +174,11 @@ def checkout_or_skip() -> Path:
     if not (source / ".git").exists() or shutil.which("git") is None:
         pytest.skip(f"no TorchRL checkout at {source} (TORCHRL_CHECKOUT) or no git")
     has = subprocess.run(
-        ["git", "-C", str(source), "cat-file", "-e", f"{BASE_COMMIT}^{{commit}}"],
+        ["git", "-C", str(source), "cat-file", "-e", f"{fixes.BASE_COMMIT}^{{commit}}"],
         capture_output=True,
     )
     if has.returncode != 0:
-        pytest.skip(f"{source} does not have the commit {BASE_COMMIT}")
+        pytest.skip(f"{source} does not have the commit {fixes.BASE_COMMIT}")
     return source
 
 
@@ -198,7 +196,7 @@ def test_patches_apply_upstream_and_their_tests_pass(tmp_path):
         ["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)],
         check=True,
     )
-    git("checkout", "-q", "--detach", BASE_COMMIT)
+    git("checkout", "-q", "--detach", fixes.BASE_COMMIT)
     identity = ["-c", "user.name=check", "-c", "user.email=check@example.com"]
     git(*identity, "am", "-q", *map(str, fixes.PATCHES))
     # the tests the patches add, run from the patched test file against the

@@ -21,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCHES = sorted((ROOT / "upstream" / "torchrl").glob("*.patch"))
+# the pytorch/rl commit the patches were made against (upstream/torchrl/README.md)
+BASE_COMMIT = "ae9719f17b1517af5c2523a36c4616f003ee55cf"
 
 
 def installed_torchrl() -> Path:

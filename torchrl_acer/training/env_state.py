@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torchrl.envs import EnvBase
 
-from torchrl_acer.training.envs import forget_saved_step, reset_every_copy
+from torchrl_acer.training.envs import forget_saved_step
 from torchrl_acer.training.gym_collector import GymVectorCollector
 
 __all__ = [
@@ -204,12 +204,10 @@ def restart_episodes(target, seed: int) -> None:
     ``seed``."""
     if hasattr(target, "set_seed"):
         target.set_seed(seed)
-    with torch.no_grad():
-        if isinstance(target, EnvBase):
-            reset_every_copy(target)
-        elif hasattr(target, "reset"):
-            # a collector: TorchRL's resets its env with a bare env.reset()
-            env = getattr(target, "env", None)
-            if isinstance(env, EnvBase):
-                forget_saved_step(env)
+    # an env, or a collector's (TorchRL's resets it with a bare env.reset())
+    env = target if isinstance(target, EnvBase) else getattr(target, "env", None)
+    if isinstance(env, EnvBase):
+        forget_saved_step(env)
+    if hasattr(target, "reset"):
+        with torch.no_grad():
             target.reset()

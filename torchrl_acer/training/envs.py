@@ -20,8 +20,8 @@ __all__ = [
     "SelectObservation",
     "check_env_id",
     "check_spaces",
-    "is_minatar",
     "forget_saved_step",
+    "is_minatar",
     "make_env",
     "reset_every_copy",
 ]
