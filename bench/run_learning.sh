@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_asterix_ablations|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|cue_recall|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_plot|atari|lunar_lander|summary_plot]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_asterix_ablations|minatar_seaquest_ablations|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|cue_recall|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_learned_scale|halfcheetah_plot|atari|lunar_lander|summary_plot]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -49,6 +49,10 @@ minatar_asterix_ablations() {  # #19: Asterix is still rising at 1M (entropy fal
   # the trust region is inactive): more replay per collected step, and more exploration
   minatar_run minatar_asterix_ratio8 Asterix replay.ratio=8 checkpoint.interval=100000
   minatar_run minatar_asterix_entropy003 Asterix loss.entropy_coeff=0.03 checkpoint.interval=100000
+}
+minatar_seaquest_ablations() {  # #19: the trained policies never surface
+  # (bench/seaquest_deaths.py); does more exploration find the surface?
+  minatar_run minatar_seaquest_entropy003 Seaquest loss.entropy_coeff=0.03 checkpoint.interval=100000
 }
 minatar_multiprocess() {  # #16: learning unchanged by the backend (2 async worker processes)
   minatar_run minatar_breakout_multiprocess Breakout \
@@ -149,6 +153,12 @@ halfcheetah_scale03() {  # the paper's fixed scale 0.3 (δ = 1), replay ratio 4 
     model.dueling=false
   SEEDS=${SEEDS:-0} halfcheetah_run halfcheetah_no_trust_region model.fixed_scale=0.3 \
     loss.trust_region_delta=null
+}
+halfcheetah_learned_scale() {  # #19: a learned scale from 0.1, with an entropy bonus against
+  # its collapse; seeds 0 and 1 first, compared at 300k with the defaults (fixed 0.1), then
+  # SEEDS="0 1 2 3 4" if not behind; run again to continue stopped seeds
+  SEEDS=${SEEDS:-0 1} halfcheetah_run halfcheetah_learned_scale model.fixed_scale=null \
+    model.initial_scale=0.1 loss.entropy_coeff=0.001
 }
 halfcheetah_plot() {  # the README's HalfCheetah figures, from the runs above
   plot_runs bench/results/halfcheetah.png "HalfCheetah-v5: ACER (fixed scale 0.1, δ = 2) and its ablations" \

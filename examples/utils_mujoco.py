@@ -41,6 +41,7 @@ def make_models(cfg: DictConfig, env):
         action_dim,
         num_cells=cfg.model.num_cells,
         fixed_scale=cfg.model.fixed_scale,
+        initial_scale=cfg.model.get("initial_scale", 1.0),
         num_samples=cfg.model.num_samples,
         loc_bounds=loc_bounds,
         dueling=cfg.model.dueling,

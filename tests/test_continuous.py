@@ -310,6 +310,26 @@ def test_bad_mean_bounds_are_refused(bounds):
         gaussian_actor_sdn(3, 1, num_cells=[8], loc_bounds=bounds)
 
 
+def test_learned_scale_starts_at_initial_scale_and_learns():
+    actor, _ = gaussian_actor_sdn(
+        3, 2, num_cells=[8], fixed_scale=None, initial_scale=0.1
+    )
+    td = actor(TensorDict(observation=torch.randn(4, 3), batch_size=[4]))
+    torch.testing.assert_close(td["scale"], torch.full((4, 2), 0.1))
+    # a state-independent parameter, moved by the loss like any other
+    (log_scale,) = [p for n, p in actor.named_parameters() if n.endswith("log_scale")]
+    td["scale"].sum().backward()
+    assert log_scale.grad is not None and bool((log_scale.grad != 0).all())
+
+
+@pytest.mark.parametrize("initial_scale", [0.0, -0.1])
+def test_non_positive_initial_scale_is_refused(initial_scale):
+    with pytest.raises(ValueError, match="initial_scale must be > 0"):
+        gaussian_actor_sdn(
+            3, 1, num_cells=[8], fixed_scale=None, initial_scale=initial_scale
+        )
+
+
 class TestBadInput:
     def test_wrong_action_dimension(self):
         loss, batch, *_ = gaussian_setup()

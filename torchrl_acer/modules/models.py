@@ -10,6 +10,8 @@ runs the trunk once per update.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import distributions as D
@@ -254,12 +256,17 @@ class _GaussianHead(nn.Module):
         action_dim: int,
         scale: float | None,
         loc_bounds: tuple[torch.Tensor, torch.Tensor] | None,
+        initial_scale: float = 1.0,
     ):
         super().__init__()
         self.mlp = mlp
         self.fixed_scale = scale
         if scale is None:
-            self.log_scale = nn.Parameter(torch.zeros(action_dim))
+            if not initial_scale > 0:
+                raise ValueError(f"initial_scale must be > 0, got {initial_scale}")
+            self.log_scale = nn.Parameter(
+                torch.full((action_dim,), math.log(initial_scale))
+            )
         self.bounded = loc_bounds is not None
         if self.bounded:
             low, high = (
@@ -291,6 +298,7 @@ def gaussian_actor_sdn(
     *,
     num_cells=(256, 256),
     fixed_scale: float | None = 0.3,
+    initial_scale: float = 1.0,
     num_samples: int = 5,
     loc_bounds: tuple | None = None,
     dueling: bool = True,
@@ -301,7 +309,8 @@ def gaussian_actor_sdn(
 
     The policy's mean comes from an MLP; its scale is ``fixed_scale`` (the paper's
     continuous ACER uses 0.3) or, with ``fixed_scale=None``, a learned
-    state-independent scale (then part of the trust region's statistics). Actions
+    state-independent scale starting at ``initial_scale`` (then part of the trust
+    region's statistics). Actions
     are not squashed: bound them in the environment, so log-probabilities stay
     exact. ``loc_bounds=(low, high)`` (the action bounds) squashes the *mean* into
     them with a tanh: beyond the bounds the clipped environment cannot tell actions
@@ -325,7 +334,9 @@ def gaussian_actor_sdn(
             activation_class=nn.ReLU,
         )
 
-    head = _GaussianHead(mlp(obs_dim, action_dim), action_dim, fixed_scale, loc_bounds)
+    head = _GaussianHead(
+        mlp(obs_dim, action_dim), action_dim, fixed_scale, loc_bounds, initial_scale
+    )
     actor = ProbabilisticActor(
         TensorDictModule(head, [obs_key], ["loc", "scale"]),
         in_keys=["loc", "scale"],

@@ -67,6 +67,7 @@ SAFE_CONFIG_CHANGES = (
     "device",
     "compile",
     "loss.check_values",  # checks the batch, changes nothing it computes
+    "model.initial_scale",  # initialization only: a resumed run loads its parameters
     "env.num_threads",
     # where the environments run; a resume then starts fresh episodes
     "collector.backend",
