@@ -32,6 +32,7 @@ from torchrl_acer.training.experiment import (
     collector_workers,
     final_summary,
     get_device,
+    lock_run_dir,
     make_collector,
     make_loss,
     make_optimizer,
@@ -47,6 +48,7 @@ def main(cfg: DictConfig) -> None:
     # -- config: refuse values that cannot work, naming the setting ------------------
     check_config(cfg)
     run_dir = run_dir_for(cfg)  # logs, checkpoints, config.yaml, summary.json
+    lock_run_dir(run_dir)  # a second process on this run stops here, touching nothing
 
     # -- device, seeds, threads ------------------------------------------------------
     device = get_device(cfg.device)  # networks, loss and optimizer; envs on the CPU

@@ -696,3 +696,63 @@ def test_ctrl_c_while_collecting(tmp_path, signals):
     assert trainer.frames == (frames + 10 if signals == 1 else frames)
     assert _frames_in(tmp_path / "checkpoints" / "last.pt") == trainer.frames
     trainer.close()
+
+
+def files_of(directory):
+    """``{relative path: (size, mtime_ns)}`` of every file under ``directory``."""
+    return {
+        str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_second_process_on_a_running_run_is_refused_touching_nothing(tmp_path):
+    # the mistake this guards: resuming a run while its first process still trains
+    # (the resume cut the first's logs back to its checkpoint)
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    first = start_example(tmp_path, "plain", "checkpoint.interval=50")
+    try:
+        assert wait_for(checkpoint, first), first.communicate()[1][-3000:]
+        first.send_signal(signal.SIGSTOP)  # holds still while the second tries
+        before = files_of(tmp_path / "run")
+        second = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "examples" / "acer_gym.py"),
+                # a short budget: unrefused, it would end in seconds, status 0
+                *[a for a in EXAMPLE_ARGS if not a.startswith("collector.total")],
+                "collector.total_frames=100",
+                f"logger.run_dir={tmp_path / 'run'}",
+                f"resume={checkpoint}",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert second.returncode != 0
+        assert "is in use by another training process" in second.stderr
+        assert str((tmp_path / "run").resolve()) in second.stderr
+        assert files_of(tmp_path / "run") == before
+    finally:
+        first.kill()  # SIGKILL: the lock goes with the process, nothing to clear
+        first.communicate()
+    # the directory is free again, here and in another process
+    from torchrl_acer.training import experiment
+
+    experiment.lock_run_dir(tmp_path / "run")
+    experiment.lock_run_dir(tmp_path / "run")  # again in the holder: nothing happens
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from torchrl_acer.training.experiment import lock_run_dir; "
+            "lock_run_dir(sys.argv[1])",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode != 0 and "RunDirInUseError" in probe.stderr
+    os.close(experiment._RUN_DIR_LOCKS.pop((tmp_path / "run").resolve()))

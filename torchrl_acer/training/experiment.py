@@ -35,12 +35,14 @@ from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproduce
 from torchrl_acer.training.trainer import ACERTrainer, VersionedPolicy
 
 __all__ = [
+    "RunDirInUseError",
     "check_config",
     "checkpoint_run_dir",
     "collector_workers",
     "cut_csv_logs",
     "final_summary",
     "get_device",
+    "lock_run_dir",
     "make_collector",
     "make_optimizer",
     "resume",
@@ -137,6 +139,7 @@ _SETTINGS: dict[str, _Setting] = {
     "model.activation": _one_of("relu", "tanh"),
     "model.shared": _BOOL,
     "model.fixed_scale": _finite("> 0", lambda v: v > 0, null="a learned scale"),
+    "model.initial_scale": _finite("> 0", lambda v: v > 0),
     "model.num_samples": _int_at_least(1),
     "model.bound_mean": _BOOL,
     "model.dueling": _BOOL,
@@ -273,7 +276,8 @@ def run_dir_for(cfg: DictConfig) -> Path:
     Only that last, default, directory is created here, under a name no other run
     has: two runs of one seed started in the same second get ``...-<time>`` and
     ``...-<time>-2`` (the directory is made with ``mkdir``, which fails when it
-    exists, even for another process). Nothing is created for the other two."""
+    exists, even for another process). Nothing is created for the other two; the
+    examples then take the directory with :func:`lock_run_dir`."""
     if cfg.logger.run_dir:
         return Path(cfg.logger.run_dir)
     if cfg.resume:
@@ -290,6 +294,49 @@ def run_dir_for(cfg: DictConfig) -> Path:
         except FileExistsError:
             n += 1
             run_dir = base.with_name(f"{base.name}-{n}")
+
+
+class RunDirInUseError(RuntimeError):
+    """Another process holds the run directory (:func:`lock_run_dir`)."""
+
+
+# the run directories this process holds, by resolved path: the open descriptors
+# carry the locks, released when the process ends, however it ends
+_RUN_DIR_LOCKS: dict[Path, int] = {}
+
+
+def lock_run_dir(run_dir: str | os.PathLike) -> None:
+    """Takes an exclusive lock on ``run_dir`` (made if missing) for the rest of this
+    process, or raises :class:`RunDirInUseError` if another process has it.
+
+    Why: a run resumed while its first process still trains would cut the CSV logs
+    back to its checkpoint and write its own checkpoints over the other's, and each
+    process's summary would be made from the other's rows. The lock is an
+    ``flock`` on the directory itself (nothing is written into it), which the
+    system drops when the holding process exits, even killed: no stale lock is
+    left to clear. Taking it again in the process that holds it does nothing (a
+    resume in the same process). Where ``fcntl`` is missing (Windows) there is no
+    lock."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        return
+    path = Path(run_dir).resolve()
+    if path in _RUN_DIR_LOCKS:
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunDirInUseError(
+            f"run directory {path} is in use by another training process; two "
+            f"runs writing one directory would overwrite each other's logs and "
+            f"checkpoints. Wait for it to end or stop it, or pass another "
+            f"logger.run_dir."
+        ) from None
+    _RUN_DIR_LOCKS[path] = fd
 
 
 def checkpoint_run_dir(checkpoint: str | Path) -> Path:
