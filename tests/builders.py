@@ -6,6 +6,7 @@ what that uses) into the upstream copies of those tests.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -492,3 +493,15 @@ def gym_config(settings: dict, **overrides):
     for key, value in {**settings, **overrides}.items():
         OmegaConf.update(cfg, key, value)
     return cfg
+
+
+def load_script(path: str):
+    """The repository's script at ``path`` (``"bench/lunar_lander.py"``), imported
+    as a module named after its file and registered in ``sys.modules`` (where
+    dataclasses look their module up): the benchmarks and tools are not a package."""
+    file = Path(__file__).resolve().parents[1] / path
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,20 +1,12 @@
 """bench/lunar_lander.py: runs go on to the budget, a resumed run of ours keeps what
 its checkpoint had, and the summary reports every seed."""
 
-import importlib.util
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from builders import load_script
 
-ROOT = Path(__file__).parents[1]
-spec = importlib.util.spec_from_file_location(
-    "lunar_lander", ROOT / "bench" / "lunar_lander.py"
-)
-lunar_lander = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = lunar_lander
-spec.loader.exec_module(lunar_lander)
+lunar_lander = load_script("bench/lunar_lander.py")
 
 
 class Clock:

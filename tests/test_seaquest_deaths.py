@@ -1,21 +1,12 @@
 """bench/seaquest_deaths.py tells how a Seaquest episode ended from the game's own
 state: scripted action sequences whose ends are known from MinAtar's rules."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from builders import load_script
 
 pytest.importorskip("minatar")
 
-ROOT = Path(__file__).parents[1]
-spec = importlib.util.spec_from_file_location(
-    "seaquest_deaths", ROOT / "bench" / "seaquest_deaths.py"
-)
-seaquest_deaths = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = seaquest_deaths
-spec.loader.exec_module(seaquest_deaths)
+seaquest_deaths = load_script("bench/seaquest_deaths.py")
 
 NOOP, UP, DOWN = 0, 2, 4
 

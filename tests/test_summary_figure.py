@@ -1,19 +1,11 @@
 """bench/summary_figure.py picks each task's result file and draws median and range."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
+from builders import load_script
 
-ROOT = Path(__file__).parents[1]
-spec = importlib.util.spec_from_file_location(
-    "summary_figure", ROOT / "bench" / "summary_figure.py"
-)
-summary_figure = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = summary_figure  # dataclasses look their module up there
-spec.loader.exec_module(summary_figure)
+summary_figure = load_script("bench/summary_figure.py")
 
 
 def write(results, name, stamp, runs, protocol, **extra):

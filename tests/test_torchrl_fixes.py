@@ -17,7 +17,6 @@ the tests they add pass (``--runslow``).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -26,13 +25,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location(
-    "torchrl_fixes", ROOT / "tools" / "torchrl_fixes.py"
-)
-fixes = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fixes)
+fixes = load_script("tools/torchrl_fixes.py")
 
 # Writes what the TorchRL it imports does into argv[2] (torch.save).
 SCRIPT = r"""

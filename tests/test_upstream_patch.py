@@ -10,7 +10,6 @@ generator writes, and the generated tests pass in the patched checkout.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -19,21 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "upstream_patch.py"
 DEFAULT_CHECKOUT = Path("/work/torchrl_checkout")
 
 
-def load_tool():
-    spec = importlib.util.spec_from_file_location("upstream_patch", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = load_tool()
+tool = load_script("tools/upstream_patch.py")
 GENERATED_TESTS = sorted(tool.TEST_TARGETS.values())
 
 # A pytest plugin for the subprocess: makes the generated files part of the
