@@ -126,6 +126,9 @@ ablation_plots() {  # the README's ablation figures, from the runs above
     plot_runs bench/results/${name}_ablations.png "$name: ACER and its ablations" \
       "$name:ACER" "${name}_no_replay:replay ratio 0" "${name}_no_trust_region:no trust region"
   done
+  plot_runs bench/results/minatar_asterix_ablations.png "minatar_asterix: ACER and its ablations" \
+    "minatar_asterix:ACER (replay ratio 4, entropy 0.01)" "minatar_asterix_ratio8:replay ratio 8" \
+    "minatar_asterix_entropy003:entropy 0.03"
 }
 halfcheetah_run() {  # name extra-overrides...; about 30 core-minutes per 1M-step run
   local name=$1; shift
