@@ -47,6 +47,7 @@ from torchrl_acer.training.experiment import make_loss  # noqa: E402
 
 MAX_OXYGEN = 200  # minatar.environments.seaquest.max_oxygen
 NUM_ACTIONS = 6  # no-op, left, up, right, down, fire
+EPISODE_SEED = 10_000  # episode i is seeded EPISODE_SEED + i, as the evaluations do
 
 
 def load_policy(run_dir: Path):
@@ -91,7 +92,7 @@ def chooser(logits, policy: str, seed: int):
     raise ValueError(f"policy={policy!r}: expected greedy, sample or random")
 
 
-def play(choose, episodes: int, max_steps: int, seed: int = 10_000, **env_kwargs):
+def play(choose, episodes: int, max_steps: int, seed: int = EPISODE_SEED, **env_kwargs):
     """One record per episode of ``choose``'s actions (see the module's docstring);
     ``env_kwargs`` go to MinAtar's ``Environment`` (the tests turn off its sticky
     actions, on by default as in training: an action repeats the last with
@@ -181,7 +182,7 @@ def main():
             "policies": {},
         }
         for policy in args.policies:
-            choose = chooser(logits, policy, seed=10_000)
+            choose = chooser(logits, policy, seed=EPISODE_SEED)
             records = play(choose, args.episodes, args.max_steps)
             summary = summarize(records)
             run["policies"][policy] = {"summary": summary, "episodes": records}
@@ -203,7 +204,7 @@ def main():
                 "episodes": args.episodes,
                 "policies": args.policies,
                 "max_steps": args.max_steps,
-                "episode_seeds": f"10000..{10_000 + args.episodes - 1}",
+                "episode_seeds": f"{EPISODE_SEED}..{EPISODE_SEED + args.episodes - 1}",
             },
             "runs": runs,
         },

@@ -495,6 +495,16 @@ def gym_config(settings: dict, **overrides):
     return cfg
 
 
+def snapshot(directory) -> dict:
+    """``{relative path: (bytes, mtime_ns)}`` of every file under ``directory``: equal
+    snapshots mean nothing there was written."""
+    return {
+        str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(Path(directory).rglob("*"))
+        if p.is_file()
+    }
+
+
 def load_script(path: str):
     """The repository's script at ``path`` (``"bench/lunar_lander.py"``), imported
     as a module named after its file and registered in ``sys.modules`` (where

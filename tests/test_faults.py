@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from builders import gym_config
+from builders import gym_config, snapshot
 from omegaconf import OmegaConf
 from torchrl.collectors import Collector
 
@@ -698,15 +698,6 @@ def test_ctrl_c_while_collecting(tmp_path, signals):
     trainer.close()
 
 
-def files_of(directory):
-    """``{relative path: (size, mtime_ns)}`` of every file under ``directory``."""
-    return {
-        str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
-
-
 def test_a_second_process_on_a_running_run_is_refused_touching_nothing(tmp_path):
     # the mistake this guards: resuming a run while its first process still trains
     # (the resume cut the first's logs back to its checkpoint)
@@ -715,7 +706,7 @@ def test_a_second_process_on_a_running_run_is_refused_touching_nothing(tmp_path)
     try:
         assert wait_for(checkpoint, first), first.communicate()[1][-3000:]
         first.send_signal(signal.SIGSTOP)  # holds still while the second tries
-        before = files_of(tmp_path / "run")
+        before = snapshot(tmp_path / "run")
         second = subprocess.run(
             [
                 sys.executable,
@@ -734,7 +725,7 @@ def test_a_second_process_on_a_running_run_is_refused_touching_nothing(tmp_path)
         assert second.returncode != 0
         assert "is in use by another training process" in second.stderr
         assert str((tmp_path / "run").resolve()) in second.stderr
-        assert files_of(tmp_path / "run") == before
+        assert snapshot(tmp_path / "run") == before
     finally:
         first.kill()  # SIGKILL: the lock goes with the process, nothing to clear
         first.communicate()

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from builders import cartpole_states
+from builders import cartpole_states, snapshot
 from omegaconf import OmegaConf
 from test_frame_replay import collect, make_stacked_env
 from test_trainer import assert_tree_equal, make_trainer, small_config
@@ -206,14 +206,6 @@ def test_environments_that_cannot_be_saved_restart_with_derived_seeds(tmp_path):
     fresh.train()  # and training goes on from there
     assert fresh.frames == 40
     fresh.close()
-
-
-def snapshot(directory):
-    return {
-        str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mtime_ns)
-        for p in sorted(Path(directory).rglob("*"))
-        if p.is_file()
-    }
 
 
 def test_a_restarted_collector_starts_from_the_states_its_copies_are_in():

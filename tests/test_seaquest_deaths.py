@@ -32,7 +32,11 @@ def play_each(choose, reset, episodes, max_steps):
         reset()
         # without sticky actions, so that every step does what the script says
         records += seaquest_deaths.play(
-            choose, 1, max_steps, seed=10_000 + i, sticky_action_prob=0.0
+            choose,
+            1,
+            max_steps,
+            seed=seaquest_deaths.EPISODE_SEED + i,
+            sticky_action_prob=0.0,
         )
     return records
 
