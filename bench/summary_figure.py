@@ -4,9 +4,12 @@
 
 One panel per task at its default settings (the main configuration, not the
 ablations), each the median over seeds with the min-max band, read from the
-``learning-<name>-<time>.json`` files that ``bench/learning.py`` writes. Which file
-each panel uses is the table ``TASKS`` below; a task without a result file yet is
-left out (and said so), so running this again after new results adds their panels.
+``learning-<name>-<time>.json`` files that ``bench/learning.py`` writes; then one
+panel per side-by-side benchmark against a peer (``COMPARISONS``: ours and the
+peer in one panel, from ``<benchmark>-<time>.json``, bench/lunar_lander.py's
+format). Which file each panel uses is the tables ``TASKS`` and ``COMPARISONS``
+below; a task without a result file yet is left out (and said so), so running this
+again after new results adds their panels.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import argparse
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,28 +47,69 @@ TASKS = [
 ]
 
 
+# Side-by-side benchmarks: (benchmark, the file to read or NEWEST, {candidate:
+# label}), ours first; each one panel with a curve per candidate.
+COMPARISONS = [
+    (
+        "lunar_lander",
+        NEWEST,
+        {"ours": "ours", "di_acer": "DI-engine 0.5.3 ACER (dizoo config)"},
+    ),
+]
+
+
+@dataclass
+class Series:
+    """One curve: the median over seeds and the min-max band."""
+
+    label: str | None
+    curves: dict  # {seed: (steps, values)}, one value per step
+    steps: np.ndarray = field(init=False)
+    median: np.ndarray = field(init=False)
+    low: np.ndarray = field(init=False)
+    high: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        if not self.curves:
+            raise ValueError(f"{self.label or 'a curve'}: no finished seed to draw")
+        self.steps, self.median, self.low, self.high = aggregate(
+            list(self.curves.values())
+        )
+
+    @property
+    def seeds(self):
+        return sorted(self.curves)
+
+
 @dataclass
 class Panel:
     name: str
     file: Path
     task: str  # the environment id, from the result's protocol
     unit: str  # what the x axis counts, from the result's protocol
-    seeds: list
-    curves: dict  # {seed: (steps, values)}, one value per step
-    steps: np.ndarray
-    median: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
+    series: list  # [Series], ours first
     threshold: float | None
     note: str = ""
 
+    # the first (ours') curve, the only one of a task's panel
+    seeds = property(lambda self: self.series[0].seeds)
+    curves = property(lambda self: self.series[0].curves)
+    steps = property(lambda self: self.series[0].steps)
+    median = property(lambda self: self.series[0].median)
+    low = property(lambda self: self.series[0].low)
+    high = property(lambda self: self.series[0].high)
 
-def select(results, tasks=TASKS):
-    """``[(name, path or None, note)]``: the result file each task's panel reads."""
+
+def select(results, tasks=TASKS, prefix="learning-"):
+    """``[(name, path or None, note)]``: the result file each task's panel reads.
+
+    A task's NEWEST file is the latest ``<prefix><name>-<time>.json``.
+    """
     chosen = []
     for name, choice, note in tasks:
         if choice == NEWEST:
-            pattern = re.compile(rf"learning-{re.escape(name)}-\d{{8}}T\d{{6}}Z\.json")
+            stem = re.escape(prefix + name)
+            pattern = re.compile(rf"{stem}-\d{{8}}T\d{{6}}Z\.json")
             files = sorted(p for p in results.iterdir() if pattern.fullmatch(p.name))
             path = files[-1] if files else None  # the timestamps sort in time order
         else:
@@ -124,21 +168,48 @@ def step_unit(protocol):
 
 def panel(name, path, note=""):
     result = json.loads(path.read_text())
-    runs = curves(path)
-    steps, median, low, high = aggregate(list(runs.values()))
     return Panel(
         name=name,
         file=path,
         task=result["protocol"].split(",")[0].strip(),
         unit=step_unit(result["protocol"]),
-        seeds=sorted(runs),
-        curves=runs,
-        steps=steps,
-        median=median,
-        low=low,
-        high=high,
+        series=[Series(None, curves(path))],
         threshold=result.get("threshold"),
         note=note,
+    )
+
+
+def comparison_panel(name, path, labels):
+    """Ours and a peer in one panel, from a side-by-side benchmark's result.
+
+    Only runs that finished their budget count (an unfinished run's curve would cut
+    every seed's grid short); a candidate without one is an error, since the
+    panel would silently show one side of the comparison.
+    """
+    result = json.loads(path.read_text())
+    settings = result["settings"]
+    series = []
+    for candidate, label in labels.items():
+        runs = {
+            run["seed"]: dedup(
+                [e["env_steps"] for e in run["evals"]],
+                [e["return"] for e in run["evals"]],
+            )
+            for run in result["runs"]
+            if run["candidate"] == candidate
+            and run["returncode"] == 0
+            and run["stopped"] == "budget"
+        }
+        if not runs:
+            raise ValueError(f"{path.name}: no finished run of {candidate!r}")
+        series.append(Series(label, runs))
+    return Panel(
+        name=name,
+        file=path,
+        task=settings["task"],
+        unit="env steps",  # the budget and the evaluations count env steps
+        series=series,
+        threshold=settings.get("threshold"),
     )
 
 
@@ -154,13 +225,24 @@ def draw(panels, out, columns=3):
         rows, columns, figsize=(4.2 * columns, 3.3 * rows), squeeze=False
     )
     for ax, p in zip(axes.flat, panels, strict=False):  # spare axes hidden below
-        line = ax.plot(p.steps, p.median, lw=1.5)[0]
-        ax.fill_between(p.steps, p.low, p.high, color=line.get_color(), alpha=0.25)
-        n = len(p.seeds)
-        if n == 1:  # no band: mark the (few) evaluations instead
-            ax.plot(*next(iter(p.curves.values())), "o", color=line.get_color(), ms=3)
+        for s in p.series:
+            n = len(s.seeds)
+            label = s.label and f"{s.label}, {n} seed{'s' if n != 1 else ''}"
+            line = ax.plot(s.steps, s.median, lw=1.5, label=label)[0]
+            ax.fill_between(s.steps, s.low, s.high, color=line.get_color(), alpha=0.25)
+            if n == 1:  # no band: mark the (few) evaluations instead
+                ax.plot(
+                    *next(iter(s.curves.values())), "o", color=line.get_color(), ms=3
+                )
+        if len(p.series) > 1:
+            ax.legend(fontsize=6, loc="lower right")
+            counts = {len(s.seeds) for s in p.series}
+            seeds = f"{counts.pop()} seeds each" if len(counts) == 1 else "seeds"
+        else:
+            n = len(p.seeds)
+            seeds = f"{n} seed{'s' if n != 1 else ''}"
         title = f"{p.task}, {p.note}" if p.note else p.task
-        title += f"\n{n} seed{'s' if n != 1 else ''}, {p.unit}"
+        title += f"\n{seeds}, {p.unit}"
         if p.threshold is not None:
             ax.axhline(p.threshold, color="grey", ls="--", lw=0.8)
             title += f", threshold {p.threshold:g} (dashed)"
@@ -191,7 +273,7 @@ def draw(panels, out, columns=3):
     return save_figure(fig, out)
 
 
-def main(argv=None, tasks=TASKS):
+def main(argv=None, tasks=TASKS, comparisons=COMPARISONS):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument(
@@ -205,6 +287,14 @@ def main(argv=None, tasks=TASKS):
             continue
         panels.append(panel(name, path, note))
         print(f"{name}: {path.name} ({len(panels[-1].seeds)} seeds)")
+    for name, choice, labels in comparisons:
+        [(_, path, _)] = select(args.results, [(name, choice, "")], prefix="")
+        if path is None:
+            print(f"{name}: no result file yet, left out")
+            continue
+        panels.append(comparison_panel(name, path, labels))
+        counts = ", ".join(f"{s.label} {len(s.seeds)}" for s in panels[-1].series)
+        print(f"{name}: {path.name} (seeds: {counts})")
     out = draw(panels, args.out or args.results / "summary.png")
     print(f"saved {out}")
     return panels

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from builders import load_script
 
 summary_figure = load_script("bench/summary_figure.py")
@@ -124,3 +125,58 @@ def test_summary_picks_files_and_draws_median_and_range(tmp_path):
         curves = [(steps, v) for v in values]
         ref = np.array([reference(curves, x) for x in p.steps])
         np.testing.assert_allclose(np.stack([p.median, p.low, p.high], 1), ref)
+
+
+def comparison_run(candidate, seed, steps, values, stopped="budget"):
+    evals = [{"env_steps": s, "return": v} for s, v in zip(steps, values, strict=True)]
+    return {
+        "candidate": candidate,
+        "seed": seed,
+        "returncode": 0,
+        "stopped": stopped,
+        "evals": evals,
+    }
+
+
+def test_comparison_panel_draws_each_candidate_from_its_finished_runs(tmp_path):
+    steps = [0, 10, 20]
+    runs = [
+        comparison_run("ours", 0, steps, [0, 4, 8]),
+        comparison_run("ours", 1, steps, [0, 2, 2]),
+        comparison_run("ours", 2, steps, [0, 6, 4]),
+        # unfinished: a shorter curve that would cut the grid at 10, left out
+        comparison_run("ours", 3, [0, 10], [90, 90], stopped="interrupted"),
+        comparison_run("peer", 0, steps, [-5, -5, -5]),
+        comparison_run("peer", 1, steps, [-1, -1, 1]),
+        comparison_run("peer", 2, steps, [-3, 0, 9]),
+    ]
+    settings = {"task": "LunarLander-v3", "threshold": 200}
+    result = {"settings": settings, "runs": runs}
+    (tmp_path / "bench_x-20260101T000000Z.json").write_text(json.dumps(result))
+    comparisons = [("bench_x", summary_figure.NEWEST, {"ours": "A", "peer": "B"})]
+    [p] = summary_figure.main(
+        ["--results", str(tmp_path)], tasks=[], comparisons=comparisons
+    )
+    assert (tmp_path / "summary.png").is_file()
+    assert (p.task, p.threshold, p.unit) == ("LunarLander-v3", 200, "env steps")
+    assert [(s.label, s.seeds) for s in p.series] == [
+        ("A", [0, 1, 2]),
+        ("B", [0, 1, 2]),
+    ]
+    ours = [[0, 4, 8], [0, 2, 2], [0, 6, 4]]
+    peer = [[-5, -5, -5], [-1, -1, 1], [-3, 0, 9]]
+    for s, values in zip(p.series, (ours, peer), strict=True):
+        curves = [(steps, v) for v in values]
+        ref = np.array([reference(curves, x) for x in s.steps])
+        np.testing.assert_allclose(np.stack([s.median, s.low, s.high], 1), ref)
+
+
+def test_comparison_panel_refuses_a_candidate_without_a_finished_run(tmp_path):
+    runs = [
+        comparison_run("ours", 0, [0, 10], [1, 2]),
+        comparison_run("peer", 0, [0, 10], [1, 2], stopped="interrupted"),
+    ]
+    path = tmp_path / "bench_x-20260101T000000Z.json"
+    path.write_text(json.dumps({"settings": {"task": "T"}, "runs": runs}))
+    with pytest.raises(ValueError, match="no finished run of 'peer'"):
+        summary_figure.comparison_panel("bench_x", path, {"ours": "A", "peer": "B"})
