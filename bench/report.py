@@ -315,9 +315,59 @@ def time_to_solve():
     print()
 
 
+def lunar_lander():
+    """Ours against DI-engine's ACER on LunarLander (bench/lunar_lander.py): per
+    candidate, the seeds that reached the threshold and when, and the evaluations
+    at the budget: the last one, each run's mean over its last 100k env steps (10
+    evaluations, steadier than one) and its best."""
+    path, r = newest("lunar_lander")
+    if r is None:
+        return
+    s = r["settings"]
+    print(
+        f"{s['task']}, {s['budget_env_steps']:,} env steps a run (`{path.name}`, "
+        f"ours from {s['ours_commit'][:7]}{'' if r['complete'] else '; INCOMPLETE'}):"
+    )
+    print()
+    print(
+        f"| candidate | reached {s['threshold']:g} | env steps to {s['threshold']:g}, "
+        "median (range) | training s to it, median (range) | final greedy eval, median "
+        "(range) | mean of the last 100k, median (range) | best eval, median (range) "
+        "| env steps per training s, median |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for g in r["summary"]:
+        runs = [
+            run
+            for run in r["runs"]
+            if run["candidate"] == g["candidate"] and run["seed"] in g["seeds"]
+        ]
+        late, best = [], []
+        for run in runs:
+            steps = np.array([e["env_steps"] for e in run["evals"]])
+            values = np.array([e["return"] for e in run["evals"]])
+            late.append(float(values[steps > steps[-1] - 100_000].mean()))
+            best.append(float(values.max()))
+        label = TIME_TO_SOLVE_LABELS.get(g["candidate"], g["candidate"])
+        print(
+            f"| {label} | {g['reached']}/{len(g['seeds'])} "
+            f"| {fmt_range(g['env_steps_to_threshold'], 1000, 'k')} "
+            f"| {fmt_range(g['train_s_to_threshold'], 1, ' s')} "
+            f"| {fmt_range(g['final_eval'])} | {fmt_range(stats(late))} "
+            f"| {fmt_range(stats(best))} "
+            f"| {g['env_steps_per_train_s']['median']:.0f} |"
+        )
+    print()
+
+
+def stats(values):
+    return {"median": float(np.median(values)), "min": min(values), "max": max(values)}
+
+
 def main():
     speed_and_memory()
     time_to_solve()
+    lunar_lander()
     print(
         "| run | env steps to threshold, median (range) | reached "
         "| final greedy eval, median (range) | final training return, median (range) "
@@ -340,6 +390,7 @@ def main():
         ("minatar_asterix_entropy003", "MinAtar Asterix, entropy 0.03"),
         ("minatar_freeway", "MinAtar Freeway, 1M"),
         ("minatar_seaquest", "MinAtar Seaquest, 1M"),
+        ("minatar_seaquest_entropy003", "MinAtar Seaquest, entropy 0.03"),
         ("minatar_breakout_lstm", "MinAtar Breakout, 1M, LSTM, burn-in 5"),
         (
             "minatar_breakout_multiprocess",
@@ -370,6 +421,10 @@ def main():
         (
             "halfcheetah_scale01_no_trust_region",
             "HalfCheetah-v5, scale 0.1, no trust region",
+        ),
+        (
+            "halfcheetah_learned_scale",
+            "HalfCheetah-v5, 1M, learned scale from 0.1, entropy 0.001, δ = 2",
         ),
         ("halfcheetah_scale01", "HalfCheetah-v5, 1M, scale 0.1, δ = 1"),
         (
@@ -402,6 +457,7 @@ def main():
             "pendulum",
             "halfcheetah_scale01_delta2",
             "halfcheetah_scale01_delta2_no_sdn",
+            "halfcheetah_learned_scale",
             "halfcheetah_scale01",
             "halfcheetah_scale01_ratio8",
             "halfcheetah",
@@ -418,6 +474,7 @@ def main():
             "halfcheetah_scale01_delta2",
             "halfcheetah_scale01_delta2_no_sdn",
             "halfcheetah_scale01_no_trust_region",
+            "halfcheetah_learned_scale",
             "halfcheetah_scale01",
             "halfcheetah_scale01_ratio8",
             "cartpole_pomdp_lstm_burn_in",

@@ -120,15 +120,21 @@ plot_runs() {  # out title group:label...; one curve (median and range over seed
   done
   $PY -m torchrl_acer.training.plot "${runs[@]}" --out "$out" --title "$title" "${args[@]}"
 }
+compare_plot() {  # out title name:label...; as plot_runs, from the committed results alone
+  local out=$1 title=$2; shift 2
+  $PY bench/summary_figure.py --compare "$@" --out "$out" --title "$title"
+}
 ablation_plots() {  # the README's ablation figures, from the runs above
   local name
   for name in cartpole_v0 cartpole_v1 minatar_breakout minatar_space_invaders; do
     plot_runs bench/results/${name}_ablations.png "$name: ACER and its ablations" \
       "$name:ACER" "${name}_no_replay:replay ratio 0" "${name}_no_trust_region:no trust region"
   done
-  plot_runs bench/results/minatar_asterix_ablations.png "minatar_asterix: ACER and its ablations" \
+  compare_plot bench/results/minatar_asterix_ablations.png "MinAtar Asterix: ACER and its ablations" \
     "minatar_asterix:ACER (replay ratio 4, entropy 0.01)" "minatar_asterix_ratio8:replay ratio 8" \
     "minatar_asterix_entropy003:entropy 0.03"
+  compare_plot bench/results/minatar_seaquest_ablations.png "MinAtar Seaquest: ACER and more exploration" \
+    "minatar_seaquest:ACER (entropy 0.01)" "minatar_seaquest_entropy003:entropy 0.03"
 }
 halfcheetah_run() {  # name extra-overrides...; about 30 core-minutes per 1M-step run
   local name=$1; shift

@@ -1,6 +1,8 @@
 """One-page summary of the learning results: every task's greedy-evaluation curve.
 
     python bench/summary_figure.py [--results bench/results] [--out summary.png]
+    python bench/summary_figure.py --compare NAME[=FILE]:LABEL ... --out x.png \
+        [--title TITLE]
 
 One panel per task at its default settings (the main configuration, not the
 ablations), each the median over seeds with the min-max band, read from the
@@ -10,6 +12,10 @@ peer in one panel, from ``<benchmark>-<time>.json``, bench/lunar_lander.py's
 format). Which file each panel uses is the tables ``TASKS`` and ``COMPARISONS``
 below; a task without a result file yet is left out (and said so), so running this
 again after new results adds their panels.
+
+``--compare`` draws one panel instead, a curve for each result named (its newest
+``learning-<NAME>-<time>.json``, or the FILE given): settings side by side from the
+committed results alone, where ``torchrl_acer.training.plot`` needs the runs' logs.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ class Series:
 
     label: str | None
     curves: dict  # {seed: (steps, values)}, one value per step
+    file: Path | None = None  # where a curve of --compare comes from
     steps: np.ndarray = field(init=False)
     median: np.ndarray = field(init=False)
     low: np.ndarray = field(init=False)
@@ -213,7 +220,35 @@ def comparison_panel(name, path, labels):
     )
 
 
-def draw(panels, out, columns=3):
+def compare_panel(results, specs):
+    """One panel, a curve per ``NAME[=FILE]:LABEL`` spec, all of one task."""
+    series, files, tasks = [], [], set()
+    for spec in specs:
+        ref, sep, label = spec.partition(":")
+        name, _, choice = ref.partition("=")
+        if not sep or not name or not label:
+            raise ValueError(f"--compare {spec!r}: expected NAME[=FILE]:LABEL")
+        [(_, path, _)] = select(results, [(name, choice or NEWEST, "")])
+        if path is None:
+            raise FileNotFoundError(f"--compare {spec!r}: no learning-{name}-*.json")
+        p = panel(name, path)
+        series.append(Series(label, p.curves, path))
+        files.append(path)
+        tasks.add((p.task, p.unit, p.threshold))
+    if len(tasks) != 1:
+        raise ValueError(f"--compare: the results are of different tasks: {tasks}")
+    [(task, unit, threshold)] = tasks
+    return Panel(
+        name="compare",
+        file=files[0],
+        task=task,
+        unit=unit,
+        series=series,
+        threshold=threshold,
+    )
+
+
+def draw(panels, out, columns=3, suptitle=None):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,7 +257,11 @@ def draw(panels, out, columns=3):
 
     rows = math.ceil(len(panels) / columns)
     fig, axes = plt.subplots(
-        rows, columns, figsize=(4.2 * columns, 3.3 * rows), squeeze=False
+        rows,
+        columns,
+        # one panel (--compare) as large as the plot module's figures
+        figsize=(7, 4.6) if len(panels) == 1 else (4.2 * columns, 3.3 * rows),
+        squeeze=False,
     )
     for ax, p in zip(axes.flat, panels, strict=False):  # spare axes hidden below
         for s in p.series:
@@ -252,8 +291,9 @@ def draw(panels, out, columns=3):
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        ax.annotate(  # which result the panel shows, under its axis label
-            p.file.name,
+        files = [s.file.name for s in p.series if s.file] or [p.file.name]
+        ax.annotate(  # which results the panel shows, under its axis label
+            "\n".join(files),
             (1, 0),
             xycoords="axes fraction",
             xytext=(0, -30),
@@ -266,7 +306,8 @@ def draw(panels, out, columns=3):
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(
-        "ACER learning results: greedy evaluation return, "
+        suptitle
+        or "ACER learning results: greedy evaluation return, "
         "median over seeds (line) and min-max (band)",
         fontsize=11,
     )
@@ -279,7 +320,22 @@ def main(argv=None, tasks=TASKS, comparisons=COMPARISONS):
     parser.add_argument(
         "--out", type=Path, default=None, help="default: RESULTS/summary.png"
     )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="NAME[=FILE]:LABEL",
+        help="one panel of these results instead of the summary (needs --out)",
+    )
+    parser.add_argument("--title", default=None, help="the figure's title")
     args = parser.parse_args(argv)
+    if args.compare:
+        if args.out is None:
+            parser.error("--compare needs --out")
+        p = compare_panel(args.results, args.compare)
+        for s in p.series:
+            print(f"{s.label}: {len(s.seeds)} seeds")
+        print(f"saved {draw([p], args.out, columns=1, suptitle=args.title)}")
+        return [p]
     panels = []
     for name, path, note in select(args.results, tasks):
         if path is None:

@@ -180,3 +180,66 @@ def test_comparison_panel_refuses_a_candidate_without_a_finished_run(tmp_path):
     path.write_text(json.dumps({"settings": {"task": "T"}, "runs": runs}))
     with pytest.raises(ValueError, match="no finished run of 'peer'"):
         summary_figure.comparison_panel("bench_x", path, {"ours": "A", "peer": "B"})
+
+
+def test_compare_draws_one_panel_a_curve_per_named_result(tmp_path):
+    protocol = "MinAtar/Seaquest-v1, 1M env steps (frames), greedy eval every 10 steps"
+    steps = [0, 10, 20]
+    base = [[0, 2, 4], [0, 1, 1], [0, 3, 9]]
+    write(tmp_path, "sq", "20260101T000000Z", [run(0, steps, [50, 50, 50])], protocol)
+    pinned = write(
+        tmp_path,
+        "sq",
+        "20260102T000000Z",
+        [run(s, steps, v) for s, v in enumerate(base)],
+        protocol,
+    )
+    write(  # newer than the pinned one: --compare NAME=FILE must not take it
+        tmp_path, "sq", "20260103T000000Z", [run(0, steps, [70, 70, 70])], protocol
+    )
+    write(tmp_path, "sq_x", "20260101T000000Z", [run(4, steps, [5, 6, 7])], protocol)
+    out = tmp_path / "cmp.png"
+    [p] = summary_figure.main(
+        [
+            "--results",
+            str(tmp_path),
+            "--out",
+            str(out),
+            "--compare",
+            f"sq={pinned.name}:defaults",
+            "sq_x:entropy 0.03",
+        ]
+    )
+    assert out.is_file()
+    assert [(s.label, s.seeds, s.file.name) for s in p.series] == [
+        ("defaults", [0, 1, 2], pinned.name),
+        ("entropy 0.03", [4], "learning-sq_x-20260101T000000Z.json"),
+    ]
+    assert (p.task, p.unit) == ("MinAtar/Seaquest-v1", "env steps (= frames)")
+    ref = np.array(
+        [reference([(steps, v) for v in base], x) for x in p.series[0].steps]
+    )
+    s = p.series[0]
+    np.testing.assert_allclose(np.stack([s.median, s.low, s.high], 1), ref)
+
+
+def test_compare_refuses_results_of_different_tasks(tmp_path):
+    steps = [0, 10]
+    write(
+        tmp_path,
+        "a",
+        "20260101T000000Z",
+        [run(0, steps, [1, 2])],
+        "CartPole-v1, env steps",
+    )
+    write(
+        tmp_path,
+        "b",
+        "20260101T000000Z",
+        [run(0, steps, [1, 2])],
+        "Acrobot-v1, env steps",
+    )
+    with pytest.raises(ValueError, match="different tasks"):
+        summary_figure.compare_panel(tmp_path, ["a:A", "b:B"])
+    with pytest.raises(ValueError, match="expected NAME"):
+        summary_figure.compare_panel(tmp_path, ["a"])
