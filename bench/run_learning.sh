@@ -170,6 +170,10 @@ halfcheetah_learned_scale() {  # #19: a learned scale from 0.1, with an entropy 
     model.initial_scale=0.1 loss.entropy_coeff=0.001
 }
 halfcheetah_plot() {  # the README's HalfCheetah figures, from the runs above
+  compare_plot bench/results/halfcheetah_learned_scale_vs_fixed.png \
+    "HalfCheetah-v5: fixed σ = 0.1 (defaults) and a learned scale" \
+    "halfcheetah_scale01_delta2=learning-halfcheetah_scale01_delta2-20261201T030720Z.json:fixed σ = 0.1, δ = 2 (defaults)" \
+    "halfcheetah_learned_scale:learned scale from 0.1, entropy 0.001, δ = 2"
   plot_runs bench/results/halfcheetah.png "HalfCheetah-v5: ACER (fixed scale 0.1, δ = 2) and its ablations" \
     "halfcheetah_scale01_delta2:ACER" "halfcheetah_scale01_delta2_no_sdn:no dueling network" \
     "halfcheetah_scale01_no_trust_region:no trust region"
