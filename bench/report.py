@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from learning import stats  # bench/ is on the path: this runs as a script
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -73,11 +74,15 @@ def late_eval_means(name, window=100_000):
     _, r = newest(f"learning-{name}")
     if r is None:
         return []
-    means = []
-    for run in r["runs"]:
-        steps, values = np.array(run["eval_steps"]), np.array(run["eval_reward"])
-        means.append(float(values[steps > steps[-1] - window].mean()))
-    return means
+    return [
+        late_mean(run["eval_steps"], run["eval_reward"], window) for run in r["runs"]
+    ]
+
+
+def late_mean(steps, values, window=100_000):
+    """The mean of a run's evaluations over its last ``window`` env steps."""
+    steps, values = np.asarray(steps), np.asarray(values)
+    return float(values[steps > steps[-1] - window].mean())
 
 
 def print_over_seeds(names, per_seed, what, fmt):
@@ -344,10 +349,10 @@ def lunar_lander():
         ]
         late, best = [], []
         for run in runs:
-            steps = np.array([e["env_steps"] for e in run["evals"]])
-            values = np.array([e["return"] for e in run["evals"]])
-            late.append(float(values[steps > steps[-1] - 100_000].mean()))
-            best.append(float(values.max()))
+            steps = [e["env_steps"] for e in run["evals"]]
+            values = [e["return"] for e in run["evals"]]
+            late.append(late_mean(steps, values))
+            best.append(max(values))
         label = TIME_TO_SOLVE_LABELS.get(g["candidate"], g["candidate"])
         print(
             f"| {label} | {g['reached']}/{len(g['seeds'])} "
@@ -358,10 +363,6 @@ def lunar_lander():
             f"| {g['env_steps_per_train_s']['median']:.0f} |"
         )
     print()
-
-
-def stats(values):
-    return {"median": float(np.median(values)), "min": min(values), "max": max(values)}
 
 
 def main():

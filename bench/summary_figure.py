@@ -222,7 +222,7 @@ def comparison_panel(name, path, labels):
 
 def compare_panel(results, specs):
     """One panel, a curve per ``NAME[=FILE]:LABEL`` spec, all of one task."""
-    series, files, tasks = [], [], set()
+    series, tasks = [], set()
     for spec in specs:
         ref, sep, label = spec.partition(":")
         name, _, choice = ref.partition("=")
@@ -232,15 +232,16 @@ def compare_panel(results, specs):
         if path is None:
             raise FileNotFoundError(f"--compare {spec!r}: no learning-{name}-*.json")
         p = panel(name, path)
-        series.append(Series(label, p.curves, path))
-        files.append(path)
+        [curve] = p.series  # a task's one curve, named for this panel
+        curve.label, curve.file = label, path
+        series.append(curve)
         tasks.add((p.task, p.unit, p.threshold))
     if len(tasks) != 1:
         raise ValueError(f"--compare: the results are of different tasks: {tasks}")
     [(task, unit, threshold)] = tasks
     return Panel(
         name="compare",
-        file=files[0],
+        file=series[0].file,
         task=task,
         unit=unit,
         series=series,
