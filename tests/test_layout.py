@@ -1,9 +1,7 @@
 """The package's floors: the core (objectives, modules) never imports the application."""
 
 import ast
-import importlib
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -49,22 +47,3 @@ def test_layout_check_sees_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from torchrl_acer.training.trainer import ACERTrainer\n")
     assert "torchrl_acer.training.trainer" in list(imported_modules(bad))
-
-
-@pytest.mark.parametrize(
-    "old, new",
-    [
-        ("torchrl_acer.trainer", "torchrl_acer.training.trainer"),
-        ("torchrl_acer.envs", "torchrl_acer.training.envs"),
-        ("torchrl_acer.atari", "torchrl_acer.training.atari"),
-        ("torchrl_acer.models", "torchrl_acer.modules.models"),
-        ("torchrl_acer.plot", "torchrl_acer.training.plot"),
-    ],
-)
-def test_old_module_paths_are_the_moved_modules(old, new):
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(new)
-    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
