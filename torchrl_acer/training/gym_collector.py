@@ -151,6 +151,9 @@ class GymVectorCollector(BaseCollector):
         >>> collector.shutdown()
     """
 
+    # no random warm-up: TorchRL's Trainer reads it to start updates at once
+    init_random_frames = 0
+
     def __init__(
         self,
         env: EnvBase,

@@ -1,0 +1,358 @@
+"""ACER's trainer: TorchRL's :class:`~torchrl.trainers.Trainer` wired for ACER's loop.
+
+Upstream this file is ``torchrl/trainers/algorithms/acer.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import optim
+from torchrl.checkpoint import Checkpoint, CheckpointRotation
+from torchrl.collectors import BaseCollector
+from torchrl.objectives import SoftUpdate
+from torchrl.objectives.common import LossModule
+from torchrl.objectives.utils import TargetNetUpdater
+from torchrl.record.loggers import Logger
+from torchrl.trainers.trainers import (
+    DefaultOptimizationStepper,
+    OptimizationStepper,
+    TargetNetUpdaterHook,
+    Trainer,
+    TrainerHookBase,
+    UpdateWeights,
+)
+
+__all__ = ["ACERTrainer", "ACERUpdateSchedule"]
+
+
+def as_segments(batch: TensorDictBase) -> TensorDictBase:
+    """A collected batch as ``[num_segments, T]``: ``[T]`` from one environment
+    gains a leading dim, ``[workers, num_envs, T]`` from a synchronous
+    multi-process collector is flattened to ``[workers * num_envs, T]``."""
+    if batch.ndim == 1:
+        return batch.unsqueeze(0)
+    if batch.ndim > 2:
+        return batch.reshape(-1, batch.shape[-1])
+    return batch
+
+
+class ACERUpdateSchedule(TrainerHookBase):
+    r"""ACER's updates for each collected batch (Wang et al. 2017, Algorithm 1).
+
+    For each collected ``[N, T]`` batch: one on-policy update on the fresh batch,
+    then :math:`n \sim \mathrm{Poisson}(\text{replay\_ratio})` updates on batches
+    sampled from replay, once it holds ``replay_start`` steps. Registered at two
+    stages of a :class:`~torchrl.trainers.Trainer` built with
+    ``optim_steps_per_batch=None`` (a variable number of updates per batch):
+
+    - ``batch_process`` (:meth:`store`): the fresh batch, as ``[N, T]`` segments
+      (:func:`as_segments`), is stored in replay, and :math:`n` is drawn;
+    - ``process_optim_batch`` (:meth:`__call__`): hands out the fresh batch, then
+      the :math:`n` replayed ones, then raises ``StopIteration``, which ends the
+      batch's updates (a ``None`` returned by a hook would leave the batch as
+      it was).
+
+    Args:
+        replay_buffer: a replay of ``T``-step segments (see
+            :func:`~torchrl_acer.training.trainer.make_segment_replay_buffer`), or
+            ``None`` to train on-policy only.
+
+    Keyword Args:
+        replay_ratio (float): mean number of replayed updates per collected batch.
+            Defaults to 4.
+        replay_start (int): steps stored before replayed updates start. Defaults
+            to 0.
+        on_policy_updates (bool): update on each fresh batch (ACER's discrete
+            setting); ``False`` trains on replay only, as the paper's continuous
+            runs do. Defaults to ``True``.
+        replay_keys (sequence of keys, optional): what replay keeps of a batch
+            (the loss's ``in_keys``, so that ``set_keys`` is honoured, plus what
+            the replay buffer reads itself); ``None`` keeps everything. A callable
+            returning the keys is read at each store.
+        accept (sequence of callables): each takes the fresh batch and returns
+            whether to train on it; a batch refused by one (non-finite values, a
+            too stale policy) gets no on-policy update and is not stored. Its
+            replayed updates still happen.
+        device (torch.device, optional): where the loss runs; batches are moved
+            there before being handed out.
+        seed (int): seeds the Poisson draws (a generator of the hook's own, kept
+            in its state dict). Defaults to 0.
+    """
+
+    def __init__(
+        self,
+        replay_buffer=None,
+        *,
+        replay_ratio: float = 4.0,
+        replay_start: int = 0,
+        on_policy_updates: bool = True,
+        replay_keys: Sequence | Callable[[], Sequence] | None = None,
+        accept: Sequence[Callable[[TensorDictBase], bool]] = (),
+        device: torch.device | str | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not (replay_ratio >= 0 and math.isfinite(replay_ratio)):
+            # inf would draw no replay at all: torch.poisson(inf) is a huge negative
+            raise ValueError(
+                f"replay_ratio must be >= 0 and finite, got {replay_ratio}"
+            )
+        if replay_ratio > 0 and replay_buffer is None:
+            raise ValueError(f"replay_ratio={replay_ratio} needs a replay_buffer")
+        if not on_policy_updates and not replay_ratio > 0:
+            raise ValueError(
+                "on_policy_updates=False needs replay_ratio > 0: nothing would train"
+            )
+        if replay_start < 0:
+            raise ValueError(f"replay_start must be >= 0, got {replay_start}")
+        self.replay_buffer = replay_buffer
+        self.replay_ratio = replay_ratio
+        self.replay_start = replay_start
+        self.on_policy_updates = on_policy_updates
+        self.replay_keys = replay_keys
+        self.accept = tuple(accept)
+        self.device = None if device is None else torch.device(device)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.segment_length: int | None = None
+        self._pending: list = []  # what the batch's remaining updates train on
+
+    @property
+    def replay_steps(self) -> int:
+        """Steps held in replay."""
+        if self.replay_buffer is None or self.segment_length is None:
+            return 0
+        return len(self.replay_buffer) * self.segment_length
+
+    def store(self, batch: TensorDictBase) -> TensorDictBase:
+        """Stores the fresh batch and plans its updates; returns it as ``[N, T]``."""
+        batch = as_segments(batch)
+        if self.segment_length is None:
+            self.segment_length = batch.shape[-1]
+        accepted = all(accept(batch) for accept in self.accept)
+        self._pending = []
+        if self.on_policy_updates and accepted:
+            self._pending.append(batch)
+        if self.replay_buffer is not None:
+            if accepted:
+                keys = self.replay_keys
+                keys = keys() if callable(keys) else keys
+                self.replay_buffer.extend(
+                    batch if keys is None else batch.select(*keys, strict=False)
+                )
+            if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
+                rate = torch.tensor(float(self.replay_ratio))
+                draws = int(torch.poisson(rate, generator=self.generator))
+                self._pending += [None] * draws  # sampled when their turn comes
+        return batch
+
+    def __call__(self, batch: TensorDictBase) -> TensorDictBase:
+        """The next batch to update on; ``StopIteration`` once they are done."""
+        if not self._pending:
+            raise StopIteration
+        sub_batch = self._pending.pop(0)
+        if sub_batch is None:
+            sub_batch = self.replay_buffer.sample()
+        if self.device is not None and sub_batch.device != self.device:
+            sub_batch = sub_batch.to(self.device)
+        return sub_batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "generator": self.generator.get_state(),
+            "segment_length": self.segment_length,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.generator.set_state(state_dict["generator"])
+        self.segment_length = state_dict["segment_length"]
+
+    def register(self, trainer: Trainer, name: str = "acer_update_schedule") -> None:
+        trainer.register_op("batch_process", self.store)
+        trainer.register_op("process_optim_batch", self)
+        trainer.register_module(name, self)
+
+
+class ACERTrainer(Trainer):
+    r"""Trains an :class:`~torchrl_acer.ACERLoss` with ACER's replay-ratio loop.
+
+    Wang et al., "Sample Efficient Actor-Critic with Experience Replay", ICLR 2017,
+    https://arxiv.org/abs/1611.01224. A :class:`~torchrl.trainers.Trainer` whose
+    ``__init__`` only wires hooks:
+
+    - :class:`ACERUpdateSchedule` (``batch_process``, ``process_optim_batch``):
+      per collected batch, the on-policy update, then Poisson(``replay_ratio``)
+      replayed ones;
+    - :class:`~torchrl.trainers.TargetNetUpdaterHook` (``post_optim``): the
+      averaged policy :math:`\theta_{avg} \leftarrow \alpha \theta_{avg} + (1 -
+      \alpha) \theta` after every optimizer step, with
+      :class:`~torchrl.objectives.SoftUpdate`;
+    - :class:`~torchrl.trainers.UpdateWeights` (``post_steps``): the learner's
+      policy weights to the collector's workers every
+      ``weight_update_interval`` batches (a no-op for an in-process collector).
+
+    Everything else (logging, evaluation, checkpoints, the guards of
+    :mod:`torchrl_acer.trainers.hooks`) is registered with :meth:`register_op`,
+    as on any TorchRL trainer.
+
+    Keyword Args:
+        collector (BaseCollector): yields ``[num_envs, T]`` batches with the
+            behaviour policy's logits and log-probabilities stored (any TorchRL
+            collector running the loss's actor).
+        total_frames (int): environment steps to collect.
+        loss_module (ACERLoss): the loss; its actor is the collector's policy.
+        optimizer (optim.Optimizer): over ``loss_module.parameters()``.
+        replay_buffer: a replay of ``T``-step segments, ``None`` for on-policy
+            training (then ``replay_ratio`` must be 0).
+        replay_ratio (float): mean replayed updates per collected batch. Defaults
+            to 4.
+        replay_start (int): steps stored before replayed updates start.
+        on_policy_updates (bool): update on each fresh batch. Defaults to ``True``.
+        target_net_updater (TargetNetUpdater, optional): the averaged-policy
+            update; defaults to ``SoftUpdate(loss_module, eps=alpha)``.
+        alpha (float): the averaged policy's decay when ``target_net_updater`` is
+            not given. Defaults to 0.99.
+        accept (sequence of callables): batch filters for
+            :class:`ACERUpdateSchedule` (e.g. a non-finite guard's, a policy-lag
+            bound's).
+        weight_update_interval (int): batches between two weight pushes to the
+            collector's workers. Defaults to 1.
+        optimization_stepper, logger, clip_grad_norm, clip_norm, progress_bar,
+        seed, save_trainer_interval, log_interval, save_trainer_file, checkpoint,
+        checkpoint_rotation, checkpoint_metadata, log_timings,
+        auto_log_optim_steps, frame_skip: as for
+            :class:`~torchrl.trainers.Trainer`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.collectors import Collector
+        >>> from torchrl.envs import GymEnv
+        >>> from torchrl.modules import MLP, ProbabilisticActor
+        >>> from torchrl_acer import ACERLoss
+        >>> from torchrl_acer.training.trainer import make_segment_replay_buffer
+        >>> env = GymEnv("CartPole-v1")
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(MLP(4, 2, num_cells=[32]), ["observation"], ["logits"]),
+        ...     in_keys=["logits"], distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True)
+        >>> critic = TensorDictModule(MLP(4, 2, num_cells=[32]), ["observation"],
+        ...     ["action_value"])
+        >>> loss = ACERLoss(actor, critic)
+        >>> collector = Collector(env, actor, frames_per_batch=20, total_frames=-1)
+        >>> trainer = ACERTrainer(
+        ...     collector=collector, total_frames=100, loss_module=loss,
+        ...     optimizer=torch.optim.Adam(loss.parameters(), lr=1e-3),
+        ...     replay_buffer=make_segment_replay_buffer(1000, 20, 2),
+        ...     replay_ratio=2, progress_bar=False)
+        >>> trainer.train()
+        >>> trainer.collected_frames
+        100
+    """
+
+    def __init__(
+        self,
+        *,
+        collector: BaseCollector,
+        total_frames: int,
+        loss_module: LossModule,
+        optimizer: optim.Optimizer | None = None,
+        replay_buffer=None,
+        replay_ratio: float = 4.0,
+        replay_start: int = 0,
+        on_policy_updates: bool = True,
+        target_net_updater: TargetNetUpdater | None = None,
+        alpha: float = 0.99,
+        accept: Sequence[Callable[[TensorDictBase], bool]] = (),
+        weight_update_interval: int = 1,
+        optimization_stepper: OptimizationStepper | None = None,
+        logger: Logger | None = None,
+        clip_grad_norm: bool = True,
+        clip_norm: float | None = None,
+        progress_bar: bool = True,
+        seed: int | None = None,
+        save_trainer_interval: int = 10000,
+        log_interval: int = 10000,
+        save_trainer_file: str | pathlib.Path | None = None,
+        checkpoint: Checkpoint | None = None,
+        checkpoint_rotation: CheckpointRotation | None = None,
+        checkpoint_metadata: Callable[[Trainer], Mapping[str, Any]] | None = None,
+        log_timings: bool = False,
+        auto_log_optim_steps: bool = True,
+        frame_skip: int = 1,
+    ) -> None:
+        if total_frames <= 0:
+            raise ValueError(f"total_frames must be positive, got {total_frames}")
+        if not weight_update_interval >= 1:
+            raise ValueError(
+                f"weight_update_interval must be >= 1, got {weight_update_interval}"
+            )
+        if target_net_updater is None:
+            target_net_updater = SoftUpdate(loss_module, eps=alpha)
+        # built now, so that a checkpoint restores its buffers
+        loss_module.value_estimator  # noqa: B018
+        super().__init__(
+            collector=collector,
+            total_frames=total_frames,
+            frame_skip=frame_skip,
+            optim_steps_per_batch=None,  # the schedule ends each batch's updates
+            loss_module=loss_module,
+            optimizer=optimizer,
+            # the optimizer hook stage is deprecated in TorchRL
+            optimization_stepper=optimization_stepper or DefaultOptimizationStepper(),
+            replay_buffer=replay_buffer,
+            target_net_updater=target_net_updater,
+            logger=logger,
+            clip_grad_norm=clip_grad_norm,
+            clip_norm=clip_norm,
+            progress_bar=progress_bar,
+            seed=seed,
+            save_trainer_interval=save_trainer_interval,
+            log_interval=log_interval,
+            save_trainer_file=save_trainer_file,
+            checkpoint=checkpoint,
+            checkpoint_rotation=checkpoint_rotation,
+            checkpoint_metadata=checkpoint_metadata,
+            log_timings=log_timings,
+            auto_log_optim_steps=auto_log_optim_steps,
+        )
+        self.schedule = ACERUpdateSchedule(
+            replay_buffer,
+            replay_ratio=replay_ratio,
+            replay_start=replay_start,
+            on_policy_updates=on_policy_updates,
+            replay_keys=partial(self._replay_keys, replay_buffer),
+            accept=accept,
+            device=_module_device(loss_module),
+            seed=0 if seed is None else seed,
+        )
+        self.schedule.register(self)
+        # stepped after every optimizer step, as the paper's averaged policy is
+        self.register_op("post_optim", TargetNetUpdaterHook(target_net_updater))
+        update_weights = UpdateWeights(
+            collector,
+            weight_update_interval,
+            policy_weights_getter=partial(
+                TensorDict.from_module, loss_module.actor_network
+            ),
+        )
+        self.register_op("post_steps", update_weights)
+
+    def _replay_keys(self, replay_buffer) -> list:
+        # what the loss reads, as its keys are set now, and what the replay reads
+        # itself (a frame-stacking replay's frames and game ends)
+        return [
+            *self.loss_module.in_keys,
+            *getattr(replay_buffer, "required_keys", ()),
+        ]
+
+
+def _module_device(module: torch.nn.Module) -> torch.device | None:
+    for tensor in module.parameters():
+        return tensor.device
+    return None
