@@ -3,10 +3,12 @@ old trainer's parameters reached at the same seed."""
 
 import pytest
 import torch
+from tensordict import TensorDict
 from test_trainer import make_trainer
 from torchrl.trainers import Trainer
 
 from torchrl_acer.trainers.acer import ACERTrainer, ACERUpdateSchedule, as_segments
+from torchrl_acer.training.trainer import make_segment_replay_buffer
 
 
 def new_trainer_like(old, **kwargs):
@@ -49,3 +51,88 @@ def test_reaches_the_old_trainers_parameters_after_three_iterations(tmp_path, ba
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], rtol=0, atol=0, msg=key)
     pieces.close()
+
+
+def test_is_a_torchrl_trainer_that_a_user_extends_with_register_op(tmp_path):
+    pieces = make_trainer(tmp_path, **{"collector.total_frames": 30})
+    trainer = new_trainer_like(pieces)
+    assert isinstance(trainer, Trainer)
+    seen = {"batches": [], "updates": 0}
+    trainer.register_op("pre_steps_log", lambda batch: seen["batches"].append(batch))
+
+    def count_update():
+        seen["updates"] += 1
+
+    trainer.register_op("post_optim", count_update)
+    trainer.train()
+    # the user's hooks saw every collected batch, as [num_envs, T] segments, and
+    # every optimizer step: the on-policy ones and the replayed ones
+    assert [b.shape for b in seen["batches"]] == [torch.Size([2, 5])] * 3
+    assert seen["updates"] > 3
+    assert len(trainer.schedule.replay_buffer) == 6  # 3 batches of 2 segments
+    pieces.close()
+
+
+def segments(n, T=5):
+    return TensorDict({"x": torch.arange(n * T).reshape(n, T)}, [n, T])
+
+
+def test_schedule_hands_out_fresh_then_poisson_replayed_batches_then_stops():
+    replay = make_segment_replay_buffer(1000, 5, 3)
+    schedule = ACERUpdateSchedule(replay, replay_ratio=2.5, seed=1)
+    counts = []
+    for _ in range(400):
+        fresh = segments(2)
+        handed = handed_by(schedule, fresh)
+        assert handed[0] is fresh  # the on-policy update comes first
+        assert all(b.shape == (3, 5) for b in handed[1:])  # sampled segments
+        counts.append(len(handed) - 1)
+    counts = torch.tensor(counts, dtype=torch.float)
+    # Poisson(2.5): mean and variance 2.5 (400 draws: standard error ~0.08)
+    assert abs(counts.mean() - 2.5) < 0.3 and abs(counts.var() - 2.5) < 0.8
+
+
+def test_schedule_replay_start_off_policy_only_and_refused_batches():
+    replay = make_segment_replay_buffer(1000, 5, 1)
+    schedule = ACERUpdateSchedule(
+        replay, replay_ratio=50.0, replay_start=20, on_policy_updates=False
+    )
+
+    assert handed_by(schedule, segments(2)) == []  # 10 steps < replay_start
+    assert len(handed_by(schedule, segments(2))) > 20  # 20 steps: replay only
+    refusing = ACERUpdateSchedule(replay, replay_ratio=0.0, accept=[lambda b: False])
+    stored = len(replay)
+    assert handed_by(refusing, segments(2)) == []  # no on-policy update
+    assert len(replay) == stored  # and not stored
+
+
+def handed_by(schedule, batch):
+    schedule.store(batch)
+    out = []
+    while True:
+        try:
+            out.append(schedule(batch))
+        except StopIteration:
+            return out
+
+
+def test_batches_become_segments():
+    assert as_segments(segments(1)[0]).shape == (1, 5)
+    three = TensorDict({"x": torch.zeros(2, 3, 5)}, [2, 3, 5])
+    assert as_segments(three).shape == (6, 5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"replay_ratio": float("inf")}, "finite"),
+        ({"replay_ratio": -1.0}, ">= 0"),
+        ({"replay_ratio": 1.0, "replay_buffer": None}, "needs a replay_buffer"),
+        ({"replay_ratio": 0.0, "on_policy_updates": False}, "nothing would train"),
+        ({"replay_start": -1}, "replay_start"),
+    ],
+)
+def test_schedule_refuses_settings_that_cannot_work(kwargs, match):
+    kwargs = {"replay_buffer": make_segment_replay_buffer(100, 5, 1), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        ACERUpdateSchedule(**kwargs)
