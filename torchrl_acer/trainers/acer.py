@@ -16,6 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import optim
 from torchrl.checkpoint import Checkpoint, CheckpointRotation
 from torchrl.collectors import BaseCollector
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.objectives import SoftUpdate
 from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import TargetNetUpdater
@@ -29,7 +30,37 @@ from torchrl.trainers.trainers import (
     UpdateWeights,
 )
 
-__all__ = ["ACERTrainer", "ACERUpdateSchedule"]
+__all__ = ["ACERTrainer", "ACERUpdateSchedule", "make_segment_replay_buffer"]
+
+
+def make_segment_replay_buffer(
+    capacity_steps: int, segment_length: int, batch_segments: int
+) -> TensorDictReplayBuffer:
+    """A replay buffer of ``segment_length``-step segments, as ACER replays them.
+
+    Each collected ``[num_envs, T]`` batch is stored as ``num_envs`` segments of one
+    environment's ``T`` consecutive steps (episode boundaries inside a segment are
+    handled by the loss), and a sample is ``[batch_segments, T]``. A segment never
+    mixes environments or crosses the buffer's wrap-around.
+
+    Args:
+        capacity_steps: steps the buffer holds (all environments together).
+        segment_length: ``T``.
+        batch_segments: segments per sampled batch.
+    """
+    if segment_length < 1:
+        raise ValueError(f"segment length T must be positive, got {segment_length}")
+    if capacity_steps < segment_length:
+        raise ValueError(
+            f"replay capacity of {capacity_steps} steps is shorter than one segment "
+            f"of T={segment_length} steps"
+        )
+    if batch_segments < 1:
+        raise ValueError(f"replay batch size must be positive, got {batch_segments}")
+    return TensorDictReplayBuffer(
+        storage=LazyTensorStorage(capacity_steps // segment_length),
+        batch_size=batch_segments,
+    )
 
 
 def as_segments(batch: TensorDictBase) -> TensorDictBase:
@@ -61,7 +92,7 @@ class ACERUpdateSchedule(TrainerHookBase):
 
     Args:
         replay_buffer: a replay of ``T``-step segments (see
-            :func:`~torchrl_acer.training.trainer.make_segment_replay_buffer`), or
+            :func:`make_segment_replay_buffer`), or
             ``None`` to train on-policy only.
 
     Keyword Args:
@@ -235,7 +266,6 @@ class ACERTrainer(Trainer):
         >>> from torchrl.envs import GymEnv
         >>> from torchrl.modules import MLP, ProbabilisticActor
         >>> from torchrl_acer import ACERLoss
-        >>> from torchrl_acer.training.trainer import make_segment_replay_buffer
         >>> env = GymEnv("CartPole-v1")
         >>> actor = ProbabilisticActor(
         ...     TensorDictModule(MLP(4, 2, num_cells=[32]), ["observation"], ["logits"]),

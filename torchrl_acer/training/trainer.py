@@ -37,6 +37,7 @@ from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 from torchrl.objectives import SoftUpdate
 
 from torchrl_acer.objectives.acer import ACERLoss
+from torchrl_acer.trainers.acer import make_segment_replay_buffer
 from torchrl_acer.training.checkpoint import (
     SAFE_CONFIG_CHANGES,
     CheckpointError,
@@ -67,36 +68,6 @@ __all__ = [
     "make_segment_replay_buffer",
     "replay_state_dict",
 ]
-
-
-def make_segment_replay_buffer(
-    capacity_steps: int, segment_length: int, batch_segments: int
-) -> TensorDictReplayBuffer:
-    """A replay buffer of ``segment_length``-step segments, as ACER replays them.
-
-    Each collected ``[num_envs, T]`` batch is stored as ``num_envs`` segments of one
-    environment's ``T`` consecutive steps (episode boundaries inside a segment are
-    handled by the loss), and a sample is ``[batch_segments, T]``. A segment never
-    mixes environments or crosses the buffer's wrap-around.
-
-    Args:
-        capacity_steps: steps the buffer holds (all environments together).
-        segment_length: ``T``.
-        batch_segments: segments per sampled batch.
-    """
-    if segment_length < 1:
-        raise ValueError(f"segment length T must be positive, got {segment_length}")
-    if capacity_steps < segment_length:
-        raise ValueError(
-            f"replay capacity of {capacity_steps} steps is shorter than one segment "
-            f"of T={segment_length} steps"
-        )
-    if batch_segments < 1:
-        raise ValueError(f"replay batch size must be positive, got {batch_segments}")
-    return TensorDictReplayBuffer(
-        storage=LazyTensorStorage(capacity_steps // segment_length),
-        batch_size=batch_segments,
-    )
 
 
 def replay_state_dict(replay) -> dict:
