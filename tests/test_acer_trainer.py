@@ -7,8 +7,12 @@ from tensordict import TensorDict
 from test_trainer import make_trainer
 from torchrl.trainers import Trainer
 
-from torchrl_acer.trainers.acer import ACERTrainer, ACERUpdateSchedule, as_segments
-from torchrl_acer.trainers.acer import make_segment_replay_buffer
+from torchrl_acer.trainers.acer import (
+    ACERTrainer,
+    ACERUpdateSchedule,
+    as_segments,
+    make_segment_replay_buffer,
+)
 
 
 def new_trainer_like(old, **kwargs):

@@ -334,7 +334,7 @@ class ACERTrainer(Trainer):
             loss_module=loss_module,
             optimizer=optimizer,
             # the optimizer hook stage is deprecated in TorchRL
-            optimization_stepper=optimization_stepper or DefaultOptimizationStepper(),
+            optimization_stepper=optimization_stepper or _DetachingStepper(),
             replay_buffer=replay_buffer,
             target_net_updater=target_net_updater,
             logger=logger,
@@ -380,6 +380,13 @@ class ACERTrainer(Trainer):
             *self.loss_module.in_keys,
             *getattr(replay_buffer, "required_keys", ()),
         ]
+
+
+class _DetachingStepper(DefaultOptimizationStepper):
+    # TorchRL's stepper returns the loss terms still attached to their graph,
+    # which the trainer then keeps in its running average of the batch's losses
+    def step(self, trainer: Trainer, sub_batch: TensorDictBase) -> TensorDictBase:
+        return super().step(trainer, sub_batch).detach()
 
 
 def _module_device(module: torch.nn.Module) -> torch.device | None:
