@@ -358,7 +358,8 @@ def check_config(
     ``allow`` (dotted keys or ``fnmatch`` patterns), listing the settings; with
     ``force`` any difference passes. ``how_to_allow`` (given the refused keys,
     comma-separated, as ``{keys}``) tells the caller's way to allow them. Returns
-    every difference that passed, safe ones included, for the caller to report."""
+    the differences outside the safe list that passed (allowed or forced), for the
+    caller to report."""
     changed = config_differences(saved, current)
     refused = config_differences(
         saved, current, ignore=SAFE_CONFIG_CHANGES + tuple(allow)
