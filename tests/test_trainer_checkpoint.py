@@ -10,11 +10,15 @@ the previous checkpoint was kept.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
+from builders import load_script
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -352,7 +356,9 @@ def test_every_file_and_folder_is_synced_before_it_is_published(
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
     path = checkpoint_of(*pieces(), format=fmt).save(tmp_path / "c")
-    published = synced.index(tmp_path)  # the parent folder, after the rename
+    # the parent folder, after the rename (the last time: a TorchRL that syncs
+    # its own stage syncs it before too)
+    published = len(synced) - 1 - synced[::-1].index(tmp_path)
     before = synced[:published]
     stage = next(p for p in before if p.name.startswith(".c.acer-"))
     written = {p.relative_to(stage) for p in before if p.is_relative_to(stage)}
@@ -485,3 +491,64 @@ def test_a_single_file_checkpoint_is_refused_naming_its_format_version(tmp_path)
     assert "cannot be loaded by this version" in message
     # also as the old format's error, which the old resume path catches
     assert isinstance(err.value, single_file.CheckpointError)
+
+
+# -- the patches to torchrl.checkpoint (upstream/torchrl/0003-0005) -------------------
+
+fixes = load_script("tools/torchrl_fixes.py")
+CHECKPOINT_PATCHES = [p for p in fixes.PATCHES if "Checkpoint" in p.name]
+
+
+@pytest.mark.slow
+def test_acer_checkpoint_works_on_a_patched_torchrl(tmp_path):
+    # the patches make TorchRL sync, hash and check shapes itself: ACERCheckpoint
+    # keeps working on top of them (this file's tests, against the patched copy)
+    assert len(CHECKPOINT_PATCHES) == 3
+    copy = fixes.patched_copy(tmp_path / "patched")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+         "-k", "not patched_torchrl and not apply_upstream"],
+        cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_checkpoint_patches_apply_upstream_and_their_tests_pass(tmp_path):
+    source = Path(os.environ.get("TORCHRL_CHECKOUT", "/work/torchrl_checkout"))
+    if not (source / ".git").exists() or shutil.which("git") is None:
+        pytest.skip(f"no TorchRL checkout at {source} (TORCHRL_CHECKOUT) or no git")
+    clone = tmp_path / "rl"
+    subprocess.run(
+        ["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)],
+        check=True,
+    )
+
+    def git(*args):
+        return subprocess.run(
+            ["git", "-C", str(clone), *args], check=True, capture_output=True
+        )
+
+    git("checkout", "-q", "--detach", fixes.BASE_COMMIT)
+    identity = ["-c", "user.name=check", "-c", "user.email=check@example.com"]
+    git(*identity, "am", "-q", *map(str, fixes.PATCHES))
+    # TorchRL's checkpoint tests, with those the patches add, against the patched
+    # copy of the installed torchrl
+    copy = fixes.patched_copy(tmp_path / "patched")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    shutil.copy(clone / "test" / "test_checkpoint.py", tests)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "test_checkpoint.py"],
+        cwd=tests, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    for added in (
+        "test_checkpoint_is_synced_before_it_is_published",
+        "test_corrupted_payload_is_refused_before_any_component_loads",
+        "test_mismatched_shapes_are_named_before_any_component_loads",
+    ):
+        assert added in (tests / "test_checkpoint.py").read_text()
