@@ -22,20 +22,31 @@ from builders import load_script
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
-from torchrl.checkpoint import Checkpoint, CheckpointError, CheckpointRotation
+from torchrl.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointRotation,
+    GlobalRNGState,
+)
 from torchrl.collectors import Collector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import GymEnv
-from torchrl.modules import ProbabilisticActor, ValueOperator
+from torchrl.modules import ProbabilisticActor, RandomPolicy, ValueOperator
 from torchrl.objectives import A2CLoss
 from torchrl.trainers import ReplayBufferTrainer, Trainer
 
 from torchrl_acer.trainers.checkpoint import (
     ACERCheckpoint,
     ACERCheckpointError,
+    FiniteStateDictAdapter,
     NonFiniteCheckpointError,
 )
 from torchrl_acer.training import checkpoint as single_file
+from torchrl_acer.training.env_state import (
+    collector_state_dict,
+    load_collector_state_dict,
+)
+from torchrl_acer.training.envs import make_env
 
 CONFIG = {
     "model": {"num_cells": [8], "activation": "tanh"},
@@ -394,6 +405,60 @@ def test_rotation_keeps_the_last_checkpoints_and_loads_the_latest(tmp_path):
     target = pieces(1)
     rotation.load_latest(checkpoint_of(*target))
     assert target[2].frames == 24
+
+
+# -- the environments' state ---------------------------------------------------
+
+
+class CollectorState:
+    """A collector's environments mid-episode, as a component
+    (:mod:`torchrl_acer.training.env_state`)."""
+
+    def __init__(self, collector):
+        self.collector = collector
+
+    def state_dict(self):
+        return collector_state_dict(self.collector)
+
+    def load_state_dict(self, state):
+        load_collector_state_dict(self.collector, state)
+
+
+def test_the_environments_resume_bit_for_bit(tmp_path):
+    def collector(seed):
+        env = make_env("CartPole-v1", num_envs=2, seed=seed)
+        return Collector(
+            env, RandomPolicy(env.action_spec), frames_per_batch=16, total_frames=-1
+        )
+
+    def checkpoint(collector):
+        return (
+            ACERCheckpoint(config=CONFIG)
+            .register(
+                "envs",
+                CollectorState(collector),
+                adapter=FiniteStateDictAdapter(
+                    payload_format="torch", weights_only=False
+                ),
+            )
+            .register("rng", GlobalRNGState())  # the random policy's
+        )
+
+    torch.manual_seed(0)
+    running = collector(0)
+    batches = iter(running)
+    for _ in range(3):  # episodes under way
+        next(batches)
+    path = checkpoint(running).save(tmp_path / "c")
+    expected = next(batches)
+    assert not expected["next", "done"].all()
+    resumed = collector(1)
+    assert checkpoint(resumed).load(path).loaded == {"envs", "rng"}
+    got = next(iter(resumed))
+    for key in ("observation", "action", ("next", "reward"), ("next", "done")):
+        assert torch.equal(got[key], expected[key]), key
+    running.shutdown()
+    resumed.shutdown()
 
 
 # -- the config -----------------------------------------------------------------

@@ -146,12 +146,33 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
     :class:`ACERCheckpoint` gives one to each component with ``state_dict`` /
     ``load_state_dict`` registered without an adapter, and refuses the save when
     any recorded one. Pass one explicitly for another payload, e.g.
-    ``FiniteStateDictAdapter(payload_format="torch")`` for a state holding
-    tensordicts (TorchRL's TensorDict payload takes plain containers only).
+    ``FiniteStateDictAdapter(payload_format="torch", weights_only=False)`` for an
+    environment's state (:mod:`torchrl_acer.training.env_state`), which holds
+    tensordicts (TorchRL's TensorDict payload takes plain containers only, and
+    ``torch.load(weights_only=True)`` refuses them).
+
+    Args:
+        payload_format, archive_compression: as
+            :class:`~torchrl.checkpoint.StateDictCheckpointAdapter`.
+        weights_only: for a ``"torch"`` payload, overrides the ``weights_only`` a
+            load passes to :func:`torch.load` (``True`` by default), for this
+            component only. ``False`` unpickles what the checkpoint holds: use it
+            for state that is pickled anyway (an environment's), from checkpoints
+            you trust; :class:`ACERCheckpoint` has verified the file's sha256.
     """
 
     name: str | None = None
     nonfinite: list[str] | None = None
+
+    def __init__(
+        self,
+        payload_format: str = "directory",
+        *,
+        archive_compression: str | int | None = None,
+        weights_only: bool | None = None,
+    ) -> None:
+        super().__init__(payload_format, archive_compression=archive_compression)
+        self.weights_only = weights_only
 
     def bound(self, name: str, sink: list[str]) -> FiniteStateDictAdapter:
         """A copy that records the entries of component ``name`` in ``sink``."""
@@ -165,10 +186,25 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
             self.nonfinite += nonfinite_entries(state, self.name or "")
         return super().save(_Given(state), path, args=(), kwargs={})
 
+    def load(self, component, path, *, map_location, tensor_load_kwargs, args, kwargs):
+        if self.weights_only is not None and (path / self.state_torch).exists():
+            tensor_load_kwargs = {
+                **tensor_load_kwargs,
+                "weights_only": self.weights_only,
+            }
+        return super().load(
+            component,
+            path,
+            map_location=map_location,
+            tensor_load_kwargs=tensor_load_kwargs,
+            args=args,
+            kwargs=kwargs,
+        )
+
     def read(self, path: Path) -> Any:
         """The state dict saved below ``path``, on the CPU, loaded into nothing."""
         taken = _Taken()
-        super().load(
+        self.load(
             taken,
             path,
             map_location="cpu",
