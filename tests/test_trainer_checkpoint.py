@@ -9,6 +9,7 @@ the previous checkpoint was kept.
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import subprocess
@@ -556,19 +557,38 @@ def test_a_single_file_checkpoint_is_refused_naming_its_format_version(tmp_path)
     assert "cannot be loaded by this version" in message
     # also as the old format's error, which the old resume path catches
     assert isinstance(err.value, single_file.CheckpointError)
+    # a trainer hands it over (is_checkpoint: yes, to refuse it by name)
+    assert ACERCheckpoint.is_checkpoint(old) and not Checkpoint.is_checkpoint(old)
 
 
-# -- the patches to torchrl.checkpoint (upstream/torchrl/0003-0005) -------------------
+@pytest.mark.filterwarnings("ignore")
+def test_a_trainer_refuses_a_single_file_checkpoint_naming_its_version(tmp_path):
+    if "Checkpoint.is_checkpoint(file)" in inspect.getsource(Trainer.load_from_file):
+        pytest.skip(
+            "this TorchRL's Trainer.load_from_file asks Checkpoint, not the "
+            "trainer's checkpoint, whether a file is one (upstream/torchrl/0006)"
+        )
+    old = single_file.write_checkpoint(
+        tmp_path / "last.pt", {"loss_module": {}}, {"frames": 40}
+    )
+    trainer, _ = cartpole_trainer(tmp_path / "checkpoint", seed=0)
+    with pytest.raises(ACERCheckpointError, match="cannot be loaded by this version"):
+        trainer.load_from_file(old)
+
+
+# -- the patches to torchrl.checkpoint (upstream/torchrl/0003-0006) -------------------
 
 fixes = load_script("tools/torchrl_fixes.py")
-CHECKPOINT_PATCHES = [p for p in fixes.PATCHES if "Checkpoint" in p.name]
+CHECKPOINT_PATCHES = [
+    p for p in fixes.PATCHES if "Checkpoint" in p.name or "load_from_file" in p.name
+]
 
 
 @pytest.mark.slow
 def test_acer_checkpoint_works_on_a_patched_torchrl(tmp_path):
     # the patches make TorchRL sync, hash and check shapes itself: ACERCheckpoint
     # keeps working on top of them (this file's tests, against the patched copy)
-    assert len(CHECKPOINT_PATCHES) == 3
+    assert len(CHECKPOINT_PATCHES) == 4
     copy = fixes.patched_copy(tmp_path / "patched")
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
@@ -617,3 +637,16 @@ def test_checkpoint_patches_apply_upstream_and_their_tests_pass(tmp_path):
         "test_mismatched_shapes_are_named_before_any_component_loads",
     ):
         assert added in (tests / "test_checkpoint.py").read_text()
+    # 0006's test, and the trainer's other checkpoint tests
+    shutil.copy(clone / "test" / "test_trainer.py", tests)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "test_trainer.py", "-k", "unified or recognizes"],
+        cwd=tests, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert (
+        "test_load_from_file_asks_the_trainers_checkpoint_what_it_recognizes"
+        in (tests / "test_trainer.py").read_text()
+    )

@@ -479,6 +479,19 @@ class ACERCheckpoint(Checkpoint):
     # -- load ------------------------------------------------------------------
 
     @classmethod
+    def is_checkpoint(cls, path: str | Path) -> bool:
+        """Whether ``path`` is a checkpoint, or a file of the single-file format,
+        which :meth:`load` refuses naming its version (a TorchRL with
+        ``upstream/torchrl/0006`` asks a trainer's checkpoint, and so hands such a
+        file to :meth:`load` instead of to its legacy ``torch.load`` path)."""
+        source = cls._local_path(path)
+        if source.is_file():
+            with open(source, "rb") as file:
+                if file.read(len(_single_file.MAGIC)) == _single_file.MAGIC:
+                    return True
+        return super().is_checkpoint(source)
+
+    @classmethod
     def verify(
         cls, path: str | Path, *, components: Collection[str] | None = None
     ) -> dict[str, Any]:
