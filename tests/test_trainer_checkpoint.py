@@ -221,6 +221,7 @@ def test_round_trip_restores_every_component(tmp_path, fmt):
         tmp_path / "c"
     )
     assert path.is_dir() == (fmt == "directory")
+    assert Checkpoint.manifest(path)["container"] == fmt
     target = pieces(1, frames=1)[:3] + (
         TensorDictReplayBuffer(storage=LazyTensorStorage(8)),
     )

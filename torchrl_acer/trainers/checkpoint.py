@@ -434,7 +434,7 @@ class ACERCheckpoint(Checkpoint):
                     f"hold non-finite values (the previous checkpoint there, if "
                     f"any, is kept)"
                 )
-            self._record_digests(stage)
+            self._record_digests(stage, output_format)
             _fsync_tree(stage)
             if output_format == "directory":
                 _publish(stage, destination)
@@ -448,8 +448,9 @@ class ACERCheckpoint(Checkpoint):
         return destination
 
     @staticmethod
-    def _record_digests(stage: Path) -> None:
+    def _record_digests(stage: Path, container: str) -> None:
         manifest = json.loads((stage / MANIFEST_NAME).read_text(encoding="utf-8"))
+        manifest["container"] = container  # staged as a directory either way
         files = {}
         for record in manifest["components"].values():
             for name in record["files"]:
