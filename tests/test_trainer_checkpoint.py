@@ -240,8 +240,13 @@ def test_round_trip_restores_every_component(tmp_path, fmt):
 
 
 def test_versions_commit_and_config_are_in_the_manifest(tmp_path):
-    path = checkpoint_of(*pieces()).save(tmp_path / "c")
-    ours = Checkpoint.manifest(path)["metadata"]["torchrl_acer"]
+    run = {"run_dir": str(tmp_path), "collected_frames": 0}
+    path = checkpoint_of(*pieces(), metadata=run).save(
+        tmp_path / "c", metadata={"collected_frames": 8}
+    )
+    metadata = Checkpoint.manifest(path)["metadata"]
+    assert metadata["run_dir"] == str(tmp_path) and metadata["collected_frames"] == 8
+    ours = metadata["torchrl_acer"]
     assert ours["config"] == CONFIG
     assert ours["versions"]["torch"] == torch.__version__
     assert ours["versions"]["torchrl-acer"] and ours["versions"]["torchrl"]

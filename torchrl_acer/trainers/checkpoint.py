@@ -339,6 +339,9 @@ class ACERCheckpoint(Checkpoint):
         allow_config_change: dotted config keys or ``fnmatch`` patterns that may
             differ on load beyond the safe ones.
         force: load whatever settings differ.
+        metadata: JSON-compatible entries added to every save's manifest metadata
+            (a save's own ``metadata``, e.g. the trainer's frame counts, wins), such
+            as the run directory a resume goes back to.
         format, strict, archive_compression, save_components, **components: as
             :class:`~torchrl.checkpoint.Checkpoint`.
 
@@ -366,9 +369,11 @@ class ACERCheckpoint(Checkpoint):
         config: Mapping[str, Any] | None = None,
         allow_config_change: Collection[str] = (),
         force: bool = False,
+        metadata: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         self.config = None if config is None else _json_copy(config)
+        self.metadata = _json_copy(dict(metadata or {}))
         self.allow_config_change = tuple(allow_config_change)
         self.force = force
         self._nonfinite: list[str] = []
@@ -406,7 +411,7 @@ class ACERCheckpoint(Checkpoint):
         destination = self._local_path(path)
         output_format = self.format if format is None else format
         self._validate_format(output_format)
-        metadata = dict(metadata or {})
+        metadata = {**self.metadata, **(metadata or {})}
         metadata[METADATA_KEY] = {
             "format_version": FORMAT_VERSION,
             "versions": _single_file._versions(),
