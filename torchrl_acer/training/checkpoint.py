@@ -40,10 +40,12 @@ __all__ = [
     "SAFE_CONFIG_CHANGES",
     "CheckpointError",
     "CheckpointInfo",
+    "check_config",
     "config_differences",
     "load_payload",
     "read_checkpoint",
     "read_header",
+    "state_dict_mismatches",
     "write_checkpoint",
 ]
 
@@ -340,3 +342,62 @@ def config_differences(
         if a != b and not _matches(key, ignore):
             out.append((key, a, b))
     return out
+
+
+def check_config(
+    source,
+    saved: dict | None,
+    current: dict | None,
+    *,
+    allow=(),
+    force: bool = False,
+    how_to_allow: str = "",
+) -> list[tuple[str, object, object]]:
+    """Refuses a checkpoint (``source``, named in the message) whose ``saved``
+    config differs from ``current`` outside :data:`SAFE_CONFIG_CHANGES` and
+    ``allow`` (dotted keys or ``fnmatch`` patterns), listing the settings; with
+    ``force`` any difference passes. ``how_to_allow`` (given the refused keys,
+    comma-separated, as ``{keys}``) tells the caller's way to allow them. Returns
+    the differences outside the safe list that passed (allowed or forced), for the
+    caller to report."""
+    changed = config_differences(saved, current)
+    refused = config_differences(
+        saved, current, ignore=SAFE_CONFIG_CHANGES + tuple(allow)
+    )
+    if refused and not force:
+        lines = [show_config_change(*d) for d in refused[:20]]
+        if len(refused) > 20:
+            lines.append(f"  ... and {len(refused) - 20} more")
+        keys = ",".join(key for key, _, _ in refused)
+        raise CheckpointError(
+            f"{source} was written with another config; these settings differ:\n"
+            + "\n".join(lines)
+            + "\nResuming with them changed may fail or train something else. "
+            f"To resume anyway, allow them: {how_to_allow.format(keys=keys)}. "
+            f"Settings safe to change are not listed: "
+            f"{', '.join(SAFE_CONFIG_CHANGES)}"
+        )
+    return changed
+
+
+def show_config_change(key: str, old, new) -> str:
+    """One line of :func:`check_config`'s report."""
+    return f"  {key}: {old!r} in the checkpoint, {new!r} now"
+
+
+def state_dict_mismatches(saved, current, prefix: str = "") -> list[str]:
+    """What keeps ``saved`` (a flat state dict) from loading strictly into the
+    object whose state dict is ``current``: ``missing KEY``, ``unexpected KEY``
+    and ``KEY: SHAPE in the checkpoint, SHAPE here``, each key after ``prefix``."""
+    problems = [f"missing {prefix}{k}" for k in current if k not in saved]
+    problems += [f"unexpected {prefix}{k}" for k in saved if k not in current]
+    problems += [
+        f"{prefix}{k}: {tuple(saved[k].shape)} in the checkpoint, "
+        f"{tuple(current[k].shape)} here"
+        for k in current
+        if k in saved
+        and isinstance(current[k], torch.Tensor)
+        and isinstance(saved[k], torch.Tensor)
+        and saved[k].shape != current[k].shape
+    ]
+    return problems

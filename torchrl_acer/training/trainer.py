@@ -39,11 +39,12 @@ from torchrl.objectives import SoftUpdate
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.trainers.acer import make_segment_replay_buffer
 from torchrl_acer.training.checkpoint import (
-    SAFE_CONFIG_CHANGES,
     CheckpointError,
-    config_differences,
+    check_config,
     load_payload,
     read_header,
+    show_config_change,
+    state_dict_mismatches,
     write_checkpoint,
 )
 from torchrl_acer.training.env_state import (
@@ -1470,18 +1471,7 @@ class ACERTrainer:
     def _check_parameters_fit(self, path, saved: dict) -> None:
         """Refuses, naming the keys, parameters missing, unexpected or of another
         shape (the loss's own loading fails on the first, with its whole tree)."""
-        current = self.loss_module.state_dict()
-        problems = [f"missing {k}" for k in current if k not in saved]
-        problems += [f"unexpected {k}" for k in saved if k not in current]
-        problems += [
-            f"{k}: {tuple(saved[k].shape)} in the checkpoint, "
-            f"{tuple(current[k].shape)} here"
-            for k in current
-            if k in saved
-            and isinstance(current[k], torch.Tensor)
-            and isinstance(saved[k], torch.Tensor)
-            and saved[k].shape != current[k].shape
-        ]
+        problems = state_dict_mismatches(saved, self.loss_module.state_dict())
         if problems:
             shown = "\n  ".join(problems[:10])
             more = (
@@ -1492,36 +1482,21 @@ class ACERTrainer:
             )
 
     def _check_checkpoint_config(self, info, allow: tuple, force: bool) -> None:
-        saved = info.header.get("config")
-        changed = config_differences(saved, self.config)
-        if not changed:
-            return
-        refused = config_differences(
-            saved, self.config, ignore=SAFE_CONFIG_CHANGES + allow
+        changed = check_config(
+            info.path,
+            info.header.get("config"),
+            self.config,
+            allow=allow,
+            force=force,
+            how_to_allow="resume_allow_config_change=[{keys}] (or resume_force=true; "
+            "ACERTrainer.load_checkpoint(allow_config_change=..., force=True))",
         )
-
-        def show(key, old, new):
-            return f"  {key}: {old!r} in the checkpoint, {new!r} now"
-
-        if refused and not force:
-            lines = [show(*d) for d in refused[:20]]
-            if len(refused) > 20:
-                lines.append(f"  ... and {len(refused) - 20} more")
-            keys = ",".join(key for key, _, _ in refused)
-            raise CheckpointError(
-                f"{info.path} was written with another config; these settings "
-                f"differ:\n" + "\n".join(lines) + "\nResuming with them changed "
-                f"may fail or train something else. To resume anyway, allow them: "
-                f"resume_allow_config_change=[{keys}] (or resume_force=true; "
-                f"ACERTrainer.load_checkpoint(allow_config_change=..., force=True)). "
-                f"Settings safe to change are not listed: "
-                f"{', '.join(SAFE_CONFIG_CHANGES)}"
+        if changed:
+            print(
+                "resume: settings changed since the checkpoint, as allowed:\n"
+                + "\n".join(show_config_change(*d) for d in changed),
+                flush=True,
             )
-        print(
-            "resume: settings changed since the checkpoint, as allowed:\n"
-            + "\n".join(show(*d) for d in changed),
-            flush=True,
-        )
 
     def close(self) -> None:
         self.collector.shutdown()

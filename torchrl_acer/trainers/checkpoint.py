@@ -1,0 +1,757 @@
+"""Checkpoints on :class:`torchrl.checkpoint.Checkpoint`, with torchrl-acer's guarantees.
+
+:class:`ACERCheckpoint` is a :class:`~torchrl.checkpoint.Checkpoint` (pass it as
+``Trainer(checkpoint=...)``, with or without a
+:class:`~torchrl.checkpoint.CheckpointRotation`) that keeps what the single-file
+format of :mod:`torchrl_acer.training.checkpoint` promises:
+
+- **Atomic and durable.** A checkpoint is written under a temporary name, every file
+  and folder of it fsynced, then renamed into place and its parent folder fsynced.
+  An exception or a kill while it is written leaves the previous checkpoint as it
+  was. (TorchRL renames, but fsyncs nothing; and to replace an existing checkpoint
+  it first moves the old one aside, so a kill between the two renames leaves none
+  at the path: :meth:`ACERCheckpoint.load` then names where the previous one is.
+  An ``"archive"`` checkpoint is one file, replaced in one rename.)
+- **Verified before anything loads.** The manifest records the size and sha256 of
+  every component file, and ``manifest.json.sha256`` beside it the manifest's own.
+  A truncated, corrupted or missing file is refused, naming it, before any
+  component is touched.
+- **The run's config.** The resolved config is stored in the manifest and compared
+  on load (:func:`~torchrl_acer.training.checkpoint.check_config`): settings that
+  differ outside :data:`~torchrl_acer.training.checkpoint.SAFE_CONFIG_CHANGES` are
+  refused, listed, unless allowed (``allow_config_change``) or ``force``\\ d.
+- **Strict loading, named.** Before anything loads, each module's saved parameters
+  are compared with its own, and each optimizer's state with its parameters: keys
+  missing, unexpected or of another shape are refused, named, all at once.
+- **Nothing saved from non-finite numbers.** A save whose state-dict components
+  hold a NaN or an infinity in a floating tensor is refused, naming the entries;
+  the previous checkpoint stays.
+- **Versions.** torchrl-acer, torch, torchrl and tensordict versions and the git
+  commit go into the manifest (TorchRL adds its own ``versions`` and warns on skew).
+- **The old format is named.** A ``last.pt`` of the single-file format is refused
+  with its format version, instead of a "not a checkpoint" error.
+
+Everything rides on TorchRL's public extension points: a subclass, a state-dict
+adapter that checks what it saves (:class:`FiniteStateDictAdapter`, whose payload a
+plain :class:`~torchrl.checkpoint.Checkpoint` reads), and the manifest's
+``metadata``, under the key ``"torchrl_acer"``. The gaps in TorchRL are written up
+as patches in ``upstream/torchrl/``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import uuid
+import zipfile
+from collections.abc import Collection, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torchrl._utils import logger as torchrl_logger
+from torchrl.checkpoint import (
+    Checkpoint,
+    CheckpointAdapter,
+    CheckpointLoadResult,
+    CheckpointOptions,
+    StateDictCheckpointAdapter,
+)
+from torchrl.checkpoint import CheckpointError as _TorchRLCheckpointError
+
+from torchrl_acer.training import checkpoint as _single_file
+
+__all__ = [
+    "ACERCheckpoint",
+    "ACERCheckpointError",
+    "FORMAT_VERSION",
+    "FiniteStateDictAdapter",
+    "NonFiniteCheckpointError",
+]
+
+#: Version of what :class:`ACERCheckpoint` adds to TorchRL's manifest (the
+#: ``"torchrl_acer"`` metadata). The single-file format was version 1 of another
+#: format (:data:`torchrl_acer.training.checkpoint.FORMAT_VERSION`).
+FORMAT_VERSION = 1
+METADATA_KEY = "torchrl_acer"
+MANIFEST_NAME = "manifest.json"
+MANIFEST_DIGEST_NAME = "manifest.json.sha256"
+_CHUNK = 1 << 22
+
+
+class ACERCheckpointError(_TorchRLCheckpointError, _single_file.CheckpointError):
+    """A checkpoint that cannot be saved or used; the message names the path.
+
+    Both a :class:`torchrl.checkpoint.CheckpointError` and the single-file format's
+    :class:`torchrl_acer.training.checkpoint.CheckpointError`, so either catches it.
+    """
+
+
+class NonFiniteCheckpointError(ACERCheckpointError):
+    """A save refused because the state holds non-finite numbers."""
+
+
+# -- state, checked -----------------------------------------------------------
+
+
+def nonfinite_entries(state: Any, prefix: str) -> list[str]:
+    """Dotted names of the floating tensors in ``state`` (nested mappings,
+    sequences, tensordicts) holding a NaN or an infinity."""
+    if isinstance(state, torch.Tensor):
+        if state.is_floating_point() or state.is_complex():
+            if not bool(torch.isfinite(state).all()):
+                return [prefix]
+        return []
+    if isinstance(state, TensorDictBase):
+        state = state.to_dict()
+    if isinstance(state, Mapping):
+        items = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        return []
+    out = []
+    for key, value in items:
+        out += nonfinite_entries(value, f"{prefix}.{key}")
+    return out
+
+
+class _Given:
+    """Hands a state dict already taken to TorchRL's adapter."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def state_dict(self):
+        return self.state
+
+
+class _Taken:
+    """Takes the state dict TorchRL's adapter reads, instead of loading it."""
+
+    state = None
+
+    def load_state_dict(self, state):
+        self.state = state
+
+
+class FiniteStateDictAdapter(StateDictCheckpointAdapter):
+    """TorchRL's state-dict adapter (same ``adapter_id``, same payload) that records
+    the non-finite floating tensors of what it saves.
+
+    :class:`ACERCheckpoint` gives one to each component with ``state_dict`` /
+    ``load_state_dict`` registered without an adapter, and refuses the save when
+    any recorded one. Pass one explicitly for another payload, e.g.
+    ``FiniteStateDictAdapter(payload_format="torch", weights_only=False)`` for an
+    environment's state (:mod:`torchrl_acer.training.env_state`), which holds
+    tensordicts (TorchRL's TensorDict payload takes plain containers only, and
+    ``torch.load(weights_only=True)`` refuses them).
+
+    Args:
+        payload_format, archive_compression: as
+            :class:`~torchrl.checkpoint.StateDictCheckpointAdapter`.
+        weights_only: for a ``"torch"`` payload, overrides the ``weights_only`` a
+            load passes to :func:`torch.load` (``True`` by default), for this
+            component only. ``False`` unpickles what the checkpoint holds: use it
+            for state that is pickled anyway (an environment's), from checkpoints
+            you trust; :class:`ACERCheckpoint` has verified the file's sha256.
+    """
+
+    name: str | None = None
+    nonfinite: list[str] | None = None
+
+    def __init__(
+        self,
+        payload_format: str = "directory",
+        *,
+        archive_compression: str | int | None = None,
+        weights_only: bool | None = None,
+    ) -> None:
+        super().__init__(payload_format, archive_compression=archive_compression)
+        self.weights_only = weights_only
+
+    def bound(self, name: str, sink: list[str]) -> FiniteStateDictAdapter:
+        """A copy that records the entries of component ``name`` in ``sink``."""
+        adapter = copy.copy(self)
+        adapter.name, adapter.nonfinite = name, sink
+        return adapter
+
+    def save(self, component, path, *, args, kwargs):
+        state = component.state_dict(*args, **kwargs)
+        if self.nonfinite is not None:
+            self.nonfinite += nonfinite_entries(state, self.name or "")
+        return super().save(_Given(state), path, args=(), kwargs={})
+
+    def load(self, component, path, *, map_location, tensor_load_kwargs, args, kwargs):
+        if self.weights_only is not None and (path / self.state_torch).exists():
+            tensor_load_kwargs = {
+                **tensor_load_kwargs,
+                "weights_only": self.weights_only,
+            }
+        return super().load(
+            component,
+            path,
+            map_location=map_location,
+            tensor_load_kwargs=tensor_load_kwargs,
+            args=args,
+            kwargs=kwargs,
+        )
+
+    def read(self, path: Path) -> Any:
+        """The state dict saved below ``path``, on the CPU, loaded into nothing."""
+        taken = _Taken()
+        self.load(
+            taken,
+            path,
+            map_location="cpu",
+            tensor_load_kwargs={},
+            args=(),
+            kwargs={},
+        )
+        return taken.state
+
+
+# -- files: hashed, synced, published -------------------------------------------
+
+
+def _sha256(file) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    while chunk := file.read(_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsyncs every file below ``root``, then every folder, ``root`` last."""
+    folders = [root]
+    for path in root.rglob("*"):
+        if path.is_dir() and not path.is_symlink():
+            folders.append(path)
+        elif path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for folder in reversed(folders):
+        _single_file._fsync_dir(folder)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _remove(path: Path) -> None:
+    Checkpoint._remove_path(path)
+
+
+def _previous_name(destination: Path) -> str:
+    return f".{destination.name}.previous-"
+
+
+def _publish(source: Path, destination: Path) -> None:
+    """Renames ``source`` to ``destination`` durably. A file over a file is one
+    rename; a folder cannot replace a folder in one, so the old one is first moved
+    aside (a kill between the two renames leaves it there, under
+    ``.NAME.previous-*``, which :meth:`ACERCheckpoint.load` points to)."""
+    parent = destination.parent
+    if not (destination.exists() or destination.is_symlink()):
+        os.replace(source, destination)
+    elif source.is_file() and (destination.is_file() or destination.is_symlink()):
+        os.replace(source, destination)
+    else:
+        previous = parent / f"{_previous_name(destination)}{uuid.uuid4().hex}"
+        os.replace(destination, previous)
+        try:
+            os.replace(source, destination)
+        except BaseException:
+            os.replace(previous, destination)
+            raise
+        _single_file._fsync_dir(parent)
+        _remove(previous)
+    _single_file._fsync_dir(parent)
+
+
+@contextmanager
+def _opener(source: Path):
+    """``open(relative_path)`` for the files of a checkpoint folder or archive."""
+    if source.is_dir():
+        yield lambda name: open(source / name, "rb")
+        return
+    try:
+        archive = zipfile.ZipFile(source)
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ACERCheckpointError(
+            f"{source} is not a readable checkpoint archive (truncated or "
+            f"corrupted?): {err}"
+        ) from None
+    with archive:
+        yield archive.open
+
+
+# -- the old format -------------------------------------------------------------
+
+
+def _refuse_single_file_format(path: Path) -> None:
+    """Refuses a file of the single-file format, naming its format version."""
+    with open(path, "rb") as file:
+        if file.read(len(_single_file.MAGIC)) != _single_file.MAGIC:
+            return
+    try:
+        header = _single_file.read_header(path, verify=False).header
+        written = (
+            f"checkpoint format {header.get('format_version')!r}, written by "
+            f"torchrl-acer {header.get('library_version')} at "
+            f"{header.get('frames')} frames"
+        )
+    except _single_file.CheckpointError as err:
+        written = f"an unreadable header ({err})"
+    raise ACERCheckpointError(
+        f"{path} is a single-file torchrl-acer checkpoint ({written}). It cannot "
+        f"be loaded by this version, which reads torchrl.checkpoint checkpoints "
+        f"(format {FORMAT_VERSION} of torchrl-acer's manifest metadata): resume it "
+        f"with torchrl_acer.training's ACERTrainer.load_checkpoint, or start anew"
+    )
+
+
+# -- the checkpoint -------------------------------------------------------------
+
+
+class ACERCheckpoint(Checkpoint):
+    """A :class:`torchrl.checkpoint.Checkpoint` with torchrl-acer's guarantees.
+
+    Saving is atomic and durable; loading verifies every file's size and sha256,
+    compares the stored config with ``config``, and checks modules' parameter
+    shapes and optimizers' state before anything is loaded; a save from non-finite
+    parameters is refused. See the module's docstring.
+
+    Args:
+        config: the run's resolved config (JSON-compatible, nested mappings), stored
+            in every checkpoint and compared on load. ``None``: neither.
+        allow_config_change: dotted config keys or ``fnmatch`` patterns that may
+            differ on load beyond the safe ones.
+        force: load whatever settings differ.
+        metadata: JSON-compatible entries added to every save's manifest metadata
+            (a save's own ``metadata``, e.g. the trainer's frame counts, wins), such
+            as the run directory a resume goes back to.
+        format, strict, archive_compression, save_components, **components: as
+            :class:`~torchrl.checkpoint.Checkpoint`.
+
+    A component with ``state_dict`` / ``load_state_dict`` (and no ``dump`` /
+    ``load``) registered without an adapter gets a :class:`FiniteStateDictAdapter`;
+    one registered with an explicit :class:`FiniteStateDictAdapter` is checked too.
+    Components saved by other adapters (replay buffers' ``dump``, JSON values) are
+    verified and loaded, but not checked for non-finite numbers.
+
+    Examples:
+        >>> import tempfile
+        >>> import torch
+        >>> from torchrl_acer.trainers.checkpoint import ACERCheckpoint
+        >>> net = torch.nn.Linear(2, 1)
+        >>> with tempfile.TemporaryDirectory() as tmpdir:
+        ...     path = ACERCheckpoint(config={"lr": 1e-3}, net=net).save(f"{tmpdir}/c")
+        ...     other = ACERCheckpoint(config={"lr": 1e-3}, net=torch.nn.Linear(2, 1))
+        ...     sorted(other.load(path).loaded)
+        ['net']
+    """
+
+    def __init__(
+        self,
+        *,
+        config: Mapping[str, Any] | None = None,
+        allow_config_change: Collection[str] = (),
+        force: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.config = None if config is None else _json_copy(config)
+        self.metadata = _json_copy(dict(metadata or {}))
+        self.allow_config_change = tuple(allow_config_change)
+        self.force = force
+        self._nonfinite: list[str] = []
+        super().__init__(**kwargs)
+
+    def register(
+        self,
+        name: str,
+        component: Any,
+        *,
+        adapter: CheckpointAdapter | None = None,
+        options: CheckpointOptions | None = None,
+    ) -> ACERCheckpoint:
+        if adapter is None and _state_dict_only(component):
+            adapter = FiniteStateDictAdapter()
+        if isinstance(adapter, FiniteStateDictAdapter):
+            adapter = adapter.bound(name, self._nonfinite)
+        return super().register(name, component, adapter=adapter, options=options)
+
+    # -- save ------------------------------------------------------------------
+
+    def save(
+        self,
+        path: str | Path,
+        *,
+        components: Collection[str] | None = None,
+        component_options: Mapping[str, CheckpointOptions] | None = None,
+        format: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Saves as :meth:`Checkpoint.save` does, then records the files' sizes and
+        sha256 in the manifest, fsyncs everything and renames it into place.
+        Refuses (:class:`NonFiniteCheckpointError`, the previous checkpoint kept)
+        when a state-dict component holds non-finite numbers."""
+        destination = self._local_path(path)
+        output_format = self.format if format is None else format
+        self._validate_format(output_format)
+        metadata = {**self.metadata, **(metadata or {})}
+        metadata[METADATA_KEY] = {
+            "format_version": FORMAT_VERSION,
+            "versions": _single_file._versions(),
+            "git_commit": _single_file._git_commit(),
+            "config": self.config,
+        }
+        stage = destination.parent / f".{destination.name}.acer-{uuid.uuid4().hex}"
+        archive = stage.with_name(stage.name + ".zip")
+        self._nonfinite.clear()
+        try:
+            super().save(
+                stage,
+                components=components,
+                component_options=component_options,
+                format="directory",
+                metadata=metadata,
+            )
+            if self._nonfinite:
+                bad = self._nonfinite
+                shown = ", ".join(bad[:8]) + (
+                    f" and {len(bad) - 8} more" if len(bad) > 8 else ""
+                )
+                raise NonFiniteCheckpointError(
+                    f"refusing to write a checkpoint to {destination}: {shown} "
+                    f"hold non-finite values (the previous checkpoint there, if "
+                    f"any, is kept)"
+                )
+            self._record_digests(stage, output_format)
+            _fsync_tree(stage)
+            if output_format == "directory":
+                _publish(stage, destination)
+            else:
+                self._zip(stage, archive)
+                _publish(archive, destination)
+        finally:
+            self._nonfinite.clear()
+            _remove(stage)
+            _remove(archive)
+        return destination
+
+    @staticmethod
+    def _record_digests(stage: Path, container: str) -> None:
+        manifest = json.loads((stage / MANIFEST_NAME).read_text(encoding="utf-8"))
+        manifest["container"] = container  # staged as a directory either way
+        files = {}
+        for record in manifest["components"].values():
+            for name in record["files"]:
+                relative = f"{record['path']}/{name}"
+                with open(stage / relative, "rb") as file:
+                    digest, size = _sha256(file)
+                files[relative] = {"sha256": digest, "bytes": size}
+        manifest["metadata"][METADATA_KEY]["files"] = files
+        data = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+        _write_synced(stage / MANIFEST_NAME, data)
+        digest = hashlib.sha256(data).hexdigest()
+        _write_synced(stage / MANIFEST_DIGEST_NAME, f"{digest}\n".encode())
+
+    def _zip(self, stage: Path, archive: Path) -> None:
+        compression = (
+            zipfile.ZIP_STORED
+            if self.archive_compression == "stored"
+            else zipfile.ZIP_DEFLATED
+        )
+        with zipfile.ZipFile(archive, "w", compression=compression) as file:
+            for source in sorted(stage.rglob("*")):
+                if source.is_file():
+                    file.write(source, source.relative_to(stage).as_posix())
+        with open(archive, "rb") as file:
+            os.fsync(file.fileno())
+
+    # -- load ------------------------------------------------------------------
+
+    @classmethod
+    def is_checkpoint(cls, path: str | Path) -> bool:
+        """Whether ``path`` is a checkpoint, or a file of the single-file format,
+        which :meth:`load` refuses naming its version (a TorchRL with
+        ``upstream/torchrl/0006`` asks a trainer's checkpoint, and so hands such a
+        file to :meth:`load` instead of to its legacy ``torch.load`` path)."""
+        source = cls._local_path(path)
+        if source.is_file():
+            with open(source, "rb") as file:
+                if file.read(len(_single_file.MAGIC)) == _single_file.MAGIC:
+                    return True
+        return super().is_checkpoint(source)
+
+    @classmethod
+    def verify(
+        cls, path: str | Path, *, components: Collection[str] | None = None
+    ) -> dict[str, Any]:
+        """The manifest of the checkpoint at ``path``, once its files pass their
+        checks: the manifest's sha256, then the size and sha256 of every file of
+        ``components`` (all when ``None``). Raises :class:`ACERCheckpointError`
+        naming the path and the file otherwise, and for a checkpoint of the
+        single-file format (naming its format version), one not written by
+        :class:`ACERCheckpoint`, or one of a newer format."""
+        source = cls._local_path(path)
+        if not source.exists():
+            raise FileNotFoundError(_missing_message(source))
+        if source.is_file():
+            _refuse_single_file_format(source)
+        with _opener(source) as open_file:
+            try:
+                with open_file(MANIFEST_NAME) as file:
+                    manifest_bytes = file.read()
+            except (KeyError, FileNotFoundError):
+                raise ACERCheckpointError(
+                    f"{source} is not a checkpoint: it has no {MANIFEST_NAME}"
+                ) from None
+            try:
+                with open_file(MANIFEST_DIGEST_NAME) as file:
+                    expected = file.read().decode().strip()
+            except (KeyError, FileNotFoundError):
+                raise ACERCheckpointError(
+                    f"{source} was not written by ACERCheckpoint: it has no "
+                    f"{MANIFEST_DIGEST_NAME}, so its files cannot be verified "
+                    f"(load it with torchrl.checkpoint.Checkpoint)"
+                ) from None
+            actual = hashlib.sha256(manifest_bytes).hexdigest()
+            if actual != expected:
+                raise ACERCheckpointError(
+                    f"{source} is corrupted: the sha256 of its {MANIFEST_NAME} "
+                    f"({actual[:16]}...) is not the one written with it "
+                    f"({expected[:16]}...); nothing was loaded from it"
+                )
+            manifest = cls.manifest(source)
+            ours = manifest.get("metadata", {}).get(METADATA_KEY)
+            if not isinstance(ours, Mapping) or "files" not in ours:
+                raise ACERCheckpointError(
+                    f"{source} was not written by ACERCheckpoint: its manifest has "
+                    f"no {METADATA_KEY!r} metadata"
+                )
+            if ours.get("format_version") != FORMAT_VERSION:
+                raise ACERCheckpointError(
+                    f"{source} has torchrl-acer checkpoint format "
+                    f"{ours.get('format_version')!r}, written by torchrl-acer "
+                    f"{ours.get('versions', {}).get('torchrl-acer')}; this version "
+                    f"({_single_file._versions()['torchrl-acer']}) reads format "
+                    f"{FORMAT_VERSION}"
+                )
+            records = manifest["components"]
+            names = records if components is None else set(components) & set(records)
+            for name in sorted(names):
+                record = records[name]
+                for file_name in record["files"]:
+                    relative = f"{record['path']}/{file_name}"
+                    _check_file(source, open_file, relative, ours["files"])
+        return manifest
+
+    def load(
+        self,
+        path: str | Path,
+        *,
+        components: Collection[str] | None = None,
+        component_options: Mapping[str, CheckpointOptions] | None = None,
+        map_location: Any = None,
+        tensor_load_kwargs: Mapping[str, Any] | None = None,
+        strict: str | None = None,
+        allow_config_change: Collection[str] | None = None,
+        force: bool | None = None,
+    ) -> CheckpointLoadResult:
+        """Loads as :meth:`Checkpoint.load` does, after :meth:`verify`, the config
+        comparison and (``strict="error"``) the parameter and optimizer shapes,
+        so that a refused checkpoint changes nothing.
+
+        ``allow_config_change`` and ``force`` override the constructor's for this
+        load. The config differences that passed are in
+        ``result.comparison["config_changes"]`` as ``(key, saved, current)``.
+        """
+        source = self._local_path(path)
+        requested = self._selection(components)
+        manifest = self.verify(source, components=requested)
+        allow = (
+            self.allow_config_change
+            if allow_config_change is None
+            else tuple(allow_config_change)
+        )
+        changed = self._check_config(
+            source, manifest, allow, self.force if force is None else force
+        )
+        load_strict = self.strict if strict is None else strict
+        self._check_shapes(source, manifest, requested, load_strict)
+        result = super().load(
+            source,
+            components=components,
+            component_options=component_options,
+            map_location=map_location,
+            tensor_load_kwargs=tensor_load_kwargs,
+            strict=strict,
+        )
+        result.comparison["config_changes"] = changed
+        return result
+
+    def _check_config(self, source, manifest, allow, force) -> list:
+        saved = manifest["metadata"][METADATA_KEY].get("config")
+        try:
+            changed = _single_file.check_config(
+                source,
+                saved,
+                self.config,
+                allow=allow,
+                force=force,
+                how_to_allow="ACERCheckpoint.load(path, allow_config_change=[{keys}])"
+                " or force=True (a run's resume_allow_config_change=[{keys}] or "
+                "resume_force=true)",
+            )
+        except _single_file.CheckpointError as err:
+            raise ACERCheckpointError(str(err)) from None
+        if changed:
+            torchrl_logger.info(
+                "%s: settings changed since the checkpoint, as allowed:\n%s",
+                source,
+                "\n".join(_single_file.show_config_change(*d) for d in changed),
+            )
+        return changed
+
+    def _check_shapes(self, source, manifest, requested, strict) -> None:
+        """Refuses, naming them all, the modules' keys missing, unexpected or of
+        another shape, and optimizer states that do not fit their parameters."""
+        if strict != "error":
+            return
+        problems = []
+        records = manifest["components"]
+        with self._materialize(
+            source, manifest, {n: records[n] for n in requested if n in records}
+        ) as root:
+            for name in sorted(requested & set(records)):
+                component = self._components[name]
+                adapter = component.adapter
+                target = component.value
+                if not isinstance(adapter, FiniteStateDictAdapter) or not isinstance(
+                    target, (torch.nn.Module, torch.optim.Optimizer)
+                ):
+                    continue
+                if records[name]["adapter"] != adapter.adapter_id:
+                    continue  # TorchRL's load names the adapter mismatch
+                saved = adapter.read(root / records[name]["path"])
+                if isinstance(target, torch.nn.Module):
+                    problems += _single_file.state_dict_mismatches(
+                        saved, target.state_dict(), prefix=f"{name}."
+                    )
+                else:
+                    problems += _optimizer_mismatches(saved, target, name)
+        if problems:
+            shown = "\n  ".join(problems[:20])
+            more = (
+                f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+            )
+            raise ACERCheckpointError(
+                f"{source} does not fit these components; nothing was loaded:"
+                f"\n  {shown}{more}"
+            )
+
+
+def _json_copy(value):
+    return json.loads(json.dumps(value))
+
+
+def _state_dict_only(component: Any) -> bool:
+    def has(name):
+        return callable(getattr(component, name, None))
+
+    return (
+        has("state_dict")
+        and has("load_state_dict")
+        and not (has("dump") and has("load"))
+    )
+
+
+def _missing_message(source: Path) -> str:
+    left = sorted(source.parent.glob(_previous_name(source) + "*"))
+    if left:
+        return (
+            f"no checkpoint at {source}: a save that replaced it was interrupted, "
+            f"and the previous checkpoint is at {left[-1]} (rename it to "
+            f"{source.name} to resume from it)"
+        )
+    return f"no checkpoint at {source}"
+
+
+def _check_file(source: Path, open_file, relative: str, files: Mapping) -> None:
+    expected = files.get(relative)
+    if expected is None:
+        raise ACERCheckpointError(
+            f"{source}: {relative} has no recorded sha256; nothing was loaded"
+        )
+    try:
+        with open_file(relative) as file:
+            digest, size = _sha256(file)
+    except (KeyError, FileNotFoundError):
+        raise ACERCheckpointError(
+            f"{source} is incomplete: {relative} is missing; nothing was loaded"
+        ) from None
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ACERCheckpointError(
+            f"{source}: {relative} cannot be read ({err}); nothing was loaded"
+        ) from None
+    if size != expected["bytes"]:
+        raise ACERCheckpointError(
+            f"{source} is truncated or incomplete: {relative} has {size} bytes "
+            f"where {expected['bytes']} were written; nothing was loaded"
+        )
+    if digest != expected["sha256"]:
+        raise ACERCheckpointError(
+            f"{source} is corrupted: the sha256 of {relative} ({digest[:16]}...) "
+            f"is not the one written with it ({expected['sha256'][:16]}...); "
+            f"nothing was loaded"
+        )
+
+
+def _optimizer_mismatches(saved, optimizer: torch.optim.Optimizer, name: str):
+    """What keeps ``saved`` (an optimizer's state dict) from fitting ``optimizer``:
+    another number of groups or of parameters in a group, or a state tensor shaped
+    as a parameter of another shape."""
+    groups = saved.get("param_groups", [])
+    if len(groups) != len(optimizer.param_groups):
+        return [
+            f"{name}: {len(groups)} parameter groups in the checkpoint, "
+            f"{len(optimizer.param_groups)} here"
+        ]
+    problems = []
+    for index, (group, current) in enumerate(
+        zip(groups, optimizer.param_groups, strict=True)
+    ):
+        ids, params = group["params"], current["params"]
+        if len(ids) != len(params):
+            problems.append(
+                f"{name}.param_groups[{index}]: {len(ids)} parameters in the "
+                f"checkpoint, {len(params)} here"
+            )
+            continue
+        for param_id, param in zip(ids, params, strict=True):
+            state = saved.get("state", {}).get(param_id, {})
+            for key, value in state.items():
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.dim() > 0
+                    and value.shape != param.shape
+                ):
+                    problems.append(
+                        f"{name}.state[{param_id}].{key}: {tuple(value.shape)} in "
+                        f"the checkpoint, parameter {tuple(param.shape)} here"
+                    )
+    return problems
