@@ -5,6 +5,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 from test_trainer import make_trainer
+from torchrl.checkpoint import GlobalRNGState
 from torchrl.trainers import Trainer
 
 from torchrl_acer.trainers.acer import (
@@ -13,6 +14,8 @@ from torchrl_acer.trainers.acer import (
     as_segments,
     make_segment_replay_buffer,
 )
+from torchrl_acer.trainers.checkpoint import ACERCheckpoint, FiniteStateDictAdapter
+from torchrl_acer.training.env_state import CollectorState
 
 
 def new_trainer_like(old, **kwargs):
@@ -140,3 +143,46 @@ def test_schedule_refuses_settings_that_cannot_work(kwargs, match):
     kwargs = {"replay_buffer": make_segment_replay_buffer(100, 5, 1), **kwargs}
     with pytest.raises(ValueError, match=match):
         ACERUpdateSchedule(**kwargs)
+
+
+def test_stopped_and_resumed_through_acer_checkpoint_ends_bit_for_bit(tmp_path):
+    """3 batches, a checkpoint, a fresh process's pieces loading it, 3 more batches:
+    the parameters, averaged policy and optimizer of 6 uninterrupted batches."""
+
+    def run(frames, *, save=None, load=None):
+        pieces = make_trainer(tmp_path / "pieces", **{"collector.backend": "single"})
+        checkpoint = (
+            ACERCheckpoint(config={"seed": 0})
+            .register(
+                "envs",
+                CollectorState(pieces.collector),
+                adapter=FiniteStateDictAdapter(
+                    payload_format="torch", weights_only=False
+                ),
+            )
+            .register("rng", GlobalRNGState())  # actions and replay samples
+        )
+        # with a file, the trainer saves when it reaches total_frames
+        trainer = new_trainer_like(
+            pieces, checkpoint=checkpoint, save_trainer_file=save
+        )
+        trainer.total_frames = frames
+        if load is not None:
+            checkpoint.load(load)
+            assert trainer.collected_frames == 30
+        trainer.train()
+        state = {
+            "loss": pieces.loss_module.state_dict(),
+            "optim": pieces.optimizer.state_dict()["state"],
+        }
+        pieces.close()
+        return state
+
+    expected = run(60)
+    run(30, save=tmp_path / "ckpt")
+    got = run(60, load=tmp_path / "ckpt")
+    for key, value in expected["loss"].items():
+        assert torch.equal(got["loss"][key], value), key
+    for index, state in expected["optim"].items():
+        for name, value in state.items():
+            assert torch.equal(got["optim"][index][name], value), (index, name)

@@ -43,10 +43,7 @@ from torchrl_acer.trainers.checkpoint import (
     NonFiniteCheckpointError,
 )
 from torchrl_acer.training import checkpoint as single_file
-from torchrl_acer.training.env_state import (
-    collector_state_dict,
-    load_collector_state_dict,
-)
+from torchrl_acer.training.env_state import CollectorState
 from torchrl_acer.training.envs import make_env
 
 CONFIG = {
@@ -415,20 +412,6 @@ def test_rotation_keeps_the_last_checkpoints_and_loads_the_latest(tmp_path):
 
 
 # -- the environments' state ---------------------------------------------------
-
-
-class CollectorState:
-    """A collector's environments mid-episode, as a component
-    (:mod:`torchrl_acer.training.env_state`)."""
-
-    def __init__(self, collector):
-        self.collector = collector
-
-    def state_dict(self):
-        return collector_state_dict(self.collector)
-
-    def load_state_dict(self, state):
-        load_collector_state_dict(self.collector, state)
 
 
 def test_the_environments_resume_bit_for_bit(tmp_path):

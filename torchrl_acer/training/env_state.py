@@ -30,6 +30,7 @@ from torchrl_acer.training.envs import forget_saved_step
 from torchrl_acer.training.gym_collector import GymVectorCollector
 
 __all__ = [
+    "CollectorState",
     "collector_state_dict",
     "env_state_dict",
     "load_collector_state_dict",
@@ -187,6 +188,21 @@ def load_collector_state_dict(collector, state: dict) -> None:
     collector._iter = state["iter"]
     if "traj_pool" in state and collector.track_traj_ids:
         collector._traj_pool.load_state_dict(state["traj_pool"])
+
+
+class CollectorState:
+    """A collector's environments mid-episode, as a checkpoint component (with
+    ``state_dict`` / ``load_state_dict``, for :class:`torchrl.checkpoint.Checkpoint`):
+    :func:`collector_state_dict` and :func:`load_collector_state_dict`."""
+
+    def __init__(self, collector):
+        self.collector = collector
+
+    def state_dict(self) -> dict:
+        return collector_state_dict(self.collector)
+
+    def load_state_dict(self, state: dict) -> None:
+        load_collector_state_dict(self.collector, state)
 
 
 def resume_seed(seed: int, frames: int, stream: int = 0) -> int:
