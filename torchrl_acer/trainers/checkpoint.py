@@ -342,7 +342,7 @@ class ACERCheckpoint(Checkpoint):
         metadata: JSON-compatible entries added to every save's manifest metadata
             (a save's own ``metadata``, e.g. the trainer's frame counts, wins), such
             as the run directory a resume goes back to.
-        format, strict, archive_compression, save_components, **components: as
+        format, strict, archive_compression, save_components, components: as
             :class:`~torchrl.checkpoint.Checkpoint`.
 
     A component with ``state_dict`` / ``load_state_dict`` (and no ``dump`` /
