@@ -266,7 +266,7 @@ class ACERTrainer(Trainer):
         >>> from torchrl.envs import GymEnv
         >>> from torchrl.modules import MLP, ProbabilisticActor
         >>> from torchrl_acer import ACERLoss
-        >>> env = GymEnv("CartPole-v1")
+        >>> env = GymEnv("CartPole-v1", categorical_action_encoding=True)
         >>> actor = ProbabilisticActor(
         ...     TensorDictModule(MLP(4, 2, num_cells=[32]), ["observation"], ["logits"]),
         ...     in_keys=["logits"], distribution_class=torch.distributions.Categorical,
@@ -274,7 +274,8 @@ class ACERTrainer(Trainer):
         >>> critic = TensorDictModule(MLP(4, 2, num_cells=[32]), ["observation"],
         ...     ["action_value"])
         >>> loss = ACERLoss(actor, critic)
-        >>> collector = Collector(env, actor, frames_per_batch=20, total_frames=-1)
+        >>> collector = Collector(env, actor, frames_per_batch=20, total_frames=-1,
+        ...     auto_register_policy_transforms=False)
         >>> trainer = ACERTrainer(
         ...     collector=collector, total_frames=100, loss_module=loss,
         ...     optimizer=torch.optim.Adam(loss.parameters(), lr=1e-3),
