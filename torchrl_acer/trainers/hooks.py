@@ -1,18 +1,96 @@
-"""ACER's run guarantees as :class:`~torchrl.trainers.TrainerHookBase` s that any
-TorchRL :class:`~torchrl.trainers.Trainer` can register."""
+"""ACER's run guarantees as TorchRL trainer hooks.
+
+Each guarantee is a :class:`~torchrl.trainers.TrainerHookBase` that any
+:class:`~torchrl.trainers.Trainer` (TorchRL's ``PPOTrainer``, ``DQNTrainer``, ACER's
+own) registers as it registers TorchRL's ``UpdateWeights`` or ``EarlyStopping``:
+
+- :class:`NonFiniteGuard`: a non-finite update is skipped, a non-finite run stops
+  with the first culprit named, and non-finite parameters are never saved;
+- :class:`PolicyVersion`: the weights pushed to a collector carry a version, each
+  batch's policy lag is logged and a batch beyond ``max_policy_lag`` is dropped;
+- :class:`GracefulStop`: the signals that end a training process stop it at an
+  iteration boundary with a checkpoint, and :attr:`GracefulStop.exit_code` tells
+  the script how to exit;
+- :class:`FailureCheckpoint`: an exception while collecting, updating, logging or
+  evaluating first saves what was trained, then goes on with a note saying where;
+- :class:`RunDirectoryLock`: one process and one run per run directory.
+
+Where the trainer has no stage for a guarantee (around ``train``, around a save,
+after a skipped update), ``register`` wraps the trainer's method on the instance
+(:func:`_around`), so hooks registered later wrap those registered earlier and the
+class is left alone.
+
+Examples:
+    >>> import tempfile, warnings
+    >>> import torch
+    >>> from tensordict.nn import TensorDictModule
+    >>> from torchrl.checkpoint import Checkpoint
+    >>> from torchrl.collectors import Collector
+    >>> from torchrl.envs import GymEnv
+    >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+    >>> from torchrl.objectives import ClipPPOLoss
+    >>> from torchrl.trainers.algorithms import PPOTrainer
+    >>> env = GymEnv("CartPole-v1")
+    >>> actor = ProbabilisticActor(
+    ...     TensorDictModule(torch.nn.Linear(4, 2), ["observation"], ["logits"]),
+    ...     in_keys=["logits"], distribution_class=torch.distributions.Categorical,
+    ...     spec=env.action_spec, return_log_prob=True)
+    >>> critic = ValueOperator(torch.nn.Linear(4, 1), in_keys=["observation"])
+    >>> policy = VersionedPolicy(actor)  # writes "policy_version" with each step
+    >>> loss = ClipPPOLoss(actor, critic)
+    >>> run_dir = tempfile.mkdtemp()
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # PPOTrainer is a prototype
+    ...     trainer = PPOTrainer(
+    ...         collector=Collector(env, policy, frames_per_batch=32, total_frames=-1),
+    ...         total_frames=64, frame_skip=1, optim_steps_per_batch=1,
+    ...         loss_module=loss, optimizer=torch.optim.Adam(loss.parameters()),
+    ...         progress_bar=False, checkpoint=Checkpoint(),
+    ...         save_trainer_file=f"{run_dir}/checkpoint")
+    >>> RunDirectoryLock().register(trainer)
+    >>> NonFiniteGuard(max_in_a_row=10).register(trainer)
+    >>> PolicyVersion(max_policy_lag=8).register(trainer)
+    >>> stop = GracefulStop()
+    >>> stop.register(trainer)
+    >>> FailureCheckpoint().register(trainer)
+    >>> trainer.train()
+    >>> trainer.collected_frames, stop.exit_code  # sys.exit(stop.exit_code)
+    (64, 0)
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
+import threading
+import uuid
+import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from torchrl._utils import logger as torchrl_logger
+from torchrl.trainers import (
+    OptimizationStepper,
+    Trainer,
+    TrainerHookBase,
+    UpdateWeights,
+)
 
 __all__ = [
+    "FailureCheckpoint",
+    "GracefulStop",
+    "NonFiniteGuard",
     "NonFiniteTrainingError",
+    "PolicyVersion",
     "RunDirInUseError",
+    "RunDirectoryLock",
+    "RunDirectoryOwnedError",
+    "STOP_SIGNALS",
     "VersionedPolicy",
     "lock_run_dir",
 ]
@@ -28,8 +106,8 @@ class VersionedPolicy(TensorDictModuleBase):
     """A collector worker's policy: ``policy``, and the version of its weights,
     written under ``"policy_version"`` with every action it takes.
 
-    The version is pushed with the weights (:meth:`ACERTrainer._push_policy_weights`
-    sends :meth:`weights`), so a step's version is that of the weights that chose
+    The version is pushed with the weights (:class:`PolicyVersion` makes the
+    trainer's ``UpdateWeights`` send :meth:`weights`), so a step's version is that of the weights that chose
     its action and computed its stored log-probabilities. (TorchRL's
     ``track_policy_version`` tags steps from an environment transform, which can
     be one step off the weights around an update.)
@@ -167,7 +245,715 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
         raise RunDirInUseError(
             f"run directory {path} is in use by another training process; two "
             f"runs writing one directory would overwrite each other's logs and "
-            f"checkpoints. Wait for it to end or stop it, or pass another "
-            f"logger.run_dir."
+            f"checkpoints. Wait for it to end or stop it, or use another run "
+            f"directory (logger.run_dir in the examples)."
         ) from None
     _RUN_DIR_LOCKS[path] = fd
+
+
+def _around(trainer: Trainer, name: str, around: Callable) -> None:
+    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``,
+    ``inner`` being the method as it was (perhaps wrapped by another hook)."""
+    inner = getattr(trainer, name)
+
+    @functools.wraps(inner)
+    def wrapped(*args, **kwargs):
+        return around(inner, *args, **kwargs)
+
+    setattr(trainer, name, wrapped)
+
+
+def _updates(trainer: Trainer) -> int:
+    """The learner's optimizer steps: the stepper's count when it keeps one (it
+    leaves skipped updates out), else the trainer's count of update iterations."""
+    count = getattr(trainer.optimization_stepper, "optimizer_step_count", None)
+    return trainer._optim_count if count is None else count
+
+
+def _checkpoint_path(trainer: Trainer) -> Path | None:
+    """Where the trainer's saves go (its rotation's newest, with a rotation)."""
+    if trainer.checkpoint_rotation is not None:
+        return trainer.checkpoint_rotation.latest()
+    if trainer.save_trainer_file is not None:
+        return Path(trainer.save_trainer_file)
+    return None
+
+
+class NonFiniteGuard(OptimizationStepper):
+    """Skips non-finite updates, stops a run that stays non-finite, and never
+    saves non-finite parameters.
+
+    One optimizer step on a NaN (a reward from a broken environment, an overflow
+    in a loss term) makes the parameters NaN for good, and every checkpoint
+    written after it too. This stepper takes the place of TorchRL's
+    :class:`~torchrl.trainers.DefaultOptimizationStepper` (loss, backward,
+    gradient clipping as the trainer's ``clip_grad_norm`` and ``clip_norm`` say,
+    optimizer step) and checks each update's ``loss_*`` terms and gradient norm
+    before the step (one reduction, one read-back). A non-finite update is
+    skipped: its gradients are zeroed, and neither the optimizer nor the
+    trainer's ``post_optim`` hooks (a target network's ``SoftUpdate``, an
+    ``UpdateWeights`` on optimizer steps) nor its ``post_loss`` hooks (replay
+    priorities) run for it. It is counted (``train/nonfinite_updates``, logged
+    at ``post_steps_log``), the first of a streak is warned naming the first
+    non-finite term, and the ``max_in_a_row``-th in a row raises
+    :class:`NonFiniteTrainingError` naming that first term and the frames: the
+    parameters are still those of the last finite update, which a
+    :class:`FailureCheckpoint` saves.
+
+    With ``check_batches``, a collected batch whose floating-point entries that
+    the loss reads (its ``in_keys``) hold a non-finite value is not trained on
+    (the trainer's ``optim_steps`` is skipped for it, replay storage at
+    ``pre_epoch`` included), counted (``train/nonfinite_batches``) and stopped on
+    in the same way.
+
+    ``register`` also wraps the trainer's ``_save_trainer``: a save while a
+    parameter or an optimizer state holds a non-finite value raises
+    :class:`NonFiniteTrainingError` naming them, and the previous checkpoint is
+    kept. The counters and :attr:`optimizer_step_count` (read by
+    ``UpdateWeights(interval_unit="optim_steps")``) are checkpointed.
+
+    Args:
+        max_in_a_row (int, optional): non-finite updates (or batches) in a row
+            that stop training. Defaults to 10.
+        check_batches (bool, optional): check collected batches too. Defaults to
+            ``True``.
+
+    Examples:
+        >>> guard = NonFiniteGuard(max_in_a_row=3)
+        >>> guard.state_dict()["nonfinite"]
+        {'updates': 0, 'batches': 0}
+
+        ``guard.register(trainer)`` makes it the trainer's
+        ``optimization_stepper`` (see the module's example).
+    """
+
+    def __init__(self, max_in_a_row: int = 10, check_batches: bool = True) -> None:
+        if not max_in_a_row >= 1:
+            raise ValueError(f"max_in_a_row must be >= 1, got {max_in_a_row}")
+        self.max_in_a_row = max_in_a_row
+        self.check_batches = check_batches
+        self.nonfinite = {"updates": 0, "batches": 0}
+        self.optimizer_step_count = 0
+        self._streak = {"updates": 0, "batches": 0}
+        self._first = {"updates": None, "batches": None}  # the streak's first
+        self._applied = True  # the last update was stepped
+        self._batch_ok = True
+
+    def register(self, trainer: Trainer, name: str = "optimization_stepper") -> None:
+        if trainer.optimization_stepper not in (None, self):
+            raise ValueError(
+                f"the trainer already has an optimization_stepper "
+                f"({type(trainer.optimization_stepper).__name__}); NonFiniteGuard "
+                f"takes the optimizer step itself and would replace it"
+            )
+        if trainer.optimizer is None:
+            raise ValueError("NonFiniteGuard needs the trainer's optimizer, got None")
+        trainer.optimization_stepper = self
+        super().register(trainer, name)
+        _around(trainer, "_post_optim_hook", self._post_optim)
+        _around(trainer, "_save_trainer", self._save)
+        if self.check_batches:
+            trainer.register_op("batch_process", self._check_batch)
+            _around(trainer, "optim_steps", self._optim_steps)
+        trainer.register_op("post_steps_log", self._log)
+
+    def step(self, trainer: Trainer, sub_batch: TensorDictBase) -> TensorDictBase:
+        losses = trainer.compute_loss(sub_batch)
+        terms = {k: v for k, v in losses.items() if k.startswith("loss")}
+        if not terms:
+            raise RuntimeError(
+                f"the loss module returned no 'loss_*' term (keys: "
+                f"{list(losses.keys())}): NonFiniteGuard has nothing to optimize"
+            )
+        optimizer = trainer.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        sum(terms.values()).backward()
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if trainer.clip_grad_norm and trainer.clip_norm is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, trainer.clip_norm)
+        else:
+            grad_norm = _grad_norm(params)
+            if trainer.clip_norm is not None:
+                torch.nn.utils.clip_grad_value_(params, trainer.clip_norm)
+        checked = [v.detach().reshape(-1).float() for v in terms.values()]
+        checked.append(grad_norm.detach().reshape(-1).float().to(checked[0].device))
+        self._applied = bool(torch.isfinite(torch.cat(checked)).all())
+        if self._applied:
+            trainer._post_loss_hook(sub_batch)  # e.g. priorities: finite ones only
+            optimizer.step()
+            self.optimizer_step_count += 1
+        optimizer.zero_grad(set_to_none=True)
+        self._event(
+            trainer,
+            "updates",
+            self._applied,
+            lambda: self._describe_update(trainer, terms, grad_norm, sub_batch),
+        )
+        out = losses.detach()
+        out["grad_norm"] = grad_norm.detach()
+        return out
+
+    def _event(self, trainer, kind: str, finite: bool, describe) -> None:
+        """Counts a non-finite update or batch (``kind``), warns at the first of
+        a streak, and raises at the ``max_in_a_row``-th in a row."""
+        if finite:
+            self._streak[kind] = 0
+            return
+        self.nonfinite[kind] += 1
+        self._streak[kind] += 1
+        if self._streak[kind] == 1:
+            self._first[kind] = describe()
+            what = "update skipped" if kind == "updates" else "batch not trained on"
+            warnings.warn(
+                f"non-finite {what}: {self._first[kind]}", RuntimeWarning, stacklevel=3
+            )
+        if self._streak[kind] >= self.max_in_a_row:
+            what = "updates" if kind == "updates" else "collected batches"
+            raise NonFiniteTrainingError(
+                f"{self._streak[kind]} {what} in a row were non-finite "
+                f"(max_in_a_row={self.max_in_a_row}); stopped at "
+                f"{trainer.collected_frames} frames. The first of them: "
+                f"{self._first[kind]}. No optimizer step was taken on them: the "
+                f"parameters are those of the last finite update"
+            )
+
+    @staticmethod
+    def _read(trainer, batch: TensorDictBase) -> TensorDictBase:
+        """What the loss reads of ``batch``: its ``in_keys`` (all when unknown)."""
+        keys = getattr(trainer.loss_module, "in_keys", None)
+        return batch if keys is None else batch.select(*keys, strict=False)
+
+    def _describe_update(self, trainer, terms, grad_norm, batch) -> str:
+        first = f"the gradient norm = {grad_norm.item()}"
+        for key, value in terms.items():
+            if not bool(torch.isfinite(value.detach()).all()):
+                first = f"{key} = {value.detach().float().sum().item()}"
+                break
+        return (
+            f"the update at {trainer.collected_frames} frames, first non-finite "
+            f"term {first}; its batch held "
+            f"{_describe_batch(self._read(trainer, batch))}"
+        )
+
+    def _check_batch(self, batch: TensorDictBase) -> TensorDictBase:
+        if batch is None:  # collected into a replay buffer: nothing to check
+            return batch
+        read = self._read(self._trainer, batch)
+        self._batch_ok = _batch_is_finite(read)
+        self._event(
+            self._trainer,
+            "batches",
+            self._batch_ok,
+            lambda: (
+                f"the batch collected after {self._trainer.collected_frames} "
+                f"frames held {_describe_batch(read)}"
+            ),
+        )
+        return batch
+
+    def _optim_steps(self, inner, batch) -> None:
+        if self._batch_ok:
+            inner(batch)
+
+    def _post_optim(self, inner) -> None:
+        if self._applied:  # a skipped update moves no target network
+            inner()
+
+    def _save(self, inner) -> None:
+        trainer = self._trainer
+        bad = _nonfinite_state(trainer)
+        if bad:
+            shown = ", ".join(bad[:5]) + (
+                f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+            )
+            raise NonFiniteTrainingError(
+                f"refusing to save a checkpoint to {_checkpoint_path(trainer)} at "
+                f"{trainer.collected_frames} frames: {shown} hold non-finite "
+                f"values (the previous checkpoint there, if any, is kept)"
+            )
+        inner()
+
+    def _log(self, batch) -> dict:
+        return {f"train/nonfinite_{kind}": n for kind, n in self.nonfinite.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "nonfinite": dict(self.nonfinite),
+            "streak": dict(self._streak),
+            "first": dict(self._first),
+            "optimizer_step_count": self.optimizer_step_count,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.nonfinite = dict(state_dict["nonfinite"])
+        self._streak = dict(state_dict["streak"])
+        self._first = dict(state_dict["first"])
+        self.optimizer_step_count = state_dict["optimizer_step_count"]
+
+
+def _nonfinite_state(trainer: Trainer) -> list[str]:
+    """Names of the loss module's parameters and buffers and of the optimizer's
+    states that hold a non-finite value (per tensor: a save is rare)."""
+    named = [
+        (f"loss_module.{k}", v) for k, v in trainer.loss_module.state_dict().items()
+    ]
+    if trainer.optimizer is not None:
+        for index, state in trainer.optimizer.state_dict()["state"].items():
+            named += [(f"optimizer.state[{index}].{k}", v) for k, v in state.items()]
+    return [
+        name
+        for name, value in named
+        if isinstance(value, torch.Tensor)
+        and value.is_floating_point()
+        and not bool(torch.isfinite(value).all())
+    ]
+
+
+class PolicyVersion(TrainerHookBase):
+    """Versions the policy weights pushed to a collector, and measures and bounds
+    each batch's policy lag.
+
+    A collector whose workers act with their own copy of the policy (TorchRL's
+    multi-process and Ray collectors, or one given a copy) collects with weights
+    some updates behind the learner's. ACER's truncated importance weights
+    correct for a small lag; a batch far behind (a stalled worker, a long
+    update) mostly adds variance. The lag of a batch is the number of learner
+    updates since the weights that acted on its oldest step were pushed.
+
+    The collector's policy must be a :class:`VersionedPolicy`: it writes the
+    version of its weights under ``"policy_version"`` with every step.
+    ``register`` makes the trainer's :class:`~torchrl.trainers.UpdateWeights`
+    hooks (``PPOTrainer`` and ``DQNTrainer`` register one; register yours
+    first) push versioned weights: their ``policy_weights_getter`` is wrapped to
+    return :meth:`VersionedPolicy.weights` at the next version, a copy, and the
+    learner's update count at each push is recorded. At ``setup`` the current
+    weights are pushed as a new version, so that the workers' version is known
+    after a resume too. At ``batch_process`` the batch's lag is measured and
+    logged (``collector/policy_lag``, at ``pre_steps_log``); a batch beyond
+    ``max_policy_lag`` is dropped: the trainer's ``optim_steps`` is skipped for
+    it (no update, no replay storage at ``pre_epoch``), and it is counted
+    (``collector/dropped_batches``, checkpointed).
+
+    Args:
+        max_policy_lag (int, optional): the largest lag trained on; ``None``
+            bounds nothing (the lag is still logged). Defaults to ``None``.
+
+    Examples:
+        >>> hook = PolicyVersion(max_policy_lag=4)
+        >>> hook.state_dict()["dropped_batches"]
+        0
+    """
+
+    def __init__(self, max_policy_lag: int | None = None) -> None:
+        if max_policy_lag is not None and not max_policy_lag >= 0:
+            raise ValueError(f"max_policy_lag must be >= 0, got {max_policy_lag}")
+        self.max_policy_lag = max_policy_lag
+        self.dropped_batches = 0
+        self.lag: int | None = None  # the last batch's
+        self._pushed_at: list[int] = []  # [v]: learner updates when v was pushed
+        self._drop = False
+
+    def register(self, trainer: Trainer, name: str = "policy_version") -> None:
+        self._trainer = trainer
+        hooks = {
+            id(hook): hook
+            for op, _ in (*trainer._post_steps_ops, *trainer._post_optim_ops)
+            for hook in [getattr(op, "__wrapped__", op)]
+            if isinstance(hook, UpdateWeights)
+        }
+        hooks.update(
+            (id(h), h)
+            for h in trainer._modules.values()
+            if isinstance(h, UpdateWeights)
+        )
+        if not hooks:
+            raise ValueError(
+                "PolicyVersion versions the pushes of the trainer's UpdateWeights "
+                "hook, and the trainer has none: register torchrl.trainers."
+                "UpdateWeights(collector, policy_weights_getter=...) first"
+            )
+        for hook in hooks.values():
+            if hook.policy_weights_getter is None:
+                raise ValueError(
+                    "PolicyVersion needs UpdateWeights with a policy_weights_getter "
+                    "(a sender or a weight_update_map pushes weights it cannot "
+                    "version)"
+                )
+            hook.policy_weights_getter = self._versioned(hook.policy_weights_getter)
+        self._update_weights = list(hooks.values())
+        trainer.register_op("setup", self._push)
+        trainer.register_op("batch_process", self._measure)
+        trainer.register_op("pre_steps_log", self._log)
+        _around(trainer, "optim_steps", self._optim_steps)
+        trainer.register_module(name, self)
+
+    def _versioned(self, getter: Callable[[], TensorDictBase]) -> Callable:
+        def versioned() -> TensorDictBase:
+            # a copy: the pushed tensors may be sent later, or shared with the
+            # workers, and must not follow the learner's next updates
+            weights = getter().data.clone()
+            self._pushed_at.append(_updates(self._trainer))
+            return VersionedPolicy.weights(weights, len(self._pushed_at) - 1)
+
+        return versioned
+
+    def _push(self) -> None:
+        for hook in self._update_weights:
+            hook.collector.update_policy_weights_(hook.policy_weights_getter())
+
+    def _measure(self, batch: TensorDictBase) -> TensorDictBase:
+        if batch is None:  # collected into a replay buffer: no batch to drop
+            return batch
+        versions = batch.get("policy_version", None)
+        if versions is None:
+            raise KeyError(
+                "the collected batch has no 'policy_version' entry: the "
+                "collector's policy must be a VersionedPolicy for PolicyVersion"
+            )
+        oldest = int(versions.min())
+        if not 0 <= oldest < len(self._pushed_at):
+            raise RuntimeError(
+                f"a batch carries policy version {oldest}, but versions 0 to "
+                f"{len(self._pushed_at) - 1} only were pushed: the collector was "
+                f"given weights by someone else than the trainer's UpdateWeights"
+            )
+        self.lag = _updates(self._trainer) - self._pushed_at[oldest]
+        self._drop = self.max_policy_lag is not None and self.lag > self.max_policy_lag
+        self.dropped_batches += self._drop
+        return batch
+
+    def _optim_steps(self, inner, batch) -> None:
+        if not self._drop:
+            inner(batch)
+
+    def _log(self, batch) -> dict:
+        if self.lag is None:
+            return {}
+        return {
+            "collector/policy_lag": self.lag,
+            "collector/dropped_batches": self.dropped_batches,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "pushed_at": list(self._pushed_at),
+            "dropped_batches": self.dropped_batches,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pushed_at = list(state_dict["pushed_at"])
+        self.dropped_batches = state_dict["dropped_batches"]
+
+
+# The signals that end a training process in ordinary use. SIGINT: Ctrl-C.
+# SIGTERM: kill, docker stop, systemd, Kubernetes, Slurm at the time limit.
+# SIGHUP: the terminal or the ssh session closes. SIGQUIT: Ctrl-\. SIGUSR1,
+# SIGUSR2: the warning schedulers send before the end (Slurm's --signal, SGE's
+# -notify, LSF). SIGXCPU: the CPU-time limit (ulimit -t, a scheduler's). Left
+# out: SIGKILL and SIGSTOP (cannot be caught), SIGPIPE (ignored by Python),
+# SIGALRM (a program's own timers).
+STOP_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in (
+        "SIGINT",
+        "SIGTERM",
+        "SIGHUP",
+        "SIGQUIT",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGXCPU",
+    )
+    if hasattr(signal, name)
+)
+
+
+class GracefulStop(TrainerHookBase):
+    """Stops training at an iteration boundary, with a checkpoint, on the signals
+    that end a training process.
+
+    Without it a Ctrl-C raises wherever the loop is, and every other signal
+    (SIGTERM from a scheduler, SIGHUP when the terminal closes, ...) kills the
+    process: the work since the last scheduled save is lost, silently. With it,
+    the first of :data:`STOP_SIGNALS` (or of ``signals``) calls
+    ``trainer.request_stop("received SIGxxx")``: the current iteration
+    (collection, updates, logging) finishes, the trainer saves (TorchRL's
+    ``train`` does on a stop, given a checkpoint destination) and ``train()``
+    returns. The signal is kept in :attr:`signum`; :attr:`exit_code` is
+    ``128 + signum`` (0 when none came), what a shell reports for a process the
+    signal ended, for the script's ``sys.exit``. A second signal while a
+    checkpoint is written waits for it; a second one at any other time (a
+    collection that hangs) raises :class:`KeyboardInterrupt` at once, without a
+    checkpoint.
+
+    The handlers are installed when ``train()`` starts (main thread only) and
+    the previous ones put back when it returns or raises: ``register`` wraps the
+    trainer's ``train`` (its ``shutdown`` stage does not run when ``train``
+    raises) and its ``_save_trainer`` (to know a save is under way). No state is
+    checkpointed: a resumed run is not stopped.
+
+    Args:
+        signals (iterable of int, optional): the signals to stop on. Defaults
+            to :data:`STOP_SIGNALS`.
+
+    Examples:
+        >>> stop = GracefulStop()
+        >>> stop.exit_code
+        0
+        >>> signal.SIGHUP in stop.signals
+        True
+    """
+
+    def __init__(self, signals: Iterable[int] = STOP_SIGNALS) -> None:
+        self.signals = tuple(signals)
+        self.signum: int | None = None
+        self._saving = False
+
+    @property
+    def exit_code(self) -> int:
+        """``128 + signum`` when a signal stopped training, else 0."""
+        return 0 if self.signum is None else 128 + self.signum
+
+    def register(self, trainer: Trainer, name: str = "graceful_stop") -> None:
+        self._trainer = trainer
+        _around(trainer, "train", self._train)
+        _around(trainer, "_save_trainer", self._save)
+
+    def _train(self, inner):
+        self.signum = None
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.signals:
+                previous[signum] = signal.signal(signum, self._on_signal)
+        try:
+            return inner()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+    def _save(self, inner) -> None:
+        self._saving = True
+        try:
+            inner()
+        finally:
+            self._saving = False
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is None:
+            self.signum = signum
+            self._trainer.request_stop(f"received {name}")
+            torchrl_logger.warning(
+                f"{name}: stopping after this iteration, with a checkpoint; a "
+                f"second signal stops at once, without one"
+            )
+        elif self._saving:
+            torchrl_logger.warning(
+                f"{name}: a checkpoint is being written; it is completed first "
+                f"(kill -9 would keep the previous one)"
+            )
+        else:
+            raise KeyboardInterrupt(f"{name}: a second signal; stopped without saving")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return
+
+
+class FailureCheckpoint(TrainerHookBase):
+    """Saves what was trained when training fails, then lets the error go on with
+    a note saying where.
+
+    TorchRL's ``Trainer.train`` has no handler: an exception while collecting
+    (an environment, a dead worker), updating, logging (a full disk under the
+    logger) or evaluating ends the run with a traceback, and what was trained
+    since the last scheduled save is lost. ``register`` wraps the trainer's
+    ``train``: on an :class:`Exception` the trainer saves to its checkpoint
+    destination (``save_trainer_file`` or ``checkpoint_rotation``; through any
+    save wrapper registered before, so a :class:`NonFiniteGuard` refuses
+    non-finite parameters) and the error is raised again with a note
+    (``add_note``) naming the checkpoint and how to resume, or why none was
+    written. The parameters between two updates are whole; an error inside an
+    optimizer step itself may leave them half-stepped. A
+    :class:`KeyboardInterrupt` (a second signal to :class:`GracefulStop`) saves
+    nothing: it asks to stop at once. No state.
+
+    Examples:
+        >>> FailureCheckpoint().state_dict()
+        {}
+    """
+
+    def register(self, trainer: Trainer, name: str = "failure_checkpoint") -> None:
+        self._trainer = trainer
+        _around(trainer, "train", self._train)
+
+    def _train(self, inner):
+        try:
+            return inner()
+        except Exception as err:
+            err.add_note(self._save())
+            raise
+
+    def _save(self) -> str:
+        trainer = self._trainer
+        frames = trainer.collected_frames
+        if not trainer._has_checkpoint_destination():
+            return (
+                f"training failed after {frames} frames; nothing was saved: the "
+                f"trainer has no save_trainer_file or checkpoint_rotation"
+            )
+        left_out = []
+        try:
+            try:
+                trainer._save_trainer()
+            except Exception:
+                # what failed may not save either (a collector whose environment
+                # raised has closed it): save the rest
+                left_out = self._unsaveable()
+                if not left_out:
+                    raise
+                self._save_without(left_out)
+        except Exception as save_err:
+            return (
+                f"training failed after {frames} frames and no checkpoint could "
+                f"be written ({type(save_err).__name__}: {save_err})"
+            )
+        path = _checkpoint_path(trainer)
+        if left_out:
+            return (
+                f"training failed after {frames} frames; what was trained was "
+                f"saved to {path}, without {', '.join(left_out)}, which could not "
+                f"be saved. Resume with trainer.load_from_file({str(path)!r}, "
+                f"strict='warn')"
+            )
+        return (
+            f"training failed after {frames} frames; what was trained was saved "
+            f"to {path}. Resume with trainer.load_from_file({str(path)!r})"
+        )
+
+    def _unsaveable(self) -> list[str]:
+        """The trainer's checkpoint components whose ``state_dict`` raises."""
+        if self._trainer.checkpoint is None:
+            return []
+        out = []
+        for (
+            name,
+            component,
+        ) in self._trainer._sync_checkpoint_components().components.items():
+            try:
+                getattr(component, "state_dict", dict)()
+            except Exception:
+                out.append(name)
+        return out
+
+    def _save_without(self, left_out: list[str]) -> None:
+        checkpoint = self._trainer.checkpoint
+        default = checkpoint.save_components
+        selected = default if default is not None else checkpoint.components
+        checkpoint.save_components = frozenset(selected).difference(left_out)
+        try:
+            self._trainer._save_trainer()
+        finally:
+            checkpoint.save_components = default
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return
+
+
+class RunDirectoryOwnedError(RuntimeError):
+    """The run directory holds another run (:class:`RunDirectoryLock`)."""
+
+
+RUN_ID_FILE = "run_id"
+
+
+class RunDirectoryLock(TrainerHookBase):
+    """Owns the run directory: one training process, and one run, at a time.
+
+    A new run pointed at a directory that holds another run's checkpoint would
+    write over it; two processes training in one directory would write over
+    each other's checkpoints. ``register``, before anything is written, takes
+    the directory's lock (:func:`lock_run_dir`: an ``flock`` the system drops
+    when the process ends, however) and checks the run's identity: a run is
+    named by a random id, kept in the directory's ``run_id`` file and in this
+    hook's state, so in the trainer's checkpoints.
+
+    - A new run (``resume=False``) is refused with
+      :class:`RunDirectoryOwnedError` when the directory has a ``run_id`` or
+      the trainer's checkpoint destination exists; otherwise it writes a fresh
+      ``run_id``.
+    - A resumed run (``resume=True``) takes the directory's id, and loading a
+      checkpoint written by another run (``trainer.load_from_file``) is refused.
+
+    Args:
+        run_dir (path, optional): the run's directory. Defaults to where the
+            trainer's checkpoints go: the parent of its ``save_trainer_file``,
+            or its ``checkpoint_rotation`` 's directory.
+        resume (bool, optional): continue the run in ``run_dir``. Defaults to
+            ``False``.
+
+    Examples:
+        >>> import tempfile
+        >>> lock = RunDirectoryLock(tempfile.mkdtemp(), resume=True)
+        >>> lock.resume
+        True
+    """
+
+    def __init__(
+        self, run_dir: str | os.PathLike | None = None, resume: bool = False
+    ) -> None:
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.resume = resume
+        self.run_id: str | None = None
+
+    def register(self, trainer: Trainer, name: str = "run_directory") -> None:
+        run_dir = self.run_dir
+        if run_dir is None:
+            if trainer.checkpoint_rotation is not None:
+                run_dir = trainer.checkpoint_rotation.directory
+            elif trainer.save_trainer_file is not None:
+                run_dir = Path(trainer.save_trainer_file).parent
+            else:
+                raise ValueError(
+                    "RunDirectoryLock needs a run_dir, or a trainer with a "
+                    "save_trainer_file or a checkpoint_rotation"
+                )
+        self.run_dir = run_dir = Path(run_dir).resolve()
+        lock_run_dir(run_dir)
+        id_file = run_dir / RUN_ID_FILE
+        stored = id_file.read_text().strip() if id_file.exists() else None
+        if self.resume:
+            self.run_id = stored or uuid.uuid4().hex
+        else:
+            found = [
+                p for p in (id_file, _checkpoint_path(trainer)) if p and p.exists()
+            ]
+            if found:
+                raise RunDirectoryOwnedError(
+                    f"run directory {run_dir} already holds a run "
+                    f"({', '.join(str(p) for p in found)} exist); a new run would "
+                    f"write over its checkpoint. Resume it (RunDirectoryLock("
+                    f"resume=True), then trainer.load_from_file) or use another "
+                    f"directory"
+                )
+            self.run_id = uuid.uuid4().hex
+        if stored != self.run_id:
+            tmp = id_file.with_name(f".{RUN_ID_FILE}.{os.getpid()}")
+            tmp.write_text(self.run_id + "\n")
+            tmp.replace(id_file)
+        trainer.register_module(name, self)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict["run_id"] != self.run_id:
+            raise RunDirectoryOwnedError(
+                f"the checkpoint being loaded was written by run "
+                f"{state_dict['run_id']}, but run directory {self.run_dir} holds "
+                f"run {self.run_id}: loading it would continue another run here"
+            )
