@@ -279,15 +279,24 @@ def kill_after(trainer, batches, *signums):
     trainer.register_op("post_steps", kill)
 
 
-@pytest.mark.parametrize("signum", STOP_SIGNALS, ids=lambda s: signal.Signals(s).name)
-def test_a_signal_stops_at_the_iteration_boundary_with_a_checkpoint(tmp_path, signum):
+# what ends a training process in ordinary use: Ctrl-C, kill and schedulers, a
+# closed terminal, Ctrl-backslash, schedulers' warnings, a CPU-time limit
+ENDING = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGXCPU")
+
+
+def test_the_stop_signals_are_those_that_end_a_training_process():
+    assert {signal.Signals(s).name for s in STOP_SIGNALS} == set(ENDING)
+
+
+@pytest.mark.parametrize("name", ENDING)
+def test_a_signal_stops_at_the_iteration_boundary_with_a_checkpoint(tmp_path, name):
+    signum = getattr(signal, name)
     trainer = make_trainer(tmp_path, batches=10)
     stop = GracefulStop()
     stop.register(trainer)
     kill_after(trainer, 2, signum)
     previous = signal.getsignal(signum)
     trainer.train()
-    name = signal.Signals(signum).name
     assert trainer._stop_reason == f"received {name}"
     assert trainer.collected_frames == 2 * FRAMES_PER_BATCH
     assert stop.signum == signum and stop.exit_code == 128 + signum
@@ -312,7 +321,10 @@ def test_a_second_signal_while_saving_waits_for_the_checkpoint(tmp_path):
             pass
 
     trainer.register_module("signal_during_save", SignalDuringSave())
-    trainer.train()  # returns: the save was completed
+    try:
+        trainer.train()
+    except KeyboardInterrupt as err:
+        pytest.fail(f"the second signal did not wait for the save: {err}")
     assert stop.signum == signal.SIGINT
     manifest = Checkpoint.manifest(tmp_path / "checkpoint")
     assert "trainer_module.signal_during_save" in manifest["components"]
