@@ -187,7 +187,7 @@ def test_a_save_is_refused_while_parameters_are_nonfinite(tmp_path):
     weight["weight"].data[0, 0] = float("nan")
     with pytest.raises(NonFiniteTrainingError) as err:
         trainer.save_trainer(force_save=True)
-    assert "refusing to save a checkpoint" in str(err.value)
+    assert "refusing to write a checkpoint" in str(err.value)
     assert "loss_module.actor_network_params.module.0.module.0.weight" in str(err.value)
     assert snapshot(tmp_path) == before  # the previous checkpoint is kept
 

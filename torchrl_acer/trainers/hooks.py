@@ -4,16 +4,11 @@ Each guarantee is a :class:`~torchrl.trainers.TrainerHookBase` that any
 :class:`~torchrl.trainers.Trainer` (TorchRL's ``PPOTrainer``, ``DQNTrainer``, ACER's
 own) registers as it registers TorchRL's ``UpdateWeights`` or ``EarlyStopping``:
 
-- :class:`NonFiniteGuard`: a non-finite update is skipped, a non-finite run stops
-  with the first culprit named, and non-finite parameters are never saved;
-- :class:`PolicyVersion`: the weights pushed to a collector carry a version, each
-  batch's policy lag is logged and a batch beyond ``max_policy_lag`` is dropped;
-- :class:`GracefulStop`: the signals that end a training process stop it at an
-  iteration boundary with a checkpoint, and :attr:`GracefulStop.exit_code` tells
-  the script how to exit;
-- :class:`FailureCheckpoint`: an exception while collecting, updating, logging or
-  evaluating first saves what was trained, then goes on with a note saying where;
-- :class:`RunDirectoryLock`: one process and one run per run directory.
+NonFiniteGuard (non-finite updates skipped, non-finite saves refused),
+PolicyVersion (versioned weights, policy lag measured and bounded), GracefulStop
+(a signal stops at an iteration boundary, with a checkpoint), FailureCheckpoint
+(an error saves what was trained first) and RunDirectoryLock (one process and
+one run per run directory).
 
 Where the trainer has no stage for a guarantee (around ``train``, around a save,
 after a skipped update), ``register`` wraps the trainer's method on the instance
@@ -50,9 +45,9 @@ Examples:
     >>> RunDirectoryLock().register(trainer)
     >>> NonFiniteGuard(max_in_a_row=10).register(trainer)
     >>> PolicyVersion(max_policy_lag=8).register(trainer)
+    >>> FailureCheckpoint().register(trainer)
     >>> stop = GracefulStop()
     >>> stop.register(trainer)
-    >>> FailureCheckpoint().register(trainer)
     >>> trainer.train()
     >>> trainer.collected_frames, stop.exit_code  # sys.exit(stop.exit_code)
     (64, 0)
@@ -279,52 +274,72 @@ def _checkpoint_path(trainer: Trainer) -> Path | None:
     return None
 
 
+def _refuse_nonfinite_save(loss_module, optimizer, path, frames, hint="") -> None:
+    """Raises :class:`NonFiniteTrainingError` naming the parameters and buffers of
+    ``loss_module`` and the states of ``optimizer`` that hold a non-finite value:
+    no checkpoint is written from them."""
+    named = [(f"loss_module.{k}", v) for k, v in loss_module.state_dict().items()]
+    if optimizer is not None:
+        for index, state in optimizer.state_dict()["state"].items():
+            named += [(f"optimizer.state[{index}].{k}", v) for k, v in state.items()]
+    # per tensor: a save is rare, and the tensors sit on several devices
+    bad = [
+        name
+        for name, value in named
+        if isinstance(value, torch.Tensor)
+        and value.is_floating_point()
+        and not bool(torch.isfinite(value).all())
+    ]
+    if bad:
+        shown = ", ".join(bad[:5]) + (
+            f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        )
+        raise NonFiniteTrainingError(
+            f"refusing to write a checkpoint to {path} at {frames} frames: {shown} "
+            f"hold non-finite values (the previous checkpoint there, if any, is "
+            f"kept){hint}"
+        )
+
+
 class NonFiniteGuard(OptimizationStepper):
     """Skips non-finite updates, stops a run that stays non-finite, and never
     saves non-finite parameters.
 
     One optimizer step on a NaN (a reward from a broken environment, an overflow
-    in a loss term) makes the parameters NaN for good, and every checkpoint
-    written after it too. This stepper takes the place of TorchRL's
-    :class:`~torchrl.trainers.DefaultOptimizationStepper` (loss, backward,
-    gradient clipping as the trainer's ``clip_grad_norm`` and ``clip_norm`` say,
-    optimizer step) and checks each update's ``loss_*`` terms and gradient norm
-    before the step (one reduction, one read-back). A non-finite update is
-    skipped: its gradients are zeroed, and neither the optimizer nor the
-    trainer's ``post_optim`` hooks (a target network's ``SoftUpdate``, an
-    ``UpdateWeights`` on optimizer steps) nor its ``post_loss`` hooks (replay
-    priorities) run for it. It is counted (``train/nonfinite_updates``, logged
-    at ``post_steps_log``), the first of a streak is warned naming the first
-    non-finite term, and the ``max_in_a_row``-th in a row raises
-    :class:`NonFiniteTrainingError` naming that first term and the frames: the
-    parameters are still those of the last finite update, which a
-    :class:`FailureCheckpoint` saves.
+    in a loss term) makes the parameters NaN for good, and every later
+    checkpoint with them. This stepper does what TorchRL's
+    :class:`~torchrl.trainers.DefaultOptimizationStepper` does (loss, backward,
+    clipping as the trainer's ``clip_grad_norm`` and ``clip_norm`` say, step),
+    but first checks the ``loss_*`` terms and the gradient norm (one reduction,
+    one read-back). A non-finite update is skipped: gradients zeroed, no
+    optimizer step, and neither the trainer's ``post_loss`` hooks (replay
+    priorities) nor its ``post_optim`` hooks (a target network's
+    ``SoftUpdate``) run for it. It is counted (``train/nonfinite_updates``),
+    the first of a streak is warned naming what was non-finite, and the
+    ``max_in_a_row``-th in a row raises :class:`NonFiniteTrainingError` naming
+    the streak's first term and the frames; the parameters are then those of
+    the last finite update (a :class:`FailureCheckpoint` saves them).
 
-    With ``check_batches``, a collected batch whose floating-point entries that
-    the loss reads (its ``in_keys``) hold a non-finite value is not trained on
-    (the trainer's ``optim_steps`` is skipped for it, replay storage at
-    ``pre_epoch`` included), counted (``train/nonfinite_batches``) and stopped on
-    in the same way.
+    With ``check_batches``, a collected batch holding a non-finite value where
+    the loss reads (its ``in_keys``) is not trained on (the trainer's
+    ``optim_steps`` is skipped, replay storage at ``pre_epoch`` with it),
+    counted (``train/nonfinite_batches``) and stopped on alike. And a save while
+    a parameter or an optimizer state is non-finite raises
+    :class:`NonFiniteTrainingError` naming them, keeping the previous
+    checkpoint.
 
-    ``register`` also wraps the trainer's ``_save_trainer``: a save while a
-    parameter or an optimizer state holds a non-finite value raises
-    :class:`NonFiniteTrainingError` naming them, and the previous checkpoint is
-    kept. The counters and :attr:`optimizer_step_count` (read by
-    ``UpdateWeights(interval_unit="optim_steps")``) are checkpointed.
+    ``register`` makes it the trainer's ``optimization_stepper`` (one the
+    trainer already has is refused), registers the batch check at
+    ``batch_process`` and the counters' logging at ``post_steps_log``, and wraps
+    the trainer's ``_post_optim_hook``, ``optim_steps`` and ``_save_trainer``.
+    The counters and :attr:`optimizer_step_count` (which ``UpdateWeights`` on
+    ``"optim_steps"`` reads) are checkpointed.
 
     Args:
         max_in_a_row (int, optional): non-finite updates (or batches) in a row
             that stop training. Defaults to 10.
-        check_batches (bool, optional): check collected batches too. Defaults to
+        check_batches (bool, optional): check collected batches. Defaults to
             ``True``.
-
-    Examples:
-        >>> guard = NonFiniteGuard(max_in_a_row=3)
-        >>> guard.state_dict()["nonfinite"]
-        {'updates': 0, 'batches': 0}
-
-        ``guard.register(trainer)`` makes it the trainer's
-        ``optimization_stepper`` (see the module's example).
     """
 
     def __init__(self, max_in_a_row: int = 10, check_batches: bool = True) -> None:
@@ -335,9 +350,8 @@ class NonFiniteGuard(OptimizationStepper):
         self.nonfinite = {"updates": 0, "batches": 0}
         self.optimizer_step_count = 0
         self._streak = {"updates": 0, "batches": 0}
-        self._first = {"updates": None, "batches": None}  # the streak's first
-        self._applied = True  # the last update was stepped
-        self._batch_ok = True
+        self._first = {"updates": None, "batches": None}  # each streak's first
+        self._applied = self._batch_ok = True
 
     def register(self, trainer: Trainer, name: str = "optimization_stepper") -> None:
         if trainer.optimization_stepper not in (None, self):
@@ -379,21 +393,20 @@ class NonFiniteGuard(OptimizationStepper):
         checked.append(grad_norm.detach().reshape(-1).float().to(checked[0].device))
         self._applied = bool(torch.isfinite(torch.cat(checked)).all())
         if self._applied:
-            trainer._post_loss_hook(sub_batch)  # e.g. priorities: finite ones only
+            trainer._post_loss_hook(sub_batch)  # priorities from finite updates only
             optimizer.step()
             self.optimizer_step_count += 1
         optimizer.zero_grad(set_to_none=True)
         self._event(
-            trainer,
             "updates",
             self._applied,
-            lambda: self._describe_update(trainer, terms, grad_norm, sub_batch),
+            lambda: self._describe_update(terms, grad_norm, sub_batch),
         )
         out = losses.detach()
         out["grad_norm"] = grad_norm.detach()
         return out
 
-    def _event(self, trainer, kind: str, finite: bool, describe) -> None:
+    def _event(self, kind: str, finite: bool, describe: Callable[[], str]) -> None:
         """Counts a non-finite update or batch (``kind``), warns at the first of
         a streak, and raises at the ``max_in_a_row``-th in a row."""
         if finite:
@@ -412,36 +425,34 @@ class NonFiniteGuard(OptimizationStepper):
             raise NonFiniteTrainingError(
                 f"{self._streak[kind]} {what} in a row were non-finite "
                 f"(max_in_a_row={self.max_in_a_row}); stopped at "
-                f"{trainer.collected_frames} frames. The first of them: "
+                f"{self._trainer.collected_frames} frames. The first of them: "
                 f"{self._first[kind]}. No optimizer step was taken on them: the "
                 f"parameters are those of the last finite update"
             )
 
-    @staticmethod
-    def _read(trainer, batch: TensorDictBase) -> TensorDictBase:
+    def _read(self, batch: TensorDictBase) -> TensorDictBase:
         """What the loss reads of ``batch``: its ``in_keys`` (all when unknown)."""
-        keys = getattr(trainer.loss_module, "in_keys", None)
+        keys = getattr(self._trainer.loss_module, "in_keys", None)
         return batch if keys is None else batch.select(*keys, strict=False)
 
-    def _describe_update(self, trainer, terms, grad_norm, batch) -> str:
+    def _describe_update(self, terms, grad_norm, batch) -> str:
         first = f"the gradient norm = {grad_norm.item()}"
         for key, value in terms.items():
             if not bool(torch.isfinite(value.detach()).all()):
                 first = f"{key} = {value.detach().float().sum().item()}"
                 break
         return (
-            f"the update at {trainer.collected_frames} frames, first non-finite "
-            f"term {first}; its batch held "
-            f"{_describe_batch(self._read(trainer, batch))}"
+            f"the update at {self._trainer.collected_frames} frames, first "
+            f"non-finite term {first}; its batch held "
+            f"{_describe_batch(self._read(batch))}"
         )
 
     def _check_batch(self, batch: TensorDictBase) -> TensorDictBase:
         if batch is None:  # collected into a replay buffer: nothing to check
             return batch
-        read = self._read(self._trainer, batch)
+        read = self._read(batch)
         self._batch_ok = _batch_is_finite(read)
         self._event(
-            self._trainer,
             "batches",
             self._batch_ok,
             lambda: (
@@ -461,16 +472,12 @@ class NonFiniteGuard(OptimizationStepper):
 
     def _save(self, inner) -> None:
         trainer = self._trainer
-        bad = _nonfinite_state(trainer)
-        if bad:
-            shown = ", ".join(bad[:5]) + (
-                f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-            )
-            raise NonFiniteTrainingError(
-                f"refusing to save a checkpoint to {_checkpoint_path(trainer)} at "
-                f"{trainer.collected_frames} frames: {shown} hold non-finite "
-                f"values (the previous checkpoint there, if any, is kept)"
-            )
+        _refuse_nonfinite_save(
+            trainer.loss_module,
+            trainer.optimizer,
+            _checkpoint_path(trainer),
+            trainer.collected_frames,
+        )
         inner()
 
     def _log(self, batch) -> dict:
@@ -491,57 +498,34 @@ class NonFiniteGuard(OptimizationStepper):
         self.optimizer_step_count = state_dict["optimizer_step_count"]
 
 
-def _nonfinite_state(trainer: Trainer) -> list[str]:
-    """Names of the loss module's parameters and buffers and of the optimizer's
-    states that hold a non-finite value (per tensor: a save is rare)."""
-    named = [
-        (f"loss_module.{k}", v) for k, v in trainer.loss_module.state_dict().items()
-    ]
-    if trainer.optimizer is not None:
-        for index, state in trainer.optimizer.state_dict()["state"].items():
-            named += [(f"optimizer.state[{index}].{k}", v) for k, v in state.items()]
-    return [
-        name
-        for name, value in named
-        if isinstance(value, torch.Tensor)
-        and value.is_floating_point()
-        and not bool(torch.isfinite(value).all())
-    ]
-
-
 class PolicyVersion(TrainerHookBase):
-    """Versions the policy weights pushed to a collector, and measures and bounds
-    each batch's policy lag.
+    """Versions the weights pushed to a collector, and measures and bounds each
+    batch's policy lag.
 
     A collector whose workers act with their own copy of the policy (TorchRL's
-    multi-process and Ray collectors, or one given a copy) collects with weights
-    some updates behind the learner's. ACER's truncated importance weights
-    correct for a small lag; a batch far behind (a stalled worker, a long
-    update) mostly adds variance. The lag of a batch is the number of learner
-    updates since the weights that acted on its oldest step were pushed.
+    multi-process and Ray collectors) collects with weights some updates behind
+    the learner's. ACER's truncated importance weights correct for a small lag;
+    a batch far behind (a stalled worker) mostly adds variance. A batch's lag is
+    the number of learner updates since the weights that acted on its oldest
+    step were pushed.
 
-    The collector's policy must be a :class:`VersionedPolicy`: it writes the
-    version of its weights under ``"policy_version"`` with every step.
-    ``register`` makes the trainer's :class:`~torchrl.trainers.UpdateWeights`
-    hooks (``PPOTrainer`` and ``DQNTrainer`` register one; register yours
-    first) push versioned weights: their ``policy_weights_getter`` is wrapped to
-    return :meth:`VersionedPolicy.weights` at the next version, a copy, and the
-    learner's update count at each push is recorded. At ``setup`` the current
-    weights are pushed as a new version, so that the workers' version is known
-    after a resume too. At ``batch_process`` the batch's lag is measured and
-    logged (``collector/policy_lag``, at ``pre_steps_log``); a batch beyond
-    ``max_policy_lag`` is dropped: the trainer's ``optim_steps`` is skipped for
-    it (no update, no replay storage at ``pre_epoch``), and it is counted
-    (``collector/dropped_batches``, checkpointed).
+    The collector's policy must be a :class:`VersionedPolicy`, which writes its
+    weights' version under ``"policy_version"`` with every step. ``register``
+    makes the trainer's :class:`~torchrl.trainers.UpdateWeights` (``PPOTrainer``
+    and ``DQNTrainer`` register one; register yours first) push versioned
+    weights: its ``policy_weights_getter`` is wrapped to return a copy as
+    :meth:`VersionedPolicy.weights` at the next version, and the learner's
+    update count at each push is kept. At ``setup`` the weights are pushed as a
+    new version (the workers' version is then known after a resume too). At
+    ``batch_process`` the batch's lag is measured, logged at ``pre_steps_log``
+    (``collector/policy_lag``), and a batch beyond ``max_policy_lag`` is
+    dropped: the trainer's ``optim_steps`` is skipped for it (no update, no
+    replay storage at ``pre_epoch``), and it is counted
+    (``collector/dropped_batches``, checkpointed with the pushes).
 
     Args:
         max_policy_lag (int, optional): the largest lag trained on; ``None``
-            bounds nothing (the lag is still logged). Defaults to ``None``.
-
-    Examples:
-        >>> hook = PolicyVersion(max_policy_lag=4)
-        >>> hook.state_dict()["dropped_batches"]
-        0
+            bounds nothing. Defaults to ``None``.
     """
 
     def __init__(self, max_policy_lag: int | None = None) -> None:
@@ -555,32 +539,25 @@ class PolicyVersion(TrainerHookBase):
 
     def register(self, trainer: Trainer, name: str = "policy_version") -> None:
         self._trainer = trainer
-        hooks = {
-            id(hook): hook
-            for op, _ in (*trainer._post_steps_ops, *trainer._post_optim_ops)
-            for hook in [getattr(op, "__wrapped__", op)]
-            if isinstance(hook, UpdateWeights)
-        }
-        hooks.update(
-            (id(h), h)
-            for h in trainer._modules.values()
-            if isinstance(h, UpdateWeights)
-        )
-        if not hooks:
+        ops = (*trainer._post_steps_ops, *trainer._post_optim_ops)
+        self._update_weights = [
+            hook
+            for op, _ in ops
+            if isinstance(hook := getattr(op, "__wrapped__", op), UpdateWeights)
+        ]
+        if not self._update_weights:
             raise ValueError(
-                "PolicyVersion versions the pushes of the trainer's UpdateWeights "
-                "hook, and the trainer has none: register torchrl.trainers."
-                "UpdateWeights(collector, policy_weights_getter=...) first"
+                "the trainer has no UpdateWeights hook, whose pushes PolicyVersion "
+                "versions: register torchrl.trainers.UpdateWeights(collector, "
+                "policy_weights_getter=...) first"
             )
-        for hook in hooks.values():
+        for hook in self._update_weights:
             if hook.policy_weights_getter is None:
                 raise ValueError(
                     "PolicyVersion needs UpdateWeights with a policy_weights_getter "
-                    "(a sender or a weight_update_map pushes weights it cannot "
-                    "version)"
+                    "(it cannot version what a sender or a weight_update_map sends)"
                 )
             hook.policy_weights_getter = self._versioned(hook.policy_weights_getter)
-        self._update_weights = list(hooks.values())
         trainer.register_op("setup", self._push)
         trainer.register_op("batch_process", self._measure)
         trainer.register_op("pre_steps_log", self._log)
@@ -648,59 +625,47 @@ class PolicyVersion(TrainerHookBase):
 # The signals that end a training process in ordinary use. SIGINT: Ctrl-C.
 # SIGTERM: kill, docker stop, systemd, Kubernetes, Slurm at the time limit.
 # SIGHUP: the terminal or the ssh session closes. SIGQUIT: Ctrl-\. SIGUSR1,
-# SIGUSR2: the warning schedulers send before the end (Slurm's --signal, SGE's
-# -notify, LSF). SIGXCPU: the CPU-time limit (ulimit -t, a scheduler's). Left
-# out: SIGKILL and SIGSTOP (cannot be caught), SIGPIPE (ignored by Python),
-# SIGALRM (a program's own timers).
-STOP_SIGNALS = tuple(
-    getattr(signal, name)
-    for name in (
-        "SIGINT",
-        "SIGTERM",
-        "SIGHUP",
-        "SIGQUIT",
-        "SIGUSR1",
-        "SIGUSR2",
-        "SIGXCPU",
-    )
-    if hasattr(signal, name)
-)
+# SIGUSR2: what schedulers send ahead of the end (Slurm's --signal, SGE's
+# -notify). SIGXCPU: a CPU-time limit (ulimit -t, a scheduler's). Left out:
+# SIGKILL and SIGSTOP (cannot be caught), SIGPIPE (ignored by Python), SIGALRM
+# (a program's own timers).
+_ENDING = "SIGINT SIGTERM SIGHUP SIGQUIT SIGUSR1 SIGUSR2 SIGXCPU".split()
+STOP_SIGNALS = tuple(getattr(signal, n) for n in _ENDING if hasattr(signal, n))
 
 
 class GracefulStop(TrainerHookBase):
-    """Stops training at an iteration boundary, with a checkpoint, on the signals
-    that end a training process.
+    """Stops training at an iteration boundary, with a checkpoint, on the
+    signals that end a training process.
 
-    Without it a Ctrl-C raises wherever the loop is, and every other signal
-    (SIGTERM from a scheduler, SIGHUP when the terminal closes, ...) kills the
-    process: the work since the last scheduled save is lost, silently. With it,
-    the first of :data:`STOP_SIGNALS` (or of ``signals``) calls
-    ``trainer.request_stop("received SIGxxx")``: the current iteration
-    (collection, updates, logging) finishes, the trainer saves (TorchRL's
-    ``train`` does on a stop, given a checkpoint destination) and ``train()``
-    returns. The signal is kept in :attr:`signum`; :attr:`exit_code` is
-    ``128 + signum`` (0 when none came), what a shell reports for a process the
-    signal ended, for the script's ``sys.exit``. A second signal while a
-    checkpoint is written waits for it; a second one at any other time (a
-    collection that hangs) raises :class:`KeyboardInterrupt` at once, without a
-    checkpoint.
+    Without it, Ctrl-C raises wherever the loop is, and the other signals
+    (SIGTERM from a scheduler, SIGHUP when the terminal closes, ...) kill the
+    process: what was trained since the last scheduled save is lost, silently.
+    With it, the first of ``signals`` calls ``trainer.request_stop("received
+    SIGxxx")``: the iteration under way (collection, updates, logging)
+    finishes, the trainer saves (TorchRL's ``train`` does on a stop, given a
+    checkpoint destination) and ``train()`` returns. The signal is kept in
+    :attr:`signum`, and :attr:`exit_code` is ``128 + signum`` (0 without one),
+    what a shell reports for a process the signal ended: end the script with
+    ``sys.exit(stop.exit_code)``. A second signal while a checkpoint is written
+    waits for it; at any other time (a collection that hangs) it raises
+    :class:`KeyboardInterrupt` at once, saving nothing.
 
-    The handlers are installed when ``train()`` starts (main thread only) and
-    the previous ones put back when it returns or raises: ``register`` wraps the
-    trainer's ``train`` (its ``shutdown`` stage does not run when ``train``
-    raises) and its ``_save_trainer`` (to know a save is under way). No state is
-    checkpointed: a resumed run is not stopped.
+    ``register`` wraps the trainer's ``train``, which installs the handlers
+    (main thread only) and puts the previous ones back when it returns or
+    raises (the ``shutdown`` stage is skipped when ``train`` raises), and its
+    ``_save_trainer``, to tell a save under way. Nothing is checkpointed: a
+    resumed run is not stopped. Register a :class:`FailureCheckpoint` before it
+    so that the handlers also cover the save after a failure.
 
     Args:
         signals (iterable of int, optional): the signals to stop on. Defaults
-            to :data:`STOP_SIGNALS`.
+            to :data:`STOP_SIGNALS`: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
+            SIGUSR2 and SIGXCPU.
 
     Examples:
         >>> stop = GracefulStop()
-        >>> stop.exit_code
-        0
-        >>> signal.SIGHUP in stop.signals
-        True
+        >>> stop.signum, stop.exit_code  # after train(): sys.exit(stop.exit_code)
+        (None, 0)
     """
 
     def __init__(self, signals: Iterable[int] = STOP_SIGNALS) -> None:
@@ -762,26 +727,23 @@ class GracefulStop(TrainerHookBase):
 
 
 class FailureCheckpoint(TrainerHookBase):
-    """Saves what was trained when training fails, then lets the error go on with
-    a note saying where.
+    """Saves what was trained when training fails, then lets the error go on
+    with a note saying where.
 
-    TorchRL's ``Trainer.train`` has no handler: an exception while collecting
-    (an environment, a dead worker), updating, logging (a full disk under the
+    TorchRL's ``Trainer.train`` handles no error: one while collecting (an
+    environment, a dead worker), updating, logging (a full disk under the
     logger) or evaluating ends the run with a traceback, and what was trained
     since the last scheduled save is lost. ``register`` wraps the trainer's
-    ``train``: on an :class:`Exception` the trainer saves to its checkpoint
-    destination (``save_trainer_file`` or ``checkpoint_rotation``; through any
-    save wrapper registered before, so a :class:`NonFiniteGuard` refuses
-    non-finite parameters) and the error is raised again with a note
-    (``add_note``) naming the checkpoint and how to resume, or why none was
-    written. The parameters between two updates are whole; an error inside an
-    optimizer step itself may leave them half-stepped. A
+    ``train``: on an :class:`Exception` the trainer saves to its destination
+    (``save_trainer_file`` or ``checkpoint_rotation``, through the save
+    wrappers registered before, so a :class:`NonFiniteGuard` refuses
+    non-finite parameters), leaving out the checkpoint components that cannot
+    save (a collector whose environment raised has closed it), and the error
+    goes on with a note (``add_note``) naming the checkpoint and how to resume,
+    or why none was written. Parameters are whole between two updates; an
+    error inside an optimizer step may leave them half-stepped. A
     :class:`KeyboardInterrupt` (a second signal to :class:`GracefulStop`) saves
-    nothing: it asks to stop at once. No state.
-
-    Examples:
-        >>> FailureCheckpoint().state_dict()
-        {}
+    nothing. Nothing is checkpointed.
     """
 
     def register(self, trainer: Trainer, name: str = "failure_checkpoint") -> None:
@@ -797,39 +759,27 @@ class FailureCheckpoint(TrainerHookBase):
 
     def _save(self) -> str:
         trainer = self._trainer
-        frames = trainer.collected_frames
+        failed = f"training failed after {trainer.collected_frames} frames"
         if not trainer._has_checkpoint_destination():
-            return (
-                f"training failed after {frames} frames; nothing was saved: the "
-                f"trainer has no save_trainer_file or checkpoint_rotation"
-            )
+            return f"{failed}; nothing was saved: the trainer has no save_trainer_file or checkpoint_rotation"
         left_out = []
         try:
             try:
                 trainer._save_trainer()
             except Exception:
-                # what failed may not save either (a collector whose environment
-                # raised has closed it): save the rest
                 left_out = self._unsaveable()
                 if not left_out:
                     raise
                 self._save_without(left_out)
-        except Exception as save_err:
-            return (
-                f"training failed after {frames} frames and no checkpoint could "
-                f"be written ({type(save_err).__name__}: {save_err})"
-            )
+        except Exception as err:
+            return f"{failed} and no checkpoint could be written ({type(err).__name__}: {err})"
         path = _checkpoint_path(trainer)
-        if left_out:
-            return (
-                f"training failed after {frames} frames; what was trained was "
-                f"saved to {path}, without {', '.join(left_out)}, which could not "
-                f"be saved. Resume with trainer.load_from_file({str(path)!r}, "
-                f"strict='warn')"
-            )
+        if not left_out:
+            return f"{failed}; what was trained was saved to {path}. Resume with trainer.load_from_file({str(path)!r})"
         return (
-            f"training failed after {frames} frames; what was trained was saved "
-            f"to {path}. Resume with trainer.load_from_file({str(path)!r})"
+            f"{failed}; what was trained was saved to {path}, without "
+            f"{', '.join(left_out)}, which could not be saved. Resume with "
+            f"trainer.load_from_file({str(path)!r}, strict='warn')"
         )
 
     def _unsaveable(self) -> list[str]:
@@ -837,10 +787,8 @@ class FailureCheckpoint(TrainerHookBase):
         if self._trainer.checkpoint is None:
             return []
         out = []
-        for (
-            name,
-            component,
-        ) in self._trainer._sync_checkpoint_components().components.items():
+        components = self._trainer._sync_checkpoint_components().components
+        for name, component in components.items():
             try:
                 getattr(component, "state_dict", dict)()
             except Exception:
@@ -850,7 +798,7 @@ class FailureCheckpoint(TrainerHookBase):
     def _save_without(self, left_out: list[str]) -> None:
         checkpoint = self._trainer.checkpoint
         default = checkpoint.save_components
-        selected = default if default is not None else checkpoint.components
+        selected = checkpoint.components if default is None else default
         checkpoint.save_components = frozenset(selected).difference(left_out)
         try:
             self._trainer._save_trainer()
@@ -874,33 +822,24 @@ RUN_ID_FILE = "run_id"
 class RunDirectoryLock(TrainerHookBase):
     """Owns the run directory: one training process, and one run, at a time.
 
-    A new run pointed at a directory that holds another run's checkpoint would
-    write over it; two processes training in one directory would write over
-    each other's checkpoints. ``register``, before anything is written, takes
-    the directory's lock (:func:`lock_run_dir`: an ``flock`` the system drops
-    when the process ends, however) and checks the run's identity: a run is
-    named by a random id, kept in the directory's ``run_id`` file and in this
-    hook's state, so in the trainer's checkpoints.
-
-    - A new run (``resume=False``) is refused with
-      :class:`RunDirectoryOwnedError` when the directory has a ``run_id`` or
-      the trainer's checkpoint destination exists; otherwise it writes a fresh
-      ``run_id``.
-    - A resumed run (``resume=True``) takes the directory's id, and loading a
-      checkpoint written by another run (``trainer.load_from_file``) is refused.
+    A new run pointed at a directory that holds another run would write over
+    its checkpoint; two processes training in one directory would write over
+    each other's. ``register``, before anything is written, takes the
+    directory's lock (:func:`lock_run_dir`: an ``flock`` that goes with the
+    process, however it ends) and checks the run's identity: a random id, kept
+    in the directory's ``run_id`` file and in this hook's state, hence in the
+    trainer's checkpoints. A new run (``resume=False``) is refused
+    (:class:`RunDirectoryOwnedError`) where the directory has a ``run_id`` or
+    the trainer's checkpoint destination exists, and otherwise writes its id. A
+    resumed run (``resume=True``) takes the directory's id, and a checkpoint
+    written by another run is refused when ``trainer.load_from_file`` loads it.
 
     Args:
         run_dir (path, optional): the run's directory. Defaults to where the
-            trainer's checkpoints go: the parent of its ``save_trainer_file``,
-            or its ``checkpoint_rotation`` 's directory.
+            trainer's checkpoints go: its ``save_trainer_file`` 's parent, or its
+            ``checkpoint_rotation`` 's directory.
         resume (bool, optional): continue the run in ``run_dir``. Defaults to
             ``False``.
-
-    Examples:
-        >>> import tempfile
-        >>> lock = RunDirectoryLock(tempfile.mkdtemp(), resume=True)
-        >>> lock.resume
-        True
     """
 
     def __init__(
@@ -912,36 +851,29 @@ class RunDirectoryLock(TrainerHookBase):
 
     def register(self, trainer: Trainer, name: str = "run_directory") -> None:
         run_dir = self.run_dir
-        if run_dir is None:
-            if trainer.checkpoint_rotation is not None:
-                run_dir = trainer.checkpoint_rotation.directory
-            elif trainer.save_trainer_file is not None:
-                run_dir = Path(trainer.save_trainer_file).parent
-            else:
-                raise ValueError(
-                    "RunDirectoryLock needs a run_dir, or a trainer with a "
-                    "save_trainer_file or a checkpoint_rotation"
-                )
+        if run_dir is None and trainer.checkpoint_rotation is not None:
+            run_dir = trainer.checkpoint_rotation.directory
+        elif run_dir is None and trainer.save_trainer_file is not None:
+            run_dir = Path(trainer.save_trainer_file).parent
+        elif run_dir is None:
+            raise ValueError(
+                "RunDirectoryLock needs a run_dir, or a trainer with a "
+                "save_trainer_file or a checkpoint_rotation"
+            )
         self.run_dir = run_dir = Path(run_dir).resolve()
         lock_run_dir(run_dir)
         id_file = run_dir / RUN_ID_FILE
         stored = id_file.read_text().strip() if id_file.exists() else None
-        if self.resume:
-            self.run_id = stored or uuid.uuid4().hex
-        else:
-            found = [
-                p for p in (id_file, _checkpoint_path(trainer)) if p and p.exists()
-            ]
-            if found:
-                raise RunDirectoryOwnedError(
-                    f"run directory {run_dir} already holds a run "
-                    f"({', '.join(str(p) for p in found)} exist); a new run would "
-                    f"write over its checkpoint. Resume it (RunDirectoryLock("
-                    f"resume=True), then trainer.load_from_file) or use another "
-                    f"directory"
-                )
-            self.run_id = uuid.uuid4().hex
-        if stored != self.run_id:
+        found = [p for p in (id_file, _checkpoint_path(trainer)) if p and p.exists()]
+        if found and not self.resume:
+            raise RunDirectoryOwnedError(
+                f"run directory {run_dir} already holds a run "
+                f"({', '.join(map(str, found))} exist); a new run would write "
+                f"over its checkpoint. Resume it (RunDirectoryLock(resume=True), "
+                f"then trainer.load_from_file) or use another directory"
+            )
+        self.run_id = stored or uuid.uuid4().hex
+        if stored is None:
             tmp = id_file.with_name(f".{RUN_ID_FILE}.{os.getpid()}")
             tmp.write_text(self.run_id + "\n")
             tmp.replace(id_file)
