@@ -44,6 +44,7 @@ from torchrl_acer.trainers.hooks import (
     _describe_batch,
     _grad_norm,
     _nonfinite_counts,
+    _refuse_nonfinite_save,
 )
 from torchrl_acer.training.checkpoint import (
     SAFE_CONFIG_CHANGES,
@@ -1064,22 +1065,6 @@ class ACERTrainer:
             f"{_describe_batch(batch.select(*self.loss_module.in_keys, strict=False))}"
         )
 
-    def _nonfinite_state(self) -> list[str]:
-        """Names of the parameters and optimizer states holding non-finite values."""
-        named = [
-            (f"loss_module.{k}", v) for k, v in self.loss_module.state_dict().items()
-        ]
-        for index, state in self.optimizer.state_dict()["state"].items():
-            named += [(f"optimizer.state[{index}].{k}", v) for k, v in state.items()]
-        # per tensor: a save is rare, and the tensors sit on several devices
-        return [
-            name
-            for name, value in named
-            if isinstance(value, torch.Tensor)
-            and value.is_floating_point()
-            and not bool(torch.isfinite(value).all())
-        ]
-
     # -- bookkeeping -----------------------------------------------------------
 
     @property
@@ -1333,17 +1318,14 @@ class ACERTrainer:
             path = self.checkpoint_dir / "last.pt"
         path = Path(path)
         with self._signals_deferred():
-            bad = self._nonfinite_state()
-            if bad:
-                shown = ", ".join(bad[:5]) + (
-                    f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-                )
-                raise NonFiniteTrainingError(
-                    f"refusing to write a checkpoint to {path} at {self.frames} "
-                    f"frames: {shown} hold non-finite values (the previous "
-                    f"checkpoint there, if any, is kept). With check_health=True "
-                    f"non-finite updates are skipped instead of applied"
-                )
+            _refuse_nonfinite_save(
+                self.loss_module,
+                self.optimizer,
+                path,
+                self.frames,
+                hint=". With check_health=True non-finite updates are skipped "
+                "instead of applied",
+            )
             header = {
                 "frames": self.frames,
                 "updates": self.updates,
