@@ -7,6 +7,7 @@ directory is gone, a run directory that holds another run.
 """
 
 import copy
+import functools
 import os
 import signal
 import warnings
@@ -15,7 +16,7 @@ import pytest
 import torch
 from tensordict.nn import TensorDictModule
 from torchrl.checkpoint import Checkpoint, CheckpointError
-from torchrl.collectors import Collector
+from torchrl.collectors import Collector, MultiAsyncCollector
 from torchrl.envs import GymEnv, Transform, TransformedEnv
 from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss, SoftUpdate
@@ -33,6 +34,7 @@ from torchrl_acer.trainers.hooks import (
     RunDirectoryOwnedError,
     RunDirInUseError,
     VersionedPolicy,
+    _updates,
 )
 
 FRAMES_PER_BATCH = 32
@@ -45,6 +47,7 @@ def make_trainer(
     optim_steps=2,
     target=False,
     versioned=False,
+    multiprocess=False,
     env=None,
     logger=None,
 ):
@@ -53,7 +56,9 @@ def make_trainer(
 
     ``target``: a delayed actor moved by a SoftUpdate after each update.
     ``versioned``: the collector acts with its own copy of the actor in a
-    VersionedPolicy (as a worker process would), so pushes matter."""
+    VersionedPolicy (as a worker process would), so pushes matter.
+    ``multiprocess``: a MultiAsyncCollector with one worker process, to which
+    PPOTrainer pushes weights through TorchRL's weight-sync scheme."""
     torch.manual_seed(0)
     env = GymEnv("CartPole-v1") if env is None else env
     actor = ProbabilisticActor(
@@ -66,12 +71,24 @@ def make_trainer(
     critic = ValueOperator(MLP(4, 1, num_cells=[16]), in_keys=["observation"])
     policy = VersionedPolicy(copy.deepcopy(actor)) if versioned else actor
     loss = ClipPPOLoss(actor, critic, delay_actor=target)
+    if multiprocess:
+        collector = MultiAsyncCollector(
+            [functools.partial(GymEnv, "CartPole-v1")],
+            policy,
+            frames_per_batch=FRAMES_PER_BATCH,
+            total_frames=-1,
+        )
+    else:
+        collector = Collector(
+            env, policy, frames_per_batch=FRAMES_PER_BATCH, total_frames=-1
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # PPOTrainer is a prototype
         return PPOTrainer(
-            collector=Collector(
-                env, policy, frames_per_batch=FRAMES_PER_BATCH, total_frames=-1
-            ),
+            collector=collector,
+            weight_update_map={"policy": "loss_module.actor_network"}
+            if multiprocess
+            else None,
             total_frames=batches * FRAMES_PER_BATCH,
             frame_skip=1,
             optim_steps_per_batch=optim_steps,
@@ -253,6 +270,32 @@ def test_policy_lag_is_measured_and_batches_beyond_the_bound_dropped(tmp_path):
     ):
         assert torch.equal(mine, theirs)
     assert hook.state_dict() == {"pushed_at": [0, 2, 4, 6], "dropped_batches": 3}
+
+
+def test_policy_versions_reach_a_worker_process_and_bound_its_lag(tmp_path):
+    optim_steps, max_lag = 2, 1
+    trainer = make_trainer(
+        tmp_path, batches=8, optim_steps=optim_steps, versioned=True, multiprocess=True
+    )
+    hook = PolicyVersion(max_policy_lag=max_lag)
+    hook.register(trainer)  # PPOTrainer's UpdateWeights pushes by weight_update_map
+    seen = []  # (the versions that acted, learner updates when the batch came)
+    trainer.register_op(
+        "batch_process",
+        lambda b: seen.append(
+            (b["policy_version"].unique().tolist(), _updates(trainer))
+        ),
+    )
+    trainer.train()
+    pushed_at = hook.state_dict()["pushed_at"]
+    versions = [v for acted, _ in seen for v in acted]
+    assert versions == sorted(versions)  # a worker acts with newer and newer
+    assert max(versions) > 0  # the pushes reached the worker's VersionedPolicy
+    lags = [updates - pushed_at[min(acted)] for acted, updates in seen]
+    assert trainer._log_dict["collector/policy_lag"] == lags
+    dropped = sum(lag > max_lag for lag in lags)
+    assert hook.dropped_batches == dropped
+    assert trainer._optim_count == optim_steps * (len(seen) - dropped)
 
 
 def test_policy_version_needs_a_versioned_collector_policy(tmp_path):

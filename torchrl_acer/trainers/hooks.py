@@ -510,17 +510,18 @@ class PolicyVersion(TrainerHookBase):
     step were pushed.
 
     The collector's policy must be a :class:`VersionedPolicy`, which writes its
-    weights' version under ``"policy_version"`` with every step. ``register``
-    makes the trainer's :class:`~torchrl.trainers.UpdateWeights` (``PPOTrainer``
-    and ``DQNTrainer`` register one; register yours first) push versioned
-    weights: its ``policy_weights_getter`` is wrapped to return a copy as
-    :meth:`VersionedPolicy.weights` at the next version, and the learner's
-    update count at each push is kept. At ``setup`` the weights are pushed as a
-    new version (the workers' version is then known after a resume too). At
-    ``batch_process`` the batch's lag is measured, logged at ``pre_steps_log``
-    (``collector/policy_lag``), and a batch beyond ``max_policy_lag`` is
-    dropped: the trainer's ``optim_steps`` is skipped for it (no update, no
-    replay storage at ``pre_epoch``), and it is counted
+    weights' version under ``"policy_version"`` with every step. The weights
+    are pushed by the trainer's :class:`~torchrl.trainers.UpdateWeights`
+    (``PPOTrainer`` and ``DQNTrainer`` register one; register yours first),
+    through ``policy_weights_getter`` or ``weight_update_map``; ``register``
+    wraps its collector's ``update_policy_weights_`` so that each push of
+    policy weights sends a copy as :meth:`VersionedPolicy.weights` at the next
+    version, and keeps the learner's update count at it. At ``setup`` the
+    weights are pushed as a new version (the workers' version is then known
+    after a resume too). At ``batch_process`` the batch's lag is measured,
+    logged at ``pre_steps_log`` (``collector/policy_lag``), and a batch beyond
+    ``max_policy_lag`` is dropped: the trainer's ``optim_steps`` is skipped for
+    it (no update, no replay storage at ``pre_epoch``), and it is counted
     (``collector/dropped_batches``, checkpointed with the pushes).
 
     Args:
@@ -548,35 +549,54 @@ class PolicyVersion(TrainerHookBase):
         if not self._update_weights:
             raise ValueError(
                 "the trainer has no UpdateWeights hook, whose pushes PolicyVersion "
-                "versions: register torchrl.trainers.UpdateWeights(collector, "
-                "policy_weights_getter=...) first"
+                "versions: register torchrl.trainers.UpdateWeights first"
             )
         for hook in self._update_weights:
-            if hook.policy_weights_getter is None:
+            if hook.policy_weights_getter is None and hook.weight_update_map is None:
                 raise ValueError(
-                    "PolicyVersion needs UpdateWeights with a policy_weights_getter "
-                    "(it cannot version what a sender or a weight_update_map sends)"
+                    "PolicyVersion versions the weights UpdateWeights pushes to a "
+                    "collector: give it a policy_weights_getter or a "
+                    "weight_update_map (a sender pushes elsewhere; without either "
+                    "the collector pushes its own copy)"
                 )
-            hook.policy_weights_getter = self._versioned(hook.policy_weights_getter)
+        for collector in {
+            id(h.collector): h.collector for h in self._update_weights
+        }.values():
+            _around(collector, "update_policy_weights_", self._stamped)
         trainer.register_op("setup", self._push)
         trainer.register_op("batch_process", self._measure)
         trainer.register_op("pre_steps_log", self._log)
         _around(trainer, "optim_steps", self._optim_steps)
         trainer.register_module(name, self)
 
-    def _versioned(self, getter: Callable[[], TensorDictBase]) -> Callable:
-        def versioned() -> TensorDictBase:
-            # a copy: the pushed tensors may be sent later, or shared with the
-            # workers, and must not follow the learner's next updates
-            weights = getter().data.clone()
-            self._pushed_at.append(_updates(self._trainer))
-            return VersionedPolicy.weights(weights, len(self._pushed_at) - 1)
+    def _stamped(self, inner, weights=None, /, *args, weights_dict=None, **kwargs):
+        """The collector's ``update_policy_weights_``, the policy's weights
+        versioned (a push of a module, or of nothing, goes through as it is)."""
+        if weights_dict is not None and "policy" in weights_dict:
+            weights_dict = {
+                **weights_dict,
+                "policy": self._stamp(weights_dict["policy"]),
+            }
+        elif isinstance(weights, TensorDictBase):
+            weights = self._stamp(weights)
+        if weights_dict is not None:
+            kwargs["weights_dict"] = weights_dict
+        return inner(*(() if weights is None else (weights,)), *args, **kwargs)
 
-        return versioned
+    def _stamp(self, weights: TensorDictBase) -> TensorDictBase:
+        if "begin" in weights.keys():  # a VersionedPolicy's already: restamped
+            weights = weights["policy"]
+        self._pushed_at.append(_updates(self._trainer))
+        # a copy: the pushed tensors may be sent later, or shared with the
+        # workers, and must not follow the learner's next updates
+        return VersionedPolicy.weights(weights.data.clone(), len(self._pushed_at) - 1)
 
     def _push(self) -> None:
         for hook in self._update_weights:
-            hook.collector.update_policy_weights_(hook.policy_weights_getter())
+            if hook.weight_update_map is not None:
+                hook._update_with_map()
+            else:
+                hook.collector.update_policy_weights_(hook.policy_weights_getter())
 
     def _measure(self, batch: TensorDictBase) -> TensorDictBase:
         if batch is None:  # collected into a replay buffer: no batch to drop
