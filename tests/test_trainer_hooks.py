@@ -190,8 +190,13 @@ def test_nonfinite_updates_in_a_row_stop_with_the_term_and_save_the_last_finite(
     # FailureCheckpoint saved the parameters of the last finite update
     path = tmp_path / "checkpoint"
     assert f"saved to {path}" in "\n".join(err.value.__notes__)
-    resumed = make_trainer(tmp_path).load_from_file(path)
+    resumed = make_trainer(tmp_path)
+    counts = NonFiniteGuard()
+    counts.register(resumed)
+    resumed.load_from_file(path)
     assert same(state(resumed), nan.after[2])
+    assert counts.nonfinite == {"updates": 3, "batches": 0}  # survive a resume
+    assert counts.optimizer_step_count == 2
 
 
 def test_a_save_is_refused_while_parameters_are_nonfinite(tmp_path):

@@ -360,8 +360,12 @@ class NonFiniteGuard(OptimizationStepper):
                 f"({type(trainer.optimization_stepper).__name__}); NonFiniteGuard "
                 f"takes the optimizer step itself and would replace it"
             )
-        if trainer.optimizer is None:
-            raise ValueError("NonFiniteGuard needs the trainer's optimizer, got None")
+        if trainer.optimizer is None or trainer.learner_backend != "local":
+            raise ValueError(
+                "NonFiniteGuard steps the trainer's optimizer in this process: it "
+                f"needs one (got {trainer.optimizer}) and learner_backend='local' "
+                f"(got {trainer.learner_backend!r})"
+            )
         trainer.optimization_stepper = self
         super().register(trainer, name)
         _around(trainer, "_post_optim_hook", self._post_optim)
@@ -472,10 +476,11 @@ class NonFiniteGuard(OptimizationStepper):
 
     def _save(self, inner) -> None:
         trainer = self._trainer
+        rotation = trainer.checkpoint_rotation
         _refuse_nonfinite_save(
             trainer.loss_module,
             trainer.optimizer,
-            _checkpoint_path(trainer),
+            trainer.save_trainer_file if rotation is None else rotation.directory,
             trainer.collected_frames,
         )
         inner()
