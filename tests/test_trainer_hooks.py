@@ -80,7 +80,11 @@ def make_trainer(
         )
     else:
         collector = Collector(
-            env, policy, frames_per_batch=FRAMES_PER_BATCH, total_frames=-1
+            env,
+            policy,
+            frames_per_batch=FRAMES_PER_BATCH,
+            total_frames=-1,
+            auto_register_policy_transforms=False,  # TorchRL 0.14 asks to choose
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # PPOTrainer is a prototype
