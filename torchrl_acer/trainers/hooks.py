@@ -101,9 +101,9 @@ class VersionedPolicy(TensorDictModuleBase):
     """A collector worker's policy: ``policy``, and the version of its weights,
     written under ``"policy_version"`` with every action it takes.
 
-    The version is pushed with the weights (:class:`PolicyVersion` makes the
-    trainer's ``UpdateWeights`` send :meth:`weights`), so a step's version is that of the weights that chose
-    its action and computed its stored log-probabilities. (TorchRL's
+    The version is pushed with the weights (:class:`PolicyVersion` has them
+    sent as :meth:`weights`), so a step's version is that of the weights that
+    chose its action and computed its stored log-probabilities. (TorchRL's
     ``track_policy_version`` tags steps from an environment transform, which can
     be one step off the weights around an update.)
 
@@ -786,7 +786,10 @@ class FailureCheckpoint(TrainerHookBase):
         trainer = self._trainer
         failed = f"training failed after {trainer.collected_frames} frames"
         if not trainer._has_checkpoint_destination():
-            return f"{failed}; nothing was saved: the trainer has no save_trainer_file or checkpoint_rotation"
+            return (
+                f"{failed}; nothing was saved: the trainer has no "
+                f"save_trainer_file or checkpoint_rotation"
+            )
         left_out = []
         try:
             try:
@@ -797,10 +800,16 @@ class FailureCheckpoint(TrainerHookBase):
                     raise
                 self._save_without(left_out)
         except Exception as err:
-            return f"{failed} and no checkpoint could be written ({type(err).__name__}: {err})"
+            return (
+                f"{failed} and no checkpoint could be written "
+                f"({type(err).__name__}: {err})"
+            )
         path = _checkpoint_path(trainer)
         if not left_out:
-            return f"{failed}; what was trained was saved to {path}. Resume with trainer.load_from_file({str(path)!r})"
+            return (
+                f"{failed}; what was trained was saved to {path}. Resume with "
+                f"trainer.load_from_file({str(path)!r})"
+            )
         return (
             f"{failed}; what was trained was saved to {path}, without "
             f"{', '.join(left_out)}, which could not be saved. Resume with "
