@@ -647,13 +647,7 @@ class PolicyVersion(TrainerHookBase):
         self.dropped_batches = state_dict["dropped_batches"]
 
 
-# The signals that end a training process in ordinary use. SIGINT: Ctrl-C.
-# SIGTERM: kill, docker stop, systemd, Kubernetes, Slurm at the time limit.
-# SIGHUP: the terminal or the ssh session closes. SIGQUIT: Ctrl-\. SIGUSR1,
-# SIGUSR2: what schedulers send ahead of the end (Slurm's --signal, SGE's
-# -notify). SIGXCPU: a CPU-time limit (ulimit -t, a scheduler's). Left out:
-# SIGKILL and SIGSTOP (cannot be caught), SIGPIPE (ignored by Python), SIGALRM
-# (a program's own timers).
+# which and why: GracefulStop's docstring
 _ENDING = "SIGINT SIGTERM SIGHUP SIGQUIT SIGUSR1 SIGUSR2 SIGXCPU".split()
 STOP_SIGNALS = tuple(getattr(signal, n) for n in _ENDING if hasattr(signal, n))
 
@@ -682,10 +676,18 @@ class GracefulStop(TrainerHookBase):
     resumed run is not stopped. Register a :class:`FailureCheckpoint` before it
     so that the handlers also cover the save after a failure.
 
+    :data:`STOP_SIGNALS` are those that end a training process in ordinary
+    use: SIGINT (Ctrl-C); SIGTERM (``kill``, ``docker stop``, systemd,
+    Kubernetes, Slurm at the time limit); SIGHUP (the terminal or the ssh
+    session closes); SIGQUIT (Ctrl-\\); SIGUSR1 and SIGUSR2 (what schedulers
+    send ahead of the end: Slurm's ``--signal``, SGE's ``-notify``); SIGXCPU (a
+    CPU-time limit: ``ulimit -t``, a scheduler's). Left out: SIGKILL and
+    SIGSTOP (they cannot be caught), SIGPIPE (Python ignores it) and SIGALRM
+    (a program's own timers).
+
     Args:
         signals (iterable of int, optional): the signals to stop on. Defaults
-            to :data:`STOP_SIGNALS`: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
-            SIGUSR2 and SIGXCPU.
+            to :data:`STOP_SIGNALS`.
 
     Examples:
         >>> stop = GracefulStop()
