@@ -679,11 +679,11 @@ class GracefulStop(TrainerHookBase):
     :data:`STOP_SIGNALS` are those that end a training process in ordinary
     use: SIGINT (Ctrl-C); SIGTERM (``kill``, ``docker stop``, systemd,
     Kubernetes, Slurm at the time limit); SIGHUP (the terminal or the ssh
-    session closes); SIGQUIT (Ctrl-backslash); SIGUSR1 and SIGUSR2 (what schedulers
-    send ahead of the end: Slurm's ``--signal``, SGE's ``-notify``); SIGXCPU (a
-    CPU-time limit: ``ulimit -t``, a scheduler's). Left out: SIGKILL and
-    SIGSTOP (they cannot be caught), SIGPIPE (Python ignores it) and SIGALRM
-    (a program's own timers).
+    session closes); SIGQUIT (Ctrl-backslash); SIGUSR1 and SIGUSR2 (what
+    schedulers send ahead of the end: Slurm's ``--signal``, SGE's
+    ``-notify``); SIGXCPU (a CPU-time limit: ``ulimit -t``, a scheduler's).
+    Left out: SIGKILL and SIGSTOP (they cannot be caught), SIGPIPE (Python
+    ignores it) and SIGALRM (a program's own timers).
 
     Args:
         signals (iterable of int, optional): the signals to stop on. Defaults
