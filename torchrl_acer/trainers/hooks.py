@@ -503,6 +503,19 @@ class NonFiniteGuard(OptimizationStepper):
         self.optimizer_step_count = state_dict["optimizer_step_count"]
 
 
+def _lag_since_push(versions: torch.Tensor, pushed_at: list[int], updates: int) -> int:
+    """The learner's ``updates`` since the weights that acted on the oldest of
+    the steps' ``versions`` were pushed (version ``v`` at ``pushed_at[v]``)."""
+    oldest = int(versions.min())
+    if not 0 <= oldest < len(pushed_at):
+        raise RuntimeError(
+            f"a batch carries policy version {oldest}, but versions 0 to "
+            f"{len(pushed_at) - 1} only were pushed: the collector was given "
+            f"weights by someone else"
+        )
+    return updates - pushed_at[oldest]
+
+
 class PolicyVersion(TrainerHookBase):
     """Versions the weights pushed to a collector, and measures and bounds each
     batch's policy lag.
@@ -612,14 +625,7 @@ class PolicyVersion(TrainerHookBase):
                 "the collected batch has no 'policy_version' entry: the "
                 "collector's policy must be a VersionedPolicy for PolicyVersion"
             )
-        oldest = int(versions.min())
-        if not 0 <= oldest < len(self._pushed_at):
-            raise RuntimeError(
-                f"a batch carries policy version {oldest}, but versions 0 to "
-                f"{len(self._pushed_at) - 1} only were pushed: the collector was "
-                f"given weights by someone else than the trainer's UpdateWeights"
-            )
-        self.lag = _updates(self._trainer) - self._pushed_at[oldest]
+        self.lag = _lag_since_push(versions, self._pushed_at, _updates(self._trainer))
         self._drop = self.max_policy_lag is not None and self.lag > self.max_policy_lag
         self.dropped_batches += self._drop
         return batch

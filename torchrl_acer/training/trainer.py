@@ -43,6 +43,7 @@ from torchrl_acer.trainers.hooks import (
     _batch_is_finite,
     _describe_batch,
     _grad_norm,
+    _lag_since_push,
     _nonfinite_counts,
     _refuse_nonfinite_save,
 )
@@ -958,14 +959,7 @@ class ACERTrainer:
         versions = batch.get("policy_version", None)
         if versions is None:
             return None
-        oldest = int(versions.min())
-        if not 0 <= oldest < len(self._pushed_at):
-            raise RuntimeError(
-                f"a batch carries policy version {oldest}, but the trainer pushed "
-                f"versions 0 to {len(self._pushed_at) - 1} only: the collector "
-                f"was given weights by someone else"
-            )
-        lag = self.updates - self._pushed_at[oldest]
+        lag = _lag_since_push(versions, self._pushed_at, self.updates)
         self._metrics["collector/policy_lag"].append(lag)
         return lag
 
