@@ -281,6 +281,26 @@ def test_policy_lag_is_measured_and_batches_beyond_the_bound_dropped(tmp_path):
     assert hook.state_dict() == {"pushed_at": [0, 2, 4, 6], "dropped_batches": 3}
 
 
+def test_policy_versions_continue_after_a_resume(tmp_path):
+    first = make_trainer(tmp_path, batches=2, versioned=True)
+    PolicyVersion().register(first)
+    first.train()  # pushes: at setup (0 updates), after each batch (2, 4)
+    resumed = make_trainer(tmp_path, batches=3, versioned=True)
+    hook = PolicyVersion()
+    hook.register(resumed)
+    resumed.load_from_file(tmp_path / "checkpoint")
+    assert hook.state_dict()["pushed_at"] == [0, 2, 4]
+    seen = []
+    resumed.register_op(
+        "batch_process", lambda b: seen.append(b["policy_version"].unique().tolist())
+    )
+    resumed.train()
+    # the resumed run's setup pushes version 3, with which the batch is collected
+    assert seen == [[3]]
+    assert resumed._log_dict["collector/policy_lag"] == [0]
+    assert hook.state_dict()["pushed_at"] == [0, 2, 4, 4, 6]
+
+
 def test_policy_versions_reach_a_worker_process_and_bound_its_lag(tmp_path):
     optim_steps, max_lag = 2, 1
     trainer = make_trainer(

@@ -589,12 +589,14 @@ class PolicyVersion(TrainerHookBase):
 
     def _stamped(self, inner, weights=None, /, *args, weights_dict=None, **kwargs):
         """The collector's ``update_policy_weights_``, the policy's weights
-        versioned (a push of a module, or of nothing, goes through as it is)."""
+        versioned (a push of nothing, the collector's own copy, goes through)."""
         if weights_dict is not None and "policy" in weights_dict:
             weights_dict = {
                 **weights_dict,
                 "policy": self._stamp(weights_dict["policy"]),
             }
+        elif isinstance(weights, torch.nn.Module):
+            weights = self._stamp(TensorDict.from_module(weights))
         elif isinstance(weights, TensorDictBase):
             weights = self._stamp(weights)
         if weights_dict is not None:
