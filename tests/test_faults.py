@@ -746,4 +746,6 @@ def test_a_second_process_on_a_running_run_is_refused_touching_nothing(tmp_path)
         text=True,
     )
     assert probe.returncode != 0 and "RunDirInUseError" in probe.stderr
-    os.close(experiment._RUN_DIR_LOCKS.pop((tmp_path / "run").resolve()))
+    from torchrl_acer.trainers import hooks  # where the lock registry lives
+
+    os.close(hooks._RUN_DIR_LOCKS.pop((tmp_path / "run").resolve()))

@@ -30,6 +30,7 @@ from torchrl.envs import TensorDictPrimer
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
+from torchrl_acer.trainers.hooks import RunDirInUseError, lock_run_dir
 from torchrl_acer.training.checkpoint import read_header
 from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproducedError
 from torchrl_acer.training.trainer import ACERTrainer, VersionedPolicy
@@ -294,49 +295,6 @@ def run_dir_for(cfg: DictConfig) -> Path:
         except FileExistsError:
             n += 1
             run_dir = base.with_name(f"{base.name}-{n}")
-
-
-class RunDirInUseError(RuntimeError):
-    """Another process holds the run directory (:func:`lock_run_dir`)."""
-
-
-# the run directories this process holds, by resolved path: the open descriptors
-# carry the locks, released when the process ends, however it ends
-_RUN_DIR_LOCKS: dict[Path, int] = {}
-
-
-def lock_run_dir(run_dir: str | os.PathLike) -> None:
-    """Takes an exclusive lock on ``run_dir`` (made if missing) for the rest of this
-    process, or raises :class:`RunDirInUseError` if another process has it.
-
-    Why: a run resumed while its first process still trains would cut the CSV logs
-    back to its checkpoint and write its own checkpoints over the other's, and each
-    process's summary would be made from the other's rows. The lock is an
-    ``flock`` on the directory itself (nothing is written into it), which the
-    system drops when the holding process exits, even killed: no stale lock is
-    left to clear. Taking it again in the process that holds it does nothing (a
-    resume in the same process). Where ``fcntl`` is missing (Windows) there is no
-    lock."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on POSIX
-        return
-    path = Path(run_dir).resolve()
-    if path in _RUN_DIR_LOCKS:
-        return
-    path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise RunDirInUseError(
-            f"run directory {path} is in use by another training process; two "
-            f"runs writing one directory would overwrite each other's logs and "
-            f"checkpoints. Wait for it to end or stop it, or pass another "
-            f"logger.run_dir."
-        ) from None
-    _RUN_DIR_LOCKS[path] = fd
 
 
 def checkpoint_run_dir(checkpoint: str | Path) -> Path:

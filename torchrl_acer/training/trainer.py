@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, set_composite_lp_aggregate
+from tensordict.nn import set_composite_lp_aggregate
 from torchrl.collectors import BaseCollector, Collector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers import ReplayBuffer, TensorStorage
@@ -38,6 +38,16 @@ from torchrl.objectives import SoftUpdate
 
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.trainers.acer import make_segment_replay_buffer
+from torchrl_acer.trainers.hooks import (
+    NonFiniteTrainingError,
+    VersionedPolicy,
+    _batch_is_finite,
+    _describe_batch,
+    _grad_norm,
+    _lag_since_push,
+    _nonfinite_counts,
+    _refuse_nonfinite_save,
+)
 from torchrl_acer.training.checkpoint import (
     CheckpointError,
     check_config,
@@ -226,60 +236,6 @@ def _resumed_schedule(
     return _next_multiple(frames, interval)
 
 
-class _Version(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("version", torch.zeros((), dtype=torch.long))
-
-
-class VersionedPolicy(TensorDictModuleBase):
-    """A collector worker's policy: ``policy``, and the version of its weights,
-    written under ``"policy_version"`` with every action it takes.
-
-    The version is pushed with the weights (:meth:`ACERTrainer._push_policy_weights`
-    sends :meth:`weights`), so a step's version is that of the weights that chose
-    its action and computed its stored log-probabilities. (TorchRL's
-    ``track_policy_version`` tags steps from an environment transform, which can
-    be one step off the weights around an update.)
-
-    Weights may land while the policy acts: TorchRL's multi-process scheme
-    applies them from a background thread of the worker. So the version is
-    written twice, ``begin`` before the weights and ``end`` after them (the order
-    the weights are copied in: the module's), and a forward that read ``end``
-    before and ``begin`` after with the same value used that version's weights
-    only; otherwise it runs again (a seqlock).
-    """
-
-    def __init__(self, policy):
-        super().__init__()
-        # registration order is the copy order: begin, the weights, end
-        self.begin = _Version()
-        self.policy = policy
-        self.end = _Version()
-        self.in_keys = list(policy.in_keys)
-        self.out_keys = [*policy.out_keys, "policy_version"]
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        for _ in range(1000):
-            version = int(self.end.version)
-            tensordict = self.policy(tensordict)
-            if int(self.begin.version) == version:
-                break
-        else:  # a writer that never finishes
-            raise RuntimeError("the policy's weights kept changing while it acted")
-        tensordict.set("policy_version", torch.full(tensordict.batch_size, version))
-        return tensordict
-
-    @staticmethod
-    def weights(policy_weights: TensorDictBase, version: int) -> TensorDictBase:
-        """A :class:`VersionedPolicy`'s weights: ``policy_weights`` (from
-        ``TensorDict.from_module(policy)``) at ``version``, in copy order."""
-        stamp = TensorDict({"version": torch.tensor(version)}, [])
-        return TensorDict(
-            {"begin": stamp, "policy": policy_weights, "end": stamp.clone()}, []
-        )
-
-
 class CollectorWorkerError(RuntimeError):
     """Training stopped: a collector worker (a process of a multi-process
     collector, a Ray actor) died. The message names the worker; the trainer's
@@ -337,64 +293,6 @@ def _lag_bucket(lag: int) -> str:
         return str(lag)
     low = 1 << (lag.bit_length() - 1)
     return f"{low}-{2 * low - 1}"
-
-
-class NonFiniteTrainingError(RuntimeError):
-    """Training stopped: too many updates (or collected batches) in a row were
-    non-finite. The message names the first non-finite term, the frame count and
-    what the batch held."""
-
-
-def _nonfinite_counts(batch: TensorDictBase) -> dict:
-    """``{key: number of non-finite values}`` for the floating-point entries of
-    ``batch`` that hold any (only computed once something went wrong)."""
-    out = {}
-    for key, value in batch.items(True, True):
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            n = int((~torch.isfinite(value)).sum())
-            if n:
-                out[key] = n
-    return out
-
-
-def _describe_batch(batch: TensorDictBase) -> str:
-    counts = _nonfinite_counts(batch)
-
-    def last(key):
-        return key[-1] if isinstance(key, tuple) else key
-
-    rewards = sum(n for k, n in counts.items() if "reward" in last(k))
-    observations = sum(
-        n for k, n in counts.items() if "observation" in last(k) or "pixels" in last(k)
-    )
-    detail = ", ".join(f"{k!r}: {n}" for k, n in counts.items())
-    return (
-        f"{rewards} non-finite rewards and {observations} non-finite observations"
-        + (f" (by entry: {detail})" if detail else "")
-    )
-
-
-def _grad_norm(params) -> torch.Tensor:
-    """The global gradient norm (what ``clip_grad_norm_`` returns), unclipped."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
-    if get_total_norm is not None:  # torch >= 2.6
-        return get_total_norm(grads)
-    return torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(g) for g in grads])
-    )
-
-
-def _batch_is_finite(batch: TensorDictBase) -> bool:
-    """One reduction over the floating-point entries and one read-back."""
-    flags = [
-        torch.isfinite(value).all()
-        for value in batch.values(True, True)
-        if isinstance(value, torch.Tensor) and value.is_floating_point()
-    ]
-    return not flags or bool(torch.stack(flags).all())
 
 
 class _PolicyInputCheck:
@@ -1033,14 +931,7 @@ class ACERTrainer:
         versions = batch.get("policy_version", None)
         if versions is None:
             return None
-        oldest = int(versions.min())
-        if not 0 <= oldest < len(self._pushed_at):
-            raise RuntimeError(
-                f"a batch carries policy version {oldest}, but the trainer pushed "
-                f"versions 0 to {len(self._pushed_at) - 1} only: the collector "
-                f"was given weights by someone else"
-            )
-        lag = self.updates - self._pushed_at[oldest]
+        lag = _lag_since_push(versions, self._pushed_at, self.updates)
         self._metrics["collector/policy_lag"].append(lag)
         return lag
 
@@ -1139,22 +1030,6 @@ class ACERTrainer:
             f"{first}; its batch held "
             f"{_describe_batch(batch.select(*self.loss_module.in_keys, strict=False))}"
         )
-
-    def _nonfinite_state(self) -> list[str]:
-        """Names of the parameters and optimizer states holding non-finite values."""
-        named = [
-            (f"loss_module.{k}", v) for k, v in self.loss_module.state_dict().items()
-        ]
-        for index, state in self.optimizer.state_dict()["state"].items():
-            named += [(f"optimizer.state[{index}].{k}", v) for k, v in state.items()]
-        # per tensor: a save is rare, and the tensors sit on several devices
-        return [
-            name
-            for name, value in named
-            if isinstance(value, torch.Tensor)
-            and value.is_floating_point()
-            and not bool(torch.isfinite(value).all())
-        ]
 
     # -- bookkeeping -----------------------------------------------------------
 
@@ -1409,17 +1284,14 @@ class ACERTrainer:
             path = self.checkpoint_dir / "last.pt"
         path = Path(path)
         with self._signals_deferred():
-            bad = self._nonfinite_state()
-            if bad:
-                shown = ", ".join(bad[:5]) + (
-                    f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-                )
-                raise NonFiniteTrainingError(
-                    f"refusing to write a checkpoint to {path} at {self.frames} "
-                    f"frames: {shown} hold non-finite values (the previous "
-                    f"checkpoint there, if any, is kept). With check_health=True "
-                    f"non-finite updates are skipped instead of applied"
-                )
+            _refuse_nonfinite_save(
+                self.loss_module,
+                self.optimizer,
+                path,
+                self.frames,
+                hint=". With check_health=True non-finite updates are skipped "
+                "instead of applied",
+            )
             header = {
                 "frames": self.frames,
                 "updates": self.updates,

@@ -1,0 +1,935 @@
+"""ACER's run guarantees as TorchRL trainer hooks.
+
+Each guarantee is a :class:`~torchrl.trainers.TrainerHookBase` that any
+:class:`~torchrl.trainers.Trainer` (TorchRL's ``PPOTrainer``, ``DQNTrainer``, ACER's
+own) registers as it registers TorchRL's ``UpdateWeights`` or ``EarlyStopping``:
+
+NonFiniteGuard (non-finite updates skipped, non-finite saves refused),
+PolicyVersion (versioned weights, policy lag measured and bounded), GracefulStop
+(a signal stops at an iteration boundary, with a checkpoint), FailureCheckpoint
+(an error saves what was trained first) and RunDirectoryLock (one process and
+one run per run directory).
+
+Where the trainer has no stage for a guarantee (around ``train``, around a save,
+after a skipped update), ``register`` wraps the trainer's method on the instance
+(:func:`_around`), so hooks registered later wrap those registered earlier and the
+class is left alone.
+
+Examples:
+    >>> import tempfile, warnings
+    >>> import torch
+    >>> from tensordict.nn import TensorDictModule
+    >>> from torchrl.checkpoint import Checkpoint
+    >>> from torchrl.collectors import Collector
+    >>> from torchrl.envs import GymEnv
+    >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+    >>> from torchrl.objectives import ClipPPOLoss
+    >>> from torchrl.trainers.algorithms import PPOTrainer
+    >>> env = GymEnv("CartPole-v1")
+    >>> actor = ProbabilisticActor(
+    ...     TensorDictModule(torch.nn.Linear(4, 2), ["observation"], ["logits"]),
+    ...     in_keys=["logits"], distribution_class=torch.distributions.Categorical,
+    ...     spec=env.action_spec, return_log_prob=True)
+    >>> critic = ValueOperator(torch.nn.Linear(4, 1), in_keys=["observation"])
+    >>> policy = VersionedPolicy(actor)  # writes "policy_version" with each step
+    >>> loss = ClipPPOLoss(actor, critic)
+    >>> run_dir = tempfile.mkdtemp()
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # PPOTrainer is a prototype
+    ...     trainer = PPOTrainer(
+    ...         collector=Collector(env, policy, frames_per_batch=32, total_frames=-1),
+    ...         total_frames=64, frame_skip=1, optim_steps_per_batch=1,
+    ...         loss_module=loss, optimizer=torch.optim.Adam(loss.parameters()),
+    ...         progress_bar=False, checkpoint=Checkpoint(),
+    ...         save_trainer_file=f"{run_dir}/checkpoint")
+    >>> RunDirectoryLock().register(trainer)
+    >>> NonFiniteGuard(max_in_a_row=10).register(trainer)
+    >>> PolicyVersion(max_policy_lag=8).register(trainer)
+    >>> FailureCheckpoint().register(trainer)
+    >>> stop = GracefulStop()
+    >>> stop.register(trainer)
+    >>> trainer.train()
+    >>> trainer.collected_frames, stop.exit_code  # sys.exit(stop.exit_code)
+    (64, 0)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import uuid
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torchrl._utils import logger as torchrl_logger
+from torchrl.trainers import (
+    OptimizationStepper,
+    Trainer,
+    TrainerHookBase,
+    UpdateWeights,
+)
+
+__all__ = [
+    "FailureCheckpoint",
+    "GracefulStop",
+    "NonFiniteGuard",
+    "NonFiniteTrainingError",
+    "PolicyVersion",
+    "RunDirInUseError",
+    "RunDirectoryLock",
+    "RunDirectoryOwnedError",
+    "STOP_SIGNALS",
+    "VersionedPolicy",
+    "lock_run_dir",
+]
+
+
+class _Version(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("version", torch.zeros((), dtype=torch.long))
+
+
+class VersionedPolicy(TensorDictModuleBase):
+    """A collector worker's policy: ``policy``, and the version of its weights,
+    written under ``"policy_version"`` with every action it takes.
+
+    The version is pushed with the weights (:class:`PolicyVersion` has them
+    sent as :meth:`weights`), so a step's version is that of the weights that
+    chose its action and computed its stored log-probabilities. (TorchRL's
+    ``track_policy_version`` tags steps from an environment transform, which can
+    be one step off the weights around an update.)
+
+    Weights may land while the policy acts: TorchRL's multi-process scheme
+    applies them from a background thread of the worker. So the version is
+    written twice, ``begin`` before the weights and ``end`` after them (the order
+    the weights are copied in: the module's), and a forward that read ``end``
+    before and ``begin`` after with the same value used that version's weights
+    only; otherwise it runs again (a seqlock).
+    """
+
+    def __init__(self, policy):
+        super().__init__()
+        # registration order is the copy order: begin, the weights, end
+        self.begin = _Version()
+        self.policy = policy
+        self.end = _Version()
+        self.in_keys = list(policy.in_keys)
+        self.out_keys = [*policy.out_keys, "policy_version"]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for _ in range(1000):
+            version = int(self.end.version)
+            tensordict = self.policy(tensordict)
+            if int(self.begin.version) == version:
+                break
+        else:  # a writer that never finishes
+            raise RuntimeError("the policy's weights kept changing while it acted")
+        tensordict.set("policy_version", torch.full(tensordict.batch_size, version))
+        return tensordict
+
+    @staticmethod
+    def weights(policy_weights: TensorDictBase, version: int) -> TensorDictBase:
+        """A :class:`VersionedPolicy`'s weights: ``policy_weights`` (from
+        ``TensorDict.from_module(policy)``) at ``version``, in copy order."""
+        stamp = TensorDict({"version": torch.tensor(version)}, [])
+        return TensorDict(
+            {"begin": stamp, "policy": policy_weights, "end": stamp.clone()}, []
+        )
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """Training stopped: too many updates (or collected batches) in a row were
+    non-finite. The message names the first non-finite term, the frame count and
+    what the batch held."""
+
+
+def _nonfinite_counts(batch: TensorDictBase) -> dict:
+    """``{key: number of non-finite values}`` for the floating-point entries of
+    ``batch`` that hold any (only computed once something went wrong)."""
+    out = {}
+    for key, value in batch.items(True, True):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            n = int((~torch.isfinite(value)).sum())
+            if n:
+                out[key] = n
+    return out
+
+
+def _describe_batch(batch: TensorDictBase) -> str:
+    counts = _nonfinite_counts(batch)
+
+    def last(key):
+        return key[-1] if isinstance(key, tuple) else key
+
+    rewards = sum(n for k, n in counts.items() if "reward" in last(k))
+    observations = sum(
+        n for k, n in counts.items() if "observation" in last(k) or "pixels" in last(k)
+    )
+    detail = ", ".join(f"{k!r}: {n}" for k, n in counts.items())
+    return (
+        f"{rewards} non-finite rewards and {observations} non-finite observations"
+        + (f" (by entry: {detail})" if detail else "")
+    )
+
+
+def _grad_norm(params) -> torch.Tensor:
+    """The global gradient norm (what ``clip_grad_norm_`` returns), unclipped."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
+    if get_total_norm is not None:  # torch >= 2.6
+        return get_total_norm(grads)
+    return torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g) for g in grads])
+    )
+
+
+def _batch_is_finite(batch: TensorDictBase) -> bool:
+    """One reduction over the floating-point entries and one read-back."""
+    flags = [
+        torch.isfinite(value).all()
+        for value in batch.values(True, True)
+        if isinstance(value, torch.Tensor) and value.is_floating_point()
+    ]
+    return not flags or bool(torch.stack(flags).all())
+
+
+class RunDirInUseError(RuntimeError):
+    """Another process holds the run directory (:func:`lock_run_dir`)."""
+
+
+# the run directories this process holds, by resolved path: the open descriptors
+# carry the locks, released when the process ends, however it ends
+_RUN_DIR_LOCKS: dict[Path, int] = {}
+
+
+def lock_run_dir(run_dir: str | os.PathLike) -> None:
+    """Takes an exclusive lock on ``run_dir`` (made if missing) for the rest of this
+    process, or raises :class:`RunDirInUseError` if another process has it.
+
+    Why: a run resumed while its first process still trains would cut the CSV logs
+    back to its checkpoint and write its own checkpoints over the other's, and each
+    process's summary would be made from the other's rows. The lock is an
+    ``flock`` on the directory itself (nothing is written into it), which the
+    system drops when the holding process exits, even killed: no stale lock is
+    left to clear. Taking it again in the process that holds it does nothing (a
+    resume in the same process). Where ``fcntl`` is missing (Windows) there is no
+    lock."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        return
+    path = Path(run_dir).resolve()
+    if path in _RUN_DIR_LOCKS:
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunDirInUseError(
+            f"run directory {path} is in use by another training process; two "
+            f"runs writing one directory would overwrite each other's logs and "
+            f"checkpoints. Wait for it to end or stop it, or use another run "
+            f"directory (logger.run_dir in the examples)."
+        ) from None
+    _RUN_DIR_LOCKS[path] = fd
+
+
+def _around(trainer: Trainer, name: str, around: Callable) -> None:
+    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``,
+    ``inner`` being the method as it was (perhaps wrapped by another hook)."""
+    inner = getattr(trainer, name)
+
+    @functools.wraps(inner)
+    def wrapped(*args, **kwargs):
+        return around(inner, *args, **kwargs)
+
+    setattr(trainer, name, wrapped)
+
+
+def _updates(trainer: Trainer) -> int:
+    """The learner's optimizer steps: the stepper's count when it keeps one (it
+    leaves skipped updates out), else the trainer's count of update iterations."""
+    count = getattr(trainer.optimization_stepper, "optimizer_step_count", None)
+    return trainer._optim_count if count is None else count
+
+
+def _checkpoint_path(trainer: Trainer) -> Path | None:
+    """Where the trainer's saves go (its rotation's newest, with a rotation)."""
+    if trainer.checkpoint_rotation is not None:
+        return trainer.checkpoint_rotation.latest()
+    if trainer.save_trainer_file is not None:
+        return Path(trainer.save_trainer_file)
+    return None
+
+
+def _refuse_nonfinite_save(loss_module, optimizer, path, frames, hint="") -> None:
+    """Raises :class:`NonFiniteTrainingError` naming the parameters and buffers of
+    ``loss_module`` and the states of ``optimizer`` that hold a non-finite value:
+    no checkpoint is written from them."""
+    named = [(f"loss_module.{k}", v) for k, v in loss_module.state_dict().items()]
+    if optimizer is not None:
+        for index, state in optimizer.state_dict()["state"].items():
+            named += [(f"optimizer.state[{index}].{k}", v) for k, v in state.items()]
+    # per tensor: a save is rare, and the tensors sit on several devices
+    bad = [
+        name
+        for name, value in named
+        if isinstance(value, torch.Tensor)
+        and value.is_floating_point()
+        and not bool(torch.isfinite(value).all())
+    ]
+    if bad:
+        shown = ", ".join(bad[:5]) + (
+            f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        )
+        raise NonFiniteTrainingError(
+            f"refusing to write a checkpoint to {path} at {frames} frames: {shown} "
+            f"hold non-finite values (the previous checkpoint there, if any, is "
+            f"kept){hint}"
+        )
+
+
+class NonFiniteGuard(OptimizationStepper):
+    """Skips non-finite updates, stops a run that stays non-finite, and never
+    saves non-finite parameters.
+
+    One optimizer step on a NaN (a reward from a broken environment, an overflow
+    in a loss term) makes the parameters NaN for good, and every later
+    checkpoint with them. This stepper does what TorchRL's
+    :class:`~torchrl.trainers.DefaultOptimizationStepper` does (loss, backward,
+    clipping as the trainer's ``clip_grad_norm`` and ``clip_norm`` say, step),
+    but first checks the ``loss_*`` terms and the gradient norm (one reduction,
+    one read-back). A non-finite update is skipped: gradients zeroed, no
+    optimizer step, and neither the trainer's ``post_loss`` hooks (replay
+    priorities) nor its ``post_optim`` hooks (a target network's
+    ``SoftUpdate``) run for it. It is counted (``train/nonfinite_updates``),
+    the first of a streak is warned naming what was non-finite, and the
+    ``max_in_a_row``-th in a row raises :class:`NonFiniteTrainingError` naming
+    the streak's first term and the frames; the parameters are then those of
+    the last finite update (a :class:`FailureCheckpoint` saves them).
+
+    With ``check_batches``, a collected batch holding a non-finite value where
+    the loss reads (its ``in_keys``) is not trained on (the trainer's
+    ``optim_steps`` is skipped, replay storage at ``pre_epoch`` with it),
+    counted (``train/nonfinite_batches``) and stopped on alike. And a save while
+    a parameter or an optimizer state is non-finite raises
+    :class:`NonFiniteTrainingError` naming them, keeping the previous
+    checkpoint.
+
+    ``register`` makes it the trainer's ``optimization_stepper`` (one the
+    trainer already has is refused), registers the batch check at
+    ``batch_process`` and the counters' logging at ``post_steps_log``, and wraps
+    the trainer's ``_post_optim_hook``, ``optim_steps`` and ``_save_trainer``.
+    The counters and :attr:`optimizer_step_count` (which ``UpdateWeights`` on
+    ``"optim_steps"`` reads) are checkpointed.
+
+    Args:
+        max_in_a_row (int, optional): non-finite updates (or batches) in a row
+            that stop training. Defaults to 10.
+        check_batches (bool, optional): check collected batches. Defaults to
+            ``True``.
+    """
+
+    def __init__(self, max_in_a_row: int = 10, check_batches: bool = True) -> None:
+        if not max_in_a_row >= 1:
+            raise ValueError(f"max_in_a_row must be >= 1, got {max_in_a_row}")
+        self.max_in_a_row = max_in_a_row
+        self.check_batches = check_batches
+        self.nonfinite = {"updates": 0, "batches": 0}
+        self.optimizer_step_count = 0
+        self._streak = {"updates": 0, "batches": 0}
+        self._first = {"updates": None, "batches": None}  # each streak's first
+        self._applied = self._batch_ok = True
+
+    def register(self, trainer: Trainer, name: str = "optimization_stepper") -> None:
+        if trainer.optimization_stepper not in (None, self):
+            raise ValueError(
+                f"the trainer already has an optimization_stepper "
+                f"({type(trainer.optimization_stepper).__name__}); NonFiniteGuard "
+                f"takes the optimizer step itself and would replace it"
+            )
+        if trainer.optimizer is None or trainer.learner_backend != "local":
+            raise ValueError(
+                "NonFiniteGuard steps the trainer's optimizer in this process: it "
+                f"needs one (got {trainer.optimizer}) and learner_backend='local' "
+                f"(got {trainer.learner_backend!r})"
+            )
+        trainer.optimization_stepper = self
+        super().register(trainer, name)
+        _around(trainer, "_post_optim_hook", self._post_optim)
+        _around(trainer, "_save_trainer", self._save)
+        if self.check_batches:
+            trainer.register_op("batch_process", self._check_batch)
+            _around(trainer, "optim_steps", self._optim_steps)
+        trainer.register_op("post_steps_log", self._log)
+
+    def step(self, trainer: Trainer, sub_batch: TensorDictBase) -> TensorDictBase:
+        losses = trainer.compute_loss(sub_batch)
+        terms = {k: v for k, v in losses.items() if k.startswith("loss")}
+        if not terms:
+            raise RuntimeError(
+                f"the loss module returned no 'loss_*' term (keys: "
+                f"{list(losses.keys())}): NonFiniteGuard has nothing to optimize"
+            )
+        optimizer = trainer.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        sum(terms.values()).backward()
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if trainer.clip_grad_norm and trainer.clip_norm is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, trainer.clip_norm)
+        else:
+            grad_norm = _grad_norm(params)
+            if trainer.clip_norm is not None:
+                torch.nn.utils.clip_grad_value_(params, trainer.clip_norm)
+        checked = [v.detach().reshape(-1).float() for v in terms.values()]
+        checked.append(grad_norm.detach().reshape(-1).float().to(checked[0].device))
+        self._applied = bool(torch.isfinite(torch.cat(checked)).all())
+        if self._applied:
+            trainer._post_loss_hook(sub_batch)  # priorities from finite updates only
+            optimizer.step()
+            self.optimizer_step_count += 1
+        optimizer.zero_grad(set_to_none=True)
+        self._event(
+            "updates",
+            self._applied,
+            lambda: self._describe_update(terms, grad_norm, sub_batch),
+        )
+        out = losses.detach()
+        out["grad_norm"] = grad_norm.detach()
+        return out
+
+    def _event(self, kind: str, finite: bool, describe: Callable[[], str]) -> None:
+        """Counts a non-finite update or batch (``kind``), warns at the first of
+        a streak, and raises at the ``max_in_a_row``-th in a row."""
+        if finite:
+            self._streak[kind] = 0
+            return
+        self.nonfinite[kind] += 1
+        self._streak[kind] += 1
+        if self._streak[kind] == 1:
+            self._first[kind] = describe()
+            what = "update skipped" if kind == "updates" else "batch not trained on"
+            warnings.warn(
+                f"non-finite {what}: {self._first[kind]}", RuntimeWarning, stacklevel=3
+            )
+        if self._streak[kind] >= self.max_in_a_row:
+            what = "updates" if kind == "updates" else "collected batches"
+            raise NonFiniteTrainingError(
+                f"{self._streak[kind]} {what} in a row were non-finite "
+                f"(max_in_a_row={self.max_in_a_row}); stopped at "
+                f"{self._trainer.collected_frames} frames. The first of them: "
+                f"{self._first[kind]}. No optimizer step was taken on them: the "
+                f"parameters are those of the last finite update"
+            )
+
+    def _read(self, batch: TensorDictBase) -> TensorDictBase:
+        """What the loss reads of ``batch``: its ``in_keys`` (all when unknown)."""
+        keys = getattr(self._trainer.loss_module, "in_keys", None)
+        return batch if keys is None else batch.select(*keys, strict=False)
+
+    def _describe_update(self, terms, grad_norm, batch) -> str:
+        first = f"the gradient norm = {grad_norm.item()}"
+        for key, value in terms.items():
+            if not bool(torch.isfinite(value.detach()).all()):
+                first = f"{key} = {value.detach().float().sum().item()}"
+                break
+        return (
+            f"the update at {self._trainer.collected_frames} frames, first "
+            f"non-finite term {first}; its batch held "
+            f"{_describe_batch(self._read(batch))}"
+        )
+
+    def _check_batch(self, batch: TensorDictBase) -> TensorDictBase:
+        if batch is None:  # collected into a replay buffer: nothing to check
+            return batch
+        read = self._read(batch)
+        self._batch_ok = _batch_is_finite(read)
+        self._event(
+            "batches",
+            self._batch_ok,
+            lambda: (
+                f"the batch collected after {self._trainer.collected_frames} "
+                f"frames held {_describe_batch(read)}"
+            ),
+        )
+        return batch
+
+    def _optim_steps(self, inner, batch) -> None:
+        if self._batch_ok:
+            inner(batch)
+
+    def _post_optim(self, inner) -> None:
+        if self._applied:  # a skipped update moves no target network
+            inner()
+
+    def _save(self, inner) -> None:
+        trainer = self._trainer
+        rotation = trainer.checkpoint_rotation
+        _refuse_nonfinite_save(
+            trainer.loss_module,
+            trainer.optimizer,
+            trainer.save_trainer_file if rotation is None else rotation.directory,
+            trainer.collected_frames,
+        )
+        inner()
+
+    def _log(self, batch) -> dict:
+        return {f"train/nonfinite_{kind}": n for kind, n in self.nonfinite.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "nonfinite": dict(self.nonfinite),
+            "streak": dict(self._streak),
+            "first": dict(self._first),
+            "optimizer_step_count": self.optimizer_step_count,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.nonfinite = dict(state_dict["nonfinite"])
+        self._streak = dict(state_dict["streak"])
+        self._first = dict(state_dict["first"])
+        self.optimizer_step_count = state_dict["optimizer_step_count"]
+
+
+def _lag_since_push(versions: torch.Tensor, pushed_at: list[int], updates: int) -> int:
+    """The learner's ``updates`` since the weights that acted on the oldest of
+    the steps' ``versions`` were pushed (version ``v`` at ``pushed_at[v]``)."""
+    oldest = int(versions.min())
+    if not 0 <= oldest < len(pushed_at):
+        raise RuntimeError(
+            f"a batch carries policy version {oldest}, but versions 0 to "
+            f"{len(pushed_at) - 1} only were pushed: the collector was given "
+            f"weights by someone else"
+        )
+    return updates - pushed_at[oldest]
+
+
+class PolicyVersion(TrainerHookBase):
+    """Versions the weights pushed to a collector, and measures and bounds each
+    batch's policy lag.
+
+    A collector whose workers act with their own copy of the policy (TorchRL's
+    multi-process and Ray collectors) collects with weights some updates behind
+    the learner's. ACER's truncated importance weights correct for a small lag;
+    a batch far behind (a stalled worker) mostly adds variance. A batch's lag is
+    the number of learner updates since the weights that acted on its oldest
+    step were pushed.
+
+    The collector's policy must be a :class:`VersionedPolicy`, which writes its
+    weights' version under ``"policy_version"`` with every step. The weights
+    are pushed by the trainer's :class:`~torchrl.trainers.UpdateWeights`
+    (``PPOTrainer`` and ``DQNTrainer`` register one; register yours first),
+    through ``policy_weights_getter`` or ``weight_update_map``; ``register``
+    wraps its collector's ``update_policy_weights_`` so that each push of
+    policy weights sends a copy as :meth:`VersionedPolicy.weights` at the next
+    version, and keeps the learner's update count at it. At ``setup`` the
+    weights are pushed as a new version (the workers' version is then known
+    after a resume too). At ``batch_process`` the batch's lag is measured,
+    logged at ``pre_steps_log`` (``collector/policy_lag``), and a batch beyond
+    ``max_policy_lag`` is dropped: the trainer's ``optim_steps`` is skipped for
+    it (no update, no replay storage at ``pre_epoch``), and it is counted
+    (``collector/dropped_batches``, checkpointed with the pushes).
+
+    Args:
+        max_policy_lag (int, optional): the largest lag trained on; ``None``
+            bounds nothing. Defaults to ``None``.
+    """
+
+    def __init__(self, max_policy_lag: int | None = None) -> None:
+        if max_policy_lag is not None and not max_policy_lag >= 0:
+            raise ValueError(f"max_policy_lag must be >= 0, got {max_policy_lag}")
+        self.max_policy_lag = max_policy_lag
+        self.dropped_batches = 0
+        self.lag: int | None = None  # the last batch's
+        self._pushed_at: list[int] = []  # [v]: learner updates when v was pushed
+        self._drop = False
+
+    def register(self, trainer: Trainer, name: str = "policy_version") -> None:
+        self._trainer = trainer
+        ops = (*trainer._post_steps_ops, *trainer._post_optim_ops)
+        self._update_weights = [
+            hook
+            for op, _ in ops
+            if isinstance(hook := getattr(op, "__wrapped__", op), UpdateWeights)
+        ]
+        if not self._update_weights:
+            raise ValueError(
+                "the trainer has no UpdateWeights hook, whose pushes PolicyVersion "
+                "versions: register torchrl.trainers.UpdateWeights first"
+            )
+        for hook in self._update_weights:
+            if hook.policy_weights_getter is None and hook.weight_update_map is None:
+                raise ValueError(
+                    "PolicyVersion versions the weights UpdateWeights pushes to a "
+                    "collector: give it a policy_weights_getter or a "
+                    "weight_update_map (a sender pushes elsewhere; without either "
+                    "the collector pushes its own copy)"
+                )
+        for collector in {
+            id(h.collector): h.collector for h in self._update_weights
+        }.values():
+            _around(collector, "update_policy_weights_", self._stamped)
+        trainer.register_op("setup", self._push)
+        trainer.register_op("batch_process", self._measure)
+        trainer.register_op("pre_steps_log", self._log)
+        _around(trainer, "optim_steps", self._optim_steps)
+        trainer.register_module(name, self)
+
+    def _stamped(self, inner, weights=None, /, *args, weights_dict=None, **kwargs):
+        """The collector's ``update_policy_weights_``, the policy's weights
+        versioned (a push of nothing, the collector's own copy, goes through)."""
+        if weights_dict is not None and "policy" in weights_dict:
+            weights_dict = {
+                **weights_dict,
+                "policy": self._stamp(weights_dict["policy"]),
+            }
+        elif isinstance(weights, torch.nn.Module):
+            weights = self._stamp(TensorDict.from_module(weights))
+        elif isinstance(weights, TensorDictBase):
+            weights = self._stamp(weights)
+        if weights_dict is not None:
+            kwargs["weights_dict"] = weights_dict
+        return inner(*(() if weights is None else (weights,)), *args, **kwargs)
+
+    def _stamp(self, weights: TensorDictBase) -> TensorDictBase:
+        if "begin" in weights.keys():  # a VersionedPolicy's already: restamped
+            weights = weights["policy"]
+        self._pushed_at.append(_updates(self._trainer))
+        # a copy: the pushed tensors may be sent later, or shared with the
+        # workers, and must not follow the learner's next updates
+        return VersionedPolicy.weights(weights.data.clone(), len(self._pushed_at) - 1)
+
+    def _push(self) -> None:
+        for hook in self._update_weights:
+            if hook.weight_update_map is not None:
+                hook._update_with_map()
+            else:
+                hook.collector.update_policy_weights_(hook.policy_weights_getter())
+
+    def _measure(self, batch: TensorDictBase) -> TensorDictBase:
+        if batch is None:  # collected into a replay buffer: no batch to drop
+            return batch
+        versions = batch.get("policy_version", None)
+        if versions is None:
+            raise KeyError(
+                "the collected batch has no 'policy_version' entry: the "
+                "collector's policy must be a VersionedPolicy for PolicyVersion"
+            )
+        self.lag = _lag_since_push(versions, self._pushed_at, _updates(self._trainer))
+        self._drop = self.max_policy_lag is not None and self.lag > self.max_policy_lag
+        self.dropped_batches += self._drop
+        return batch
+
+    def _optim_steps(self, inner, batch) -> None:
+        if not self._drop:
+            inner(batch)
+
+    def _log(self, batch) -> dict:
+        if self.lag is None:
+            return {}
+        return {
+            "collector/policy_lag": self.lag,
+            "collector/dropped_batches": self.dropped_batches,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "pushed_at": list(self._pushed_at),
+            "dropped_batches": self.dropped_batches,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pushed_at = list(state_dict["pushed_at"])
+        self.dropped_batches = state_dict["dropped_batches"]
+
+
+# which and why: GracefulStop's docstring
+_ENDING = "SIGINT SIGTERM SIGHUP SIGQUIT SIGUSR1 SIGUSR2 SIGXCPU".split()
+STOP_SIGNALS = tuple(getattr(signal, n) for n in _ENDING if hasattr(signal, n))
+
+
+class GracefulStop(TrainerHookBase):
+    """Stops training at an iteration boundary, with a checkpoint, on the
+    signals that end a training process.
+
+    Without it, Ctrl-C raises wherever the loop is, and the other signals
+    (SIGTERM from a scheduler, SIGHUP when the terminal closes, ...) kill the
+    process: what was trained since the last scheduled save is lost, silently.
+    With it, the first of ``signals`` calls ``trainer.request_stop("received
+    SIGxxx")``: the iteration under way (collection, updates, logging)
+    finishes, the trainer saves (TorchRL's ``train`` does on a stop, given a
+    checkpoint destination) and ``train()`` returns. The signal is kept in
+    :attr:`signum`, and :attr:`exit_code` is ``128 + signum`` (0 without one),
+    what a shell reports for a process the signal ended: end the script with
+    ``sys.exit(stop.exit_code)``. A second signal while a checkpoint is written
+    waits for it; at any other time (a collection that hangs) it raises
+    :class:`KeyboardInterrupt` at once, saving nothing.
+
+    ``register`` wraps the trainer's ``train``, which installs the handlers
+    (main thread only) and puts the previous ones back when it returns or
+    raises (the ``shutdown`` stage is skipped when ``train`` raises), and its
+    ``_save_trainer``, to tell a save under way. Nothing is checkpointed: a
+    resumed run is not stopped. Register a :class:`FailureCheckpoint` before it
+    so that the handlers also cover the save after a failure.
+
+    :data:`STOP_SIGNALS` are those that end a training process in ordinary
+    use: SIGINT (Ctrl-C); SIGTERM (``kill``, ``docker stop``, systemd,
+    Kubernetes, Slurm at the time limit); SIGHUP (the terminal or the ssh
+    session closes); SIGQUIT (Ctrl-backslash); SIGUSR1 and SIGUSR2 (what
+    schedulers send ahead of the end: Slurm's ``--signal``, SGE's
+    ``-notify``); SIGXCPU (a CPU-time limit: ``ulimit -t``, a scheduler's).
+    Left out: SIGKILL and SIGSTOP (they cannot be caught), SIGPIPE (Python
+    ignores it) and SIGALRM (a program's own timers).
+
+    Args:
+        signals (iterable of int, optional): the signals to stop on. Defaults
+            to :data:`STOP_SIGNALS`.
+
+    Examples:
+        >>> stop = GracefulStop()
+        >>> stop.signum, stop.exit_code  # after train(): sys.exit(stop.exit_code)
+        (None, 0)
+    """
+
+    def __init__(self, signals: Iterable[int] = STOP_SIGNALS) -> None:
+        self.signals = tuple(signals)
+        self.signum: int | None = None
+        self._saving = False
+
+    @property
+    def exit_code(self) -> int:
+        """``128 + signum`` when a signal stopped training, else 0."""
+        return 0 if self.signum is None else 128 + self.signum
+
+    def register(self, trainer: Trainer, name: str = "graceful_stop") -> None:
+        self._trainer = trainer
+        _around(trainer, "train", self._train)
+        _around(trainer, "_save_trainer", self._save)
+
+    def _train(self, inner):
+        self.signum = None
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.signals:
+                previous[signum] = signal.signal(signum, self._on_signal)
+        try:
+            return inner()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+    def _save(self, inner) -> None:
+        self._saving = True
+        try:
+            inner()
+        finally:
+            self._saving = False
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is None:
+            self.signum = signum
+            self._trainer.request_stop(f"received {name}")
+            torchrl_logger.warning(
+                f"{name}: stopping after this iteration, with a checkpoint; a "
+                f"second signal stops at once, without one"
+            )
+        elif self._saving:
+            torchrl_logger.warning(
+                f"{name}: a checkpoint is being written; it is completed first "
+                f"(kill -9 would keep the previous one)"
+            )
+        else:
+            raise KeyboardInterrupt(f"{name}: a second signal; stopped without saving")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return
+
+
+class FailureCheckpoint(TrainerHookBase):
+    """Saves what was trained when training fails, then lets the error go on
+    with a note saying where.
+
+    TorchRL's ``Trainer.train`` handles no error: one while collecting (an
+    environment, a dead worker), updating, logging (a full disk under the
+    logger) or evaluating ends the run with a traceback, and what was trained
+    since the last scheduled save is lost. ``register`` wraps the trainer's
+    ``train``: on an :class:`Exception` the trainer saves to its destination
+    (``save_trainer_file`` or ``checkpoint_rotation``, through the save
+    wrappers registered before, so a :class:`NonFiniteGuard` refuses
+    non-finite parameters), leaving out the checkpoint components that cannot
+    save (a collector whose environment raised has closed it), and the error
+    goes on with a note (``add_note``) naming the checkpoint and how to resume,
+    or why none was written. Parameters are whole between two updates; an
+    error inside an optimizer step may leave them half-stepped. A
+    :class:`KeyboardInterrupt` (a second signal to :class:`GracefulStop`) saves
+    nothing. Nothing is checkpointed.
+    """
+
+    def register(self, trainer: Trainer, name: str = "failure_checkpoint") -> None:
+        self._trainer = trainer
+        _around(trainer, "train", self._train)
+
+    def _train(self, inner):
+        try:
+            return inner()
+        except Exception as err:
+            err.add_note(self._save())
+            raise
+
+    def _save(self) -> str:
+        trainer = self._trainer
+        failed = f"training failed after {trainer.collected_frames} frames"
+        if not trainer._has_checkpoint_destination():
+            return (
+                f"{failed}; nothing was saved: the trainer has no "
+                f"save_trainer_file or checkpoint_rotation"
+            )
+        left_out = []
+        try:
+            try:
+                trainer._save_trainer()
+            except Exception:
+                left_out = self._unsaveable()
+                if not left_out:
+                    raise
+                self._save_without(left_out)
+        except Exception as err:
+            return (
+                f"{failed} and no checkpoint could be written "
+                f"({type(err).__name__}: {err})"
+            )
+        path = _checkpoint_path(trainer)
+        if not left_out:
+            return (
+                f"{failed}; what was trained was saved to {path}. Resume with "
+                f"trainer.load_from_file({str(path)!r})"
+            )
+        return (
+            f"{failed}; what was trained was saved to {path}, without "
+            f"{', '.join(left_out)}, which could not be saved. Resume with "
+            f"trainer.load_from_file({str(path)!r}, strict='warn')"
+        )
+
+    def _unsaveable(self) -> list[str]:
+        """The trainer's checkpoint components whose ``state_dict`` raises."""
+        if self._trainer.checkpoint is None:
+            return []
+        out = []
+        components = self._trainer._sync_checkpoint_components().components
+        for name, component in components.items():
+            try:
+                getattr(component, "state_dict", dict)()
+            except Exception:
+                out.append(name)
+        return out
+
+    def _save_without(self, left_out: list[str]) -> None:
+        checkpoint = self._trainer.checkpoint
+        default = checkpoint.save_components
+        selected = checkpoint.components if default is None else default
+        checkpoint.save_components = frozenset(selected).difference(left_out)
+        try:
+            self._trainer._save_trainer()
+        finally:
+            checkpoint.save_components = default
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return
+
+
+class RunDirectoryOwnedError(RuntimeError):
+    """The run directory holds another run (:class:`RunDirectoryLock`)."""
+
+
+RUN_ID_FILE = "run_id"
+
+
+class RunDirectoryLock(TrainerHookBase):
+    """Owns the run directory: one training process, and one run, at a time.
+
+    A new run pointed at a directory that holds another run would write over
+    its checkpoint; two processes training in one directory would write over
+    each other's. ``register``, before anything is written, takes the
+    directory's lock (:func:`lock_run_dir`: an ``flock`` that goes with the
+    process, however it ends) and checks the run's identity: a random id, kept
+    in the directory's ``run_id`` file and in this hook's state, hence in the
+    trainer's checkpoints. A new run (``resume=False``) is refused
+    (:class:`RunDirectoryOwnedError`) where the directory has a ``run_id`` or
+    the trainer's checkpoint destination exists, and otherwise writes its id. A
+    resumed run (``resume=True``) takes the directory's id, and a checkpoint
+    written by another run is refused when ``trainer.load_from_file`` loads it.
+
+    Args:
+        run_dir (path, optional): the run's directory. Defaults to where the
+            trainer's checkpoints go: its ``save_trainer_file`` 's parent, or its
+            ``checkpoint_rotation`` 's directory.
+        resume (bool, optional): continue the run in ``run_dir``. Defaults to
+            ``False``.
+    """
+
+    def __init__(
+        self, run_dir: str | os.PathLike | None = None, resume: bool = False
+    ) -> None:
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.resume = resume
+        self.run_id: str | None = None
+
+    def register(self, trainer: Trainer, name: str = "run_directory") -> None:
+        run_dir = self.run_dir
+        if run_dir is None and trainer.checkpoint_rotation is not None:
+            run_dir = trainer.checkpoint_rotation.directory
+        elif run_dir is None and trainer.save_trainer_file is not None:
+            run_dir = Path(trainer.save_trainer_file).parent
+        elif run_dir is None:
+            raise ValueError(
+                "RunDirectoryLock needs a run_dir, or a trainer with a "
+                "save_trainer_file or a checkpoint_rotation"
+            )
+        self.run_dir = run_dir = Path(run_dir).resolve()
+        lock_run_dir(run_dir)
+        id_file = run_dir / RUN_ID_FILE
+        stored = id_file.read_text().strip() if id_file.exists() else None
+        found = [p for p in (id_file, _checkpoint_path(trainer)) if p and p.exists()]
+        if found and not self.resume:
+            raise RunDirectoryOwnedError(
+                f"run directory {run_dir} already holds a run "
+                f"({', '.join(map(str, found))} exist); a new run would write "
+                f"over its checkpoint. Resume it (RunDirectoryLock(resume=True), "
+                f"then trainer.load_from_file) or use another directory"
+            )
+        self.run_id = stored or uuid.uuid4().hex
+        if stored is None:
+            tmp = id_file.with_name(f".{RUN_ID_FILE}.{os.getpid()}")
+            tmp.write_text(self.run_id + "\n")
+            tmp.replace(id_file)
+        trainer.register_module(name, self)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict["run_id"] != self.run_id:
+            raise RunDirectoryOwnedError(
+                f"the checkpoint being loaded was written by run "
+                f"{state_dict['run_id']}, but run directory {self.run_dir} holds "
+                f"run {self.run_id}: loading it would continue another run here"
+            )
