@@ -186,3 +186,36 @@ def test_stopped_and_resumed_through_acer_checkpoint_ends_bit_for_bit(tmp_path):
     for index, state in expected["optim"].items():
         for name, value in state.items():
             assert torch.equal(got["optim"][index][name], value), (index, name)
+
+
+class NaNRewardOnce:
+    """A collector whose ``nan_at``-th batch comes from a broken environment."""
+
+    init_random_frames = 0
+
+    def __init__(self, collector, nan_at):
+        self.collector, self.nan_at = collector, nan_at
+
+    def __iter__(self):
+        for i, batch in enumerate(self.collector):
+            if i == self.nan_at:
+                batch["next", "reward"][0, 2] = float("nan")
+            yield batch
+
+    def shutdown(self):
+        self.collector.shutdown()
+
+
+def test_a_non_finite_batch_is_neither_trained_on_nor_stored(tmp_path):
+    pieces = make_trainer(tmp_path, **{"collector.total_frames": 30})
+    trainer = new_trainer_like(pieces)
+    trainer.collector = NaNRewardOnce(pieces.collector, nan_at=1)
+    with pytest.warns(RuntimeWarning, match="non-finite batch not trained on"):
+        trainer.train()
+    assert trainer.optimization_stepper.nonfinite == {"updates": 0, "batches": 1}
+    replay = trainer.schedule.replay_buffer
+    assert len(replay) == 4  # the segments of 2 of the 3 batches
+    assert torch.isfinite(replay[:]["next", "reward"]).all()
+    for value in pieces.loss_module.state_dict().values():
+        assert torch.isfinite(value).all()
+    pieces.close()

@@ -30,6 +30,8 @@ from torchrl.trainers.trainers import (
     UpdateWeights,
 )
 
+from torchrl_acer.trainers.hooks import NonFiniteGuard
+
 __all__ = ["ACERTrainer", "ACERUpdateSchedule", "make_segment_replay_buffer"]
 
 
@@ -223,6 +225,9 @@ class ACERTrainer(Trainer):
       averaged policy :math:`\theta_{avg} \leftarrow \alpha \theta_{avg} + (1 -
       \alpha) \theta` after every optimizer step, with
       :class:`~torchrl.objectives.SoftUpdate`;
+    - :class:`~torchrl_acer.trainers.hooks.NonFiniteGuard` as the optimization
+      stepper (``check_health``): non-finite updates skipped, non-finite batches
+      neither trained on nor stored, no checkpoint from non-finite parameters;
     - :class:`~torchrl.trainers.UpdateWeights` (``post_steps``): the learner's
       policy weights to the collector's workers every
       ``weight_update_interval`` batches (a no-op for an in-process collector).
@@ -253,7 +258,16 @@ class ACERTrainer(Trainer):
             bound's).
         weight_update_interval (int): batches between two weight pushes to the
             collector's workers. Defaults to 1.
-        optimization_stepper, logger, clip_grad_norm, clip_norm, progress_bar,
+        check_health (bool): the optimization stepper is a
+            :class:`~torchrl_acer.trainers.hooks.NonFiniteGuard`: a non-finite
+            update is skipped and counted, a collected batch holding non-finite
+            values where the loss reads is neither trained on nor stored, and
+            ``max_nonfinite_in_a_row`` of either in a row stop training; no
+            checkpoint is saved from non-finite parameters. ``False``: TorchRL's
+            default stepper (to measure the checks' cost). Defaults to ``True``.
+        max_nonfinite_in_a_row (int): see ``check_health``. Defaults to 10.
+        optimization_stepper: replaces the guard (with ``check_health=False``).
+        logger, clip_grad_norm, clip_norm, progress_bar,
         seed, save_trainer_interval, log_interval, save_trainer_file, checkpoint,
         checkpoint_rotation, checkpoint_metadata, log_timings,
         auto_log_optim_steps, frame_skip: as for
@@ -301,6 +315,8 @@ class ACERTrainer(Trainer):
         alpha: float = 0.99,
         accept: Sequence[Callable[[TensorDictBase], bool]] = (),
         weight_update_interval: int = 1,
+        check_health: bool = True,
+        max_nonfinite_in_a_row: int = 10,
         optimization_stepper: OptimizationStepper | None = None,
         logger: Logger | None = None,
         clip_grad_norm: bool = True,
@@ -325,6 +341,22 @@ class ACERTrainer(Trainer):
             )
         if target_net_updater is None:
             target_net_updater = SoftUpdate(loss_module, eps=alpha)
+        if optimization_stepper is None:
+            optimization_stepper = (
+                NonFiniteGuard(max_nonfinite_in_a_row)
+                if check_health
+                else _DetachingStepper()
+            )
+        elif check_health:
+            raise ValueError(
+                f"optimization_stepper={type(optimization_stepper).__name__} takes "
+                f"the optimizer step, and with check_health=True the non-finite "
+                f"guard would too: pass check_health=False (or register a "
+                f"NonFiniteGuard subclass as the stepper)"
+            )
+        if isinstance(optimization_stepper, NonFiniteGuard):
+            # a batch the guard finds non-finite is not stored in replay either
+            accept = (*accept, lambda batch: optimization_stepper.batch_ok)
         # built now, so that a checkpoint restores its buffers
         loss_module.value_estimator  # noqa: B018
         super().__init__(
@@ -334,8 +366,7 @@ class ACERTrainer(Trainer):
             optim_steps_per_batch=None,  # the schedule ends each batch's updates
             loss_module=loss_module,
             optimizer=optimizer,
-            # the optimizer hook stage is deprecated in TorchRL
-            optimization_stepper=optimization_stepper or _DetachingStepper(),
+            optimization_stepper=optimization_stepper,
             replay_buffer=replay_buffer,
             target_net_updater=target_net_updater,
             logger=logger,

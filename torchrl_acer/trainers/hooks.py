@@ -466,6 +466,11 @@ class NonFiniteGuard(OptimizationStepper):
         )
         return batch
 
+    @property
+    def batch_ok(self) -> bool:
+        """Whether the last collected batch was finite where the loss reads."""
+        return self._batch_ok
+
     def _optim_steps(self, inner, batch) -> None:
         if self._batch_ok:
             inner(batch)
@@ -631,6 +636,11 @@ class PolicyVersion(TrainerHookBase):
         self._drop = self.max_policy_lag is not None and self.lag > self.max_policy_lag
         self.dropped_batches += self._drop
         return batch
+
+    @property
+    def batch_ok(self) -> bool:
+        """Whether the last collected batch was finite where the loss reads."""
+        return self._batch_ok
 
     def _optim_steps(self, inner, batch) -> None:
         if not self._drop:
