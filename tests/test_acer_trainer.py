@@ -219,3 +219,28 @@ def test_a_non_finite_batch_is_neither_trained_on_nor_stored(tmp_path):
     for value in pieces.loss_module.state_dict().values():
         assert torch.isfinite(value).all()
     pieces.close()
+
+
+def test_greedy_evaluation_on_a_frame_schedule_and_at_the_end(tmp_path):
+    from torchrl.record.loggers import CSVLogger
+
+    from torchrl_acer.trainers.evaluation import Evaluation
+
+    pieces = make_trainer(tmp_path, **{"collector.total_frames": 50})
+    logger = CSVLogger("eval", log_dir=str(tmp_path / "logs"))
+    trainer = new_trainer_like(pieces, logger=logger)
+    calls = []
+
+    def evaluate():
+        calls.append(trainer.collected_frames)
+        return pieces.evaluator()
+
+    hook = Evaluation(evaluate, interval=20)
+    hook.register(trainer)
+    trainer.train()
+    # batches of 10 frames: due at 0 (the first batch), 20 and 40, then the end
+    assert calls == [10, 20, 40, 50]
+    assert hook.last["frames"] == 50 and "reward" in hook.last
+    rows = (tmp_path / "logs" / "eval" / "scalars" / "eval" / "reward.csv").read_text()
+    assert [int(float(line.split(",")[0])) for line in rows.split()] == calls
+    pieces.close()
