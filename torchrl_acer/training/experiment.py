@@ -30,7 +30,12 @@ from torchrl.envs import TensorDictPrimer
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
-from torchrl_acer.trainers.hooks import RunDirInUseError, lock_run_dir
+from torchrl_acer.trainers.hooks import (
+    STOP_SIGNALS,
+    RunDirectoryOwnedError,
+    RunDirInUseError,
+    lock_run_dir,
+)
 from torchrl_acer.training.checkpoint import read_header
 from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproducedError
 from torchrl_acer.training.trainer import ACERTrainer, VersionedPolicy
@@ -280,7 +285,9 @@ def run_dir_for(cfg: DictConfig) -> Path:
     exists, even for another process). Nothing is created for the other two; the
     examples then take the directory with :func:`lock_run_dir`."""
     if cfg.logger.run_dir:
-        return Path(cfg.logger.run_dir)
+        run_dir = Path(cfg.logger.run_dir)
+        check_run_dir_owner(run_dir, cfg.resume)
+        return run_dir
     if cfg.resume:
         return checkpoint_run_dir(cfg.resume)
     env = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.env.name)
@@ -295,6 +302,28 @@ def run_dir_for(cfg: DictConfig) -> Path:
         except FileExistsError:
             n += 1
             run_dir = base.with_name(f"{base.name}-{n}")
+
+
+def check_run_dir_owner(run_dir: Path, resume: str | None) -> None:
+    """Refuses a run directory that holds another run's checkpoint, unless the run
+    resumes that checkpoint: a new run there would write its logs into the other's
+    and its checkpoints over the other's, losing what it trained."""
+    existing = run_dir / "checkpoints" / "last.pt"
+    if not existing.exists():
+        return
+    if resume and Path(resume).resolve() == existing.resolve():
+        return
+    try:
+        frames = f" ({read_header(existing, verify=False).header['frames']} frames)"
+    except Exception:  # a damaged file is still another run's
+        frames = ""
+    resumed = f" while resuming {resume}" if resume else ""
+    raise RunDirectoryOwnedError(
+        f"run directory {run_dir} holds another run's checkpoint {existing}"
+        f"{frames}; a new run there{resumed} would write over its logs and "
+        f"checkpoints. Resume it with resume={existing}, or pass another "
+        f"logger.run_dir"
+    )
 
 
 def checkpoint_run_dir(checkpoint: str | Path) -> Path:
@@ -686,13 +715,14 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
 def final_summary(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
     """After training: writes ``summary.json`` and prints the final greedy
     evaluation and where the logs, the plot and the checkpoint are. A run stopped
-    by Ctrl-C or SIGTERM prints how to resume it instead and exits with status
-    128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
+    by a signal (Ctrl-C, SIGTERM, SIGHUP, ...: ``STOP_SIGNALS``) prints how to
+    resume it instead and exits with status 128 + the signal's number (130 for
+    SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
     if trainer.interrupted:
         signum = trainer.stop_signal or signal.SIGINT
         # stopped and saved: a signal during the exit (whose hooks may take
         # seconds) would only print a traceback over the resume hint
-        for other in (signal.SIGINT, signal.SIGTERM):
+        for other in STOP_SIGNALS:
             signal.signal(other, signal.SIG_IGN)
         print(
             f"interrupted ({signal.Signals(signum).name}) at {trainer.frames} frames; "

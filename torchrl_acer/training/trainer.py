@@ -39,6 +39,7 @@ from torchrl.objectives import SoftUpdate
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.trainers.acer import make_segment_replay_buffer
 from torchrl_acer.trainers.hooks import (
+    STOP_SIGNALS,
     NonFiniteTrainingError,
     VersionedPolicy,
     _batch_is_finite,
@@ -584,9 +585,17 @@ class ACERTrainer:
             for batch in self._collected_batches():
                 try:
                     self.train_on_batch(batch)
-                except NonFiniteTrainingError as err:
-                    # the parameters are those of the last finite update: kept
-                    self._checkpoint_after_failure(err, "updating", envs=True)
+                except Exception as err:
+                    # updating, storing, logging: what was trained is kept (the
+                    # parameters of the last finite update; a checkpoint from
+                    # non-finite ones is refused), with the environments, whose
+                    # state is between two batches
+                    phase = (
+                        "updating"
+                        if isinstance(err, NonFiniteTrainingError)
+                        else "training on a batch"
+                    )
+                    self._checkpoint_after_failure(err, phase, envs=True)
                     raise
                 if bar is not None:
                     bar.n = self.frames
@@ -687,8 +696,9 @@ class ACERTrainer:
         adds a note saying where it is. Without ``envs`` the environments' state
         is left out (it is what failed): a resume starts fresh episodes instead of
         stepping into the same failure."""
-        if self.checkpoint_dir is None:
+        if self.checkpoint_dir is None or getattr(err, "_acer_saved", False):
             return
+        err._acer_saved = True  # once, by the innermost phase that failed
         if not envs:
             self._envs_unsaved_reason = (
                 f"{phase} failed with {type(err).__name__} after {self.frames} frames"
@@ -737,11 +747,13 @@ class ACERTrainer:
     # -- signals -----------------------------------------------------------------
 
     def _catch_signals(self) -> dict:
-        """Installs the handler for SIGINT and SIGTERM (main thread only)."""
+        """Installs the handler for the signals that end a training process in
+        ordinary use (:data:`~torchrl_acer.trainers.hooks.STOP_SIGNALS`: Ctrl-C,
+        SIGTERM, a closed terminal's SIGHUP, ...; main thread only)."""
         if threading.current_thread() is not threading.main_thread():
             return {}
         previous = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             try:
                 previous[signum] = signal.signal(signum, self._on_signal)
             except (ValueError, OSError):  # not allowed here (embedded interpreter)
