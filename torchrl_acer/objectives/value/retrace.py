@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -119,8 +118,6 @@ class RetraceEstimator(ValueEstimatorBase):
             critic that shares its leading modules with the actor, as TorchRL's
             ``ActorValueOperator`` makes, has them run once); for a Gaussian one, a
             :class:`~torchrl_acer.StochasticDuelingNetwork`.
-        critic_network (TensorDictModule): deprecated spelling of
-            ``value_network``.
         lmbda (scalar): trace decay :math:`\lambda`. Defaults to ``1.0`` (ACER).
         c_thresh (scalar): trace truncation :math:`\bar c`. Defaults to ``1.0``.
         differentiable (bool): if ``True``, the outputs carry gradients to the
@@ -244,8 +241,7 @@ class RetraceEstimator(ValueEstimatorBase):
     def for_loss(cls, loss_module, **hyperparams):
         """Builds the estimator on a loss's ``actor_network`` and ``critic_network``."""
         hyperparams.setdefault("actor_network", loss_module.actor_network)
-        if "critic_network" not in hyperparams:
-            hyperparams.setdefault("value_network", loss_module.critic_network)
+        hyperparams.setdefault("value_network", loss_module.critic_network)
         return cls(**hyperparams)
 
     def __init__(
@@ -262,23 +258,9 @@ class RetraceEstimator(ValueEstimatorBase):
         check_values: bool = True,
         time_dim: int | None = None,
         device: torch.device | None = None,
-        critic_network=None,
         recurrent_state: str = "stored",
         burn_in: int = 0,
     ):
-        if critic_network is not None:
-            if value_network is not None:
-                raise TypeError(
-                    "RetraceEstimator got both value_network and critic_network; "
-                    "pass the critic as value_network"
-                )
-            warnings.warn(
-                "RetraceEstimator(critic_network=...) is deprecated; pass the critic "
-                "as value_network=..., as for TorchRL's estimators",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            value_network = critic_network
         if value_network is None:
             raise TypeError(
                 "RetraceEstimator needs value_network=: the critic (a Q network, "
@@ -362,11 +344,6 @@ class RetraceEstimator(ValueEstimatorBase):
             burn_in=burn_in,
             critic_keys=critic_keys,
         )
-
-    @property
-    def critic_network(self):
-        """The critic (``value_network``), under the name ``ACERLoss`` uses."""
-        return self.value_network
 
     def set_keys(self, **kwargs) -> None:
         value = kwargs.get("action_value")
