@@ -130,6 +130,17 @@ LINE_LENGTH = 88
 REFERENCE = re.compile(r"\btorchrl_acer(?:\.[A-Za-z_]\w*)*")
 # this project's folders that have no counterpart upstream
 LOCAL_PATH = re.compile(r"(?<![\w/.-])(?:bench|examples|tests|tools)/[\w./*-]*\w")
+# words that speak of this project as a package of its own
+PROJECT_WORDS = re.compile(r"\bthis (?:package|project)\b|\(README\b[^)]*\)")
+# in the sota scripts' prose: asides that point at this project's README sections,
+# benchmarks or tests, which the scripts do not carry upstream (the sentence reads
+# whole without them)
+PROJECT_ASIDES = (
+    (re.compile(r' ?\(README, "[^"]*"\)'), ""),
+    (re.compile(r" ?\(``(?:bench|tests|tools)/[\w./-]+``\)"), ""),
+    (re.compile(r",\s*``(?:bench|tests|tools)/[\w./-]+``\)"), ")"),
+    (re.compile(r"\bthis package\b"), "this code"),
+)
 
 
 class GenerationError(Exception):
@@ -758,7 +769,17 @@ def generate() -> Generated:
     out.new_files.update(sota_files(project))
     texts = {**out.new_files, **{e.path: e.block for e in appended}}
     for path, text in sorted(texts.items()):
-        for match in sorted(set(LOCAL_PATH.findall(text))):
+        mentions = sorted(
+            set(LOCAL_PATH.findall(text)) | set(PROJECT_WORDS.findall(text))
+        )
+        if mentions and not path.startswith(SOTA_DIR):
+            # the core and its tests go into TorchRL's own modules, where a word
+            # about this project would be wrong: fix it at the source
+            raise GenerationError(
+                f"{path} mentions {', '.join(mentions)}, which means nothing in "
+                f"TorchRL; reword its source"
+            )
+        for match in mentions:
             out.warnings.append(f"{path} mentions {match}, a path of this project")
     return out
 
@@ -982,6 +1003,8 @@ def sota_files(project: Project) -> dict[str, str]:
         if where.endswith(".py"):
             text = merge_imports(rewriter.imports(text, current, where))
         text = rewriter.references(text, where)
+        for pattern, replacement in PROJECT_ASIDES:
+            text = pattern.sub(replacement, text)
         return re.sub(
             r"\bexamples/([\w.*?-]+)",
             lambda m: (

@@ -13,6 +13,7 @@ from tensordict.nn import (
     dispatch,
 )
 from tensordict.utils import NestedKey
+from torch import distributions as D
 from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import (
     _GAMMA_LMBDA_DEPREC_ERROR,
@@ -710,7 +711,10 @@ class ACERLoss(LossModule):
                 log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
             ).exp()
             correction = torch.where(rho_sampled > c, 1 - c / rho_sampled, 0.0)
-            kl_avg = gaussian_kl(avg_loc, avg_scale, loc.detach(), scale.detach())
+            kl_avg = D.kl_divergence(
+                _diagonal_normal(avg_loc, avg_scale),
+                _diagonal_normal(loc.detach(), scale.detach()),
+            ).unsqueeze(-1)
         objective = (
             rho.clamp(max=c) * (q_opc - v) * log_pi
             + correction * (q_sampled - v) * log_pi_sampled
@@ -913,12 +917,7 @@ class ACERLoss(LossModule):
         return None if stats is None else stats.to_tensordict()
 
 
-def gaussian_kl(avg_loc, avg_scale, loc, scale) -> torch.Tensor:
-    """:math:`\\mathrm{KL}(N(\\mu_a, \\sigma_a^2) \\| N(\\mu, \\sigma^2))`, summed over
-    dimensions, ``[..., 1]``."""
-    kl = (
-        (scale / avg_scale).log()
-        + (avg_scale.pow(2) + (avg_loc - loc).pow(2)) / (2 * scale.pow(2))
-        - 0.5
-    )
-    return kl.sum(-1, keepdim=True)
+def _diagonal_normal(loc, scale) -> D.Distribution:
+    # the loss checks scales itself (once, with a message naming the key);
+    # validation here would add a device synchronisation per call
+    return D.Independent(D.Normal(loc, scale, validate_args=False), 1)

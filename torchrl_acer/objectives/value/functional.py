@@ -12,10 +12,10 @@ import math
 
 import torch
 
-__all__ = ["retrace_lambda_return_estimate", "reverse_discounted_scan"]
+__all__ = ["retrace_lambda_return_estimate"]
 
 
-def reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+def _reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
     r"""Solves ``A_t = delta_t + decay_t * A_{t+1}`` backwards in time, with ``A_T = 0``.
 
     Equivalently ``A_t = sum_{k >= t} (prod_{j=t..k-1} decay_j) delta_k``. Time is the
@@ -48,7 +48,7 @@ def reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.T
     if T <= _MATRIX_MAX_T and T * delta.numel() <= _MATRIX_MAX_NUMEL:
         return _matrix_scan(delta, decay)
     # blocks pay off where the scan's log T extra work outweighs the block loop's
-    # Python steps (measured in bench/retrace.py)
+    # Python steps (timed: from T = 64 and 2**17 elements on)
     if T >= 64 and delta.numel() >= 2**17:
         return _blocked_scan(delta, decay)
     return _hillis_steele_scan(delta, decay)
@@ -262,4 +262,4 @@ def retrace_lambda_return_estimate(
     trace = lmbda * torch.clamp(log_rho.exp(), max=c_thresh)
     decay = gamma * not_terminated * not_done
     decay = decay * torch.cat([trace[1:], torch.zeros_like(trace[:1])])
-    return (q + reverse_discounted_scan(delta, decay)).movedim(0, time_dim)
+    return (q + _reverse_discounted_scan(delta, decay)).movedim(0, time_dim)

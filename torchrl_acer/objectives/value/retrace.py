@@ -38,7 +38,7 @@ __all__ = ["ACERValueEstimators", "RetraceEstimator"]
 
 
 class ACERValueEstimators(Enum):
-    """Value estimators this package adds to TorchRL's registry.
+    """Value estimators ACER adds to TorchRL's registry.
 
     ``make_value_estimator("retrace", ...)`` and
     ``make_value_estimator(ACERValueEstimators.Retrace, ...)`` both select
