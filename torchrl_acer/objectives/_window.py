@@ -39,6 +39,7 @@ from tensordict.nn import (
     skip_existing,
 )
 from tensordict.utils import NestedKey
+from torchrl._utils import is_compiling
 from torchrl.modules import GRUModule, LSTMModule
 
 from torchrl_acer.objectives._checks import get_entry
@@ -103,7 +104,7 @@ class ObservationWindow:
         mid_truncation = done & ~terminated
         mid_truncation[..., -1] = False
         self.mid_truncation = mid_truncation
-        if torch.compiler.is_compiling():
+        if is_compiling():
             bound = min(self.extra_bound(rows), rows * (self.T - 1))
             self._static_extra = True
             self.num_extra = bound
@@ -403,7 +404,7 @@ class PolicyCriticEvaluator:
         if (
             self._plain is not None
             and not skip_existing
-            and not torch.compiler.is_compiling()
+            and not is_compiling()
             and self._is_own(actor_params, self.actor_network)
             and self._is_own(critic_params, self.critic_network)
             and not _has_hooks(self._plain[0])
@@ -448,7 +449,7 @@ class PolicyCriticEvaluator:
         if (
             self._plain is not None
             and not isinstance(inputs, TensorDictBase)
-            and not torch.compiler.is_compiling()
+            and not is_compiling()
         ):
             modules = (
                 self._plain[0]

@@ -27,11 +27,10 @@ from torchrl_acer.objectives._checks import check_finite, get_entry
 from torchrl_acer.objectives._window import transition_in_keys
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
+    TRUST_REGION_STATS,
     TrustRegionHook,
-    TrustRegionStats,
     gaussian_kl_gradient,
     kl_gradient,
-    register_stats_callback,
 )
 from torchrl_acer.objectives.value.retrace import (
     ACERValueEstimators,
@@ -420,8 +419,21 @@ class ACERLoss(LossModule):
             ("critic_coeff", critic_coeff),
         ):
             self.register_coeff_buffer(name, value, device=device, dtype=torch.float64)
-        self._trust_region_stats = None
-        register_stats_callback(self._set_trust_region_stats)
+        # the trust region's hook writes its statistics here, in the policy's dtype
+        # (NaN until the first backward). Allocated once, here: a tensor created
+        # in a compiled forward and written by the compiled backward is not
+        # supported. Not persistent: they describe one backward, not the loss.
+        dtype = next(
+            (p.dtype for p in actor_network.parameters() if p.is_floating_point()),
+            torch.get_default_dtype(),
+        )
+        self.register_buffer(
+            "_trust_region_stats",
+            torch.full(
+                (len(TRUST_REGION_STATS),), math.nan, dtype=dtype, device=device
+            ),
+            persistent=False,
+        )
         # the estimator validates the policy and finds its keys; the loss uses its
         # network evaluation so both see the same window
         probe = RetraceEstimator(
@@ -851,12 +863,7 @@ class ACERLoss(LossModule):
         if self.trust_region_delta is not None and stats.requires_grad:
             stats.register_hook(
                 TrustRegionHook(
-                    k,
-                    self.trust_region_delta,
-                    scale,
-                    valid,
-                    on_stats=self._set_trust_region_stats,
-                    stats_key=id(self),
+                    k, self.trust_region_delta, scale, valid, self._trust_region_stats
                 )
             )
 
@@ -899,22 +906,18 @@ class ACERLoss(LossModule):
             return stats[..., :d], stats[..., d:]
         return stats, scale
 
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        # a copy (copy.deepcopy, pickle) gets its compiled hooks' statistics too
-        register_stats_callback(self._set_trust_region_stats)
-
-    def _set_trust_region_stats(self, stats: TrustRegionStats) -> None:
-        self._trust_region_stats = stats
-
     @property
     def trust_region_stats(self) -> TensorDict | None:
         """The trust region's statistics for the last ``backward``: the share of
         steps where it was active (``active_fraction``), the mean :math:`\\|k_t\\|`
-        (``k_norm``) and the mean :math:`k_t \\cdot g_t` (``k_dot_g``); ``None``
-        before any projection."""
-        stats = self.__dict__.get("_trust_region_stats")
-        return None if stats is None else stats.to_tensordict()
+        (``k_norm``) and the mean :math:`k_t \\cdot g_t` (``k_dot_g``), a copy, in
+        the policy's dtype; ``NaN`` before the first backward, ``None`` without a
+        trust region (``trust_region_delta=None``)."""
+        if self.trust_region_delta is None:
+            return None
+        stats = self._trust_region_stats
+        values = stats.clone().unbind(0)
+        return TensorDict(dict(zip(TRUST_REGION_STATS, values, strict=True)), [])
 
 
 def _diagonal_normal(loc, scale) -> D.Distribution:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torchrl._utils import is_compiling
 
 __all__ = ["retrace_lambda_return_estimate"]
 
@@ -62,14 +63,14 @@ _MASKS: dict = {}
 
 def _matrix_masks(T: int, ndim: int, device: torch.device):
     key = (T, ndim, device)
-    masks = None if torch.compiler.is_compiling() else _MASKS.get(key)
+    masks = None if is_compiling() else _MASKS.get(key)
     if masks is None:
         t = torch.arange(T, device=device)
         shape = (T, T) + (1,) * (ndim - 1)
         after = (t[None, :] > t[:, None]).reshape(shape)
         from_t = (t[None, :] >= t[:, None]).reshape(shape)
         masks = (after, from_t)
-        if not torch.compiler.is_compiling():
+        if not is_compiling():
             _MASKS[key] = masks
     return masks
 

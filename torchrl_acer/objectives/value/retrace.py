@@ -11,6 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import composite_lp_aggregate, dispatch, skip_existing
 from tensordict.utils import NestedKey, unravel_key
 from torch import distributions as D
+from torchrl._utils import is_compiling
 from torchrl.modules import GRUModule, IndependentNormal, LSTMModule
 from torchrl.objectives.utils import register_value_estimator
 from torchrl.objectives.value import ValueEstimatorBase
@@ -795,7 +796,7 @@ class RetraceEstimator(ValueEstimatorBase):
         """``gamma``, ``lmbda`` and ``c_thresh`` in ``dtype``, cast once per dtype
         and value (each cast is a kernel launch, every call)."""
         buffers = (self.gamma, self.lmbda, self.c_thresh)
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return tuple(b.to(dtype) for b in buffers)
         # the buffers themselves (held, so their ids cannot be reused) and their
         # versions: new tensors and in-place changes both invalidate the cast
