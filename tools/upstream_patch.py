@@ -91,14 +91,9 @@ DOC_ENTRIES = (
     ("ACERLoss", "docs/source/reference/objectives_policy.rst", "A2CLoss"),
     ("RetraceEstimator", "docs/source/reference/objectives_common.rst", "VTrace"),
     (
-        "ACERValueEstimators",
-        "docs/source/reference/objectives_common.rst",
-        "RetraceEstimator",
-    ),
-    (
         "functional.retrace_lambda_return_estimate",
         "docs/source/reference/objectives_common.rst",
-        "ACERValueEstimators",
+        "RetraceEstimator",
     ),
     (
         "StochasticDuelingNetwork",
@@ -111,6 +106,27 @@ DOC_ENTRIES = (
         "StochasticDuelingNetwork",
     ),
 )
+
+# Modules of the core that stand in for TorchRL names this project cannot add to
+# an installed TorchRL: not contributed; imports of their names are rewritten to
+# TorchRL's module (core files) or public package (tests, scripts), and
+# VALUE_ESTIMATOR_EDIT adds the names there.
+SHIMS = {
+    "torchrl_acer.objectives._value_estimators": (
+        "torchrl.objectives.utils",
+        "torchrl.objectives",
+    ),
+}
+# ValueEstimators.Retrace: the member (from the shim's stand-in enum) and its
+# defaults (from the decorator of the class that registers it) go into TorchRL's
+# enum and _BUILTIN_VALUE_ESTIMATOR_DEFAULTS, next to VTrace's
+VALUE_ESTIMATOR_EDIT = {
+    "path": "torchrl/objectives/utils.py",
+    "enum": "ValueEstimators",
+    "defaults": "_BUILTIN_VALUE_ESTIMATOR_DEFAULTS",
+    "member_source": "torchrl_acer.objectives._value_estimators",
+    "registered_in": "torchrl_acer.objectives.value.retrace",
+}
 
 # Tests: this project's self-contained upstream modules -> TorchRL's test layout.
 TEST_TARGETS = {
@@ -276,6 +292,8 @@ class Project:
                         f"the core module {module} imports {used}, which is not in "
                         f"torchrl_acer/{{{','.join(CORE_FLOORS)}}}"
                     )
+                if used in SHIMS:
+                    continue
                 if core or used not in self.core:
                     if used not in seen:
                         seen.add(used)
@@ -361,6 +379,11 @@ class Rewriter:
         """``(module, name)`` to import ``source.name`` from (``public``: the path
         users import it from, even in a core module)."""
         module, defined = self.project.resolve(source, name)
+        if module in SHIMS and defined is not None:
+            internal, public_home = SHIMS[module]
+            if self.kind == "core" and not public:
+                return internal, defined
+            return public_home, defined
         if defined is None:  # a submodule
             target = self.map_module(module, where)
             return target.rpartition(".")[0], target.rpartition(".")[2]
@@ -504,6 +527,130 @@ class PyEdit:
             names = ", ".join(f'"{n}"' for n in self.all_names)
             lines += ["", f"__all__ = [*__all__, {names}]"]
         return "\n".join(lines) + "\n"
+
+
+@dataclass
+class EnumMemberEdit:
+    """A member added to an enum of the checkout and its entry in a dict keyed by
+    the enum, each after the last of its kind."""
+
+    path: str
+    module: str
+    enum: str
+    member: str
+    value: str
+    table: str
+    entry: dict
+
+    def apply(self, text: str) -> str:
+        tree = ast.parse(text)
+        lines = text.splitlines()
+        cls = next(
+            (
+                n
+                for n in tree.body
+                if isinstance(n, ast.ClassDef) and n.name == self.enum
+            ),
+            None,
+        )
+        table = next((n for n in tree.body if self.table in _assigned_names(n)), None)
+        if cls is None or table is None or not isinstance(table.value, ast.Dict):
+            raise GenerationError(
+                f"{self.path}: no class {self.enum} or dict {self.table} to extend"
+            )
+        members = [n for n in cls.body if isinstance(n, ast.Assign)]
+        if any(t.id == self.member for n in members for t in n.targets):
+            raise GenerationError(f"{self.path}: {self.enum} has {self.member} already")
+        last_value = table.value.values[-1]
+        indent = " " * table.value.keys[-1].col_offset
+        entry = [f"{indent}{self.enum}.{self.member}: {{"]
+        entry += [
+            f"{indent}    {k!r}: {v!r},".replace("'", '"')
+            for k, v in self.entry.items()
+        ]
+        entry += [f"{indent}}},"]
+        # the later position first, so that the earlier stays where it was
+        lines[last_value.end_lineno : last_value.end_lineno] = entry
+        member = f"{' ' * members[-1].col_offset}{self.member} = {self.value!r}"
+        lines[members[-1].end_lineno : members[-1].end_lineno] = [
+            member.replace("'", '"')
+        ]
+        return "\n".join(lines) + "\n"
+
+    def fragment(self) -> str:
+        # An enum takes no member after its class statement; the installed
+        # TorchRL's gets one the way that statement makes them, so that code
+        # importing it afterwards sees the edited module
+        return f"""# Executed in the namespace of {self.module} ({self.path}): what the edit adds
+# to it.
+_member = object.__new__({self.enum})
+_member._name_, _member._value_ = {self.member!r}, {self.value!r}
+_member.__objclass__ = {self.enum}
+_member._sort_order_ = len({self.enum}._member_names_)
+{self.enum}._member_names_.append({self.member!r})
+{self.enum}._member_map_[{self.member!r}] = _member
+{self.enum}._value2member_map_[{self.value!r}] = _member
+type.__setattr__({self.enum}, {self.member!r}, _member)
+{self.table}[{self.enum}.{self.member}] = {self.entry!r}
+del _member
+"""
+
+
+def _assigned_names(node: ast.stmt) -> list[str]:
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    return []
+
+
+def value_estimator_edit() -> EnumMemberEdit:
+    """:data:`VALUE_ESTIMATOR_EDIT`, read from the shim and the registering class."""
+    spec = VALUE_ESTIMATOR_EDIT
+    shim = ast.parse(module_file(spec["member_source"]).read_text())
+    stand_in = [
+        n
+        for n in ast.walk(shim)
+        if isinstance(n, ast.ClassDef) and n.name == spec["enum"]
+    ]
+    members = [
+        (n.targets[0].id, ast.literal_eval(n.value))
+        for c in stand_in
+        for n in c.body
+        if isinstance(n, ast.Assign)
+    ]
+    if len(members) != 1:
+        raise GenerationError(
+            f"{spec['member_source']}: expected a stand-in {spec['enum']} with one "
+            f"member, found {members}"
+        )
+    member, value = members[0]
+    defaults = None
+    estimator = ast.parse(module_file(spec["registered_in"]).read_text())
+    for node in ast.walk(estimator):
+        for decorator in getattr(node, "decorator_list", []):
+            if (
+                isinstance(decorator, ast.Call)
+                and ast.unparse(decorator.func) == "register_value_estimator"
+                and ast.unparse(decorator.args[0]) == f"{spec['enum']}.{member}"
+            ):
+                keywords = {k.arg: k.value for k in decorator.keywords}
+                defaults = ast.literal_eval(keywords["default_kwargs"])
+    if defaults is None:
+        raise GenerationError(
+            f"{spec['registered_in']}: no @register_value_estimator("
+            f"{spec['enum']}.{member}, default_kwargs=...)"
+        )
+    path = spec["path"]
+    return EnumMemberEdit(
+        path=path,
+        module=path[: -len(".py")].replace("/", "."),
+        enum=spec["enum"],
+        member=member,
+        value=value,
+        table=spec["defaults"],
+        entry=defaults,
+    )
 
 
 @dataclass
@@ -722,7 +869,9 @@ def add_rst_entry(text: str, entry: str, after: str, dotted: str, where: str) ->
 @dataclass
 class Generated:
     new_files: dict[str, str] = field(default_factory=dict)  # path -> text
-    edits: list[PyEdit | RstEdit] = field(default_factory=list)  # in order
+    edits: list[EnumMemberEdit | PyEdit | RstEdit] = field(
+        default_factory=list
+    )  # in order
     warnings: list[str] = field(default_factory=list)
 
 
@@ -730,6 +879,8 @@ def generate() -> Generated:
     project = Project()
     out = Generated()
     core = Rewriter(project, "core")
+    # first: the modules written below import the member it adds
+    out.edits.append(value_estimator_edit())
 
     appended: list[PyEdit] = []
     for module in sorted(project.core):
@@ -1086,8 +1237,8 @@ def write_out(generated: Generated, out: Path) -> list[str]:
         manifest.append(
             {
                 "path": edit.path,
-                "kind": "python" if isinstance(edit, PyEdit) else "rst",
-                "module": edit.module if isinstance(edit, PyEdit) else None,
+                "kind": "rst" if isinstance(edit, RstEdit) else "python",
+                "module": None if isinstance(edit, RstEdit) else edit.module,
             }
         )
         written.append(f"_edits/{edit.path}")

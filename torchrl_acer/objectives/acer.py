@@ -18,12 +18,14 @@ from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import (
     _GAMMA_LMBDA_DEPREC_ERROR,
     _get_default_device,
+    default_value_kwargs,
     dispatch_value_estimator,
     distance_loss,
 )
 from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_acer.objectives._checks import check_finite, get_entry
+from torchrl_acer.objectives._value_estimators import ValueEstimators
 from torchrl_acer.objectives._window import transition_in_keys
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
@@ -33,7 +35,6 @@ from torchrl_acer.objectives.trust_region import (
     kl_gradient,
 )
 from torchrl_acer.objectives.value.retrace import (
-    ACERValueEstimators,
     RetraceEstimator,
     gaussian_log_prob,
     state_value,
@@ -339,7 +340,8 @@ class ACERLoss(LossModule):
     default_keys = _AcceptedKeys
     tensor_keys: _AcceptedKeys
     _schedulable_buffers = frozenset({"ratio_clip", "entropy_coeff", "critic_coeff"})
-    default_value_estimator = ACERValueEstimators.Retrace
+    default_value_estimator = ValueEstimators.Retrace
+    SUPPORTED_VALUE_ESTIMATORS = (ValueEstimators.Retrace,)
     # every key of the estimator is forwarded to it
     _value_estimator_default_keys = tuple(
         RetraceEstimator._AcceptedKeys.__dataclass_fields__
@@ -498,12 +500,13 @@ class ACERLoss(LossModule):
     def make_value_estimator(self, value_type=None, **hyperparams):
         """Builds the Retrace estimator (the only one ACER supports).
 
+        ``value_type`` is ``ValueEstimators.Retrace`` (the default; ``"retrace"``
+        too), a :class:`RetraceEstimator` instance or a subclass of it.
+
         Examples:
             ``loss.make_value_estimator(gamma=0.99)``,
             ``loss.make_value_estimator("retrace", gamma=0.9, c_thresh=1.0)``.
         """
-        if value_type is None:
-            value_type = self.default_value_estimator
         for name in ("recurrent_state", "burn_in"):
             if name in hyperparams:
                 raise TypeError(
@@ -511,34 +514,38 @@ class ACERLoss(LossModule):
                     f"estimator; do not pass it to make_value_estimator"
                 )
         recurrent = {"recurrent_state": self.recurrent_state, "burn_in": self.burn_in}
-        if isinstance(value_type, RetraceEstimator):
-            theirs = {name: getattr(value_type, name) for name in recurrent}
-            if theirs != recurrent:
-                raise ValueError(
-                    f"the estimator's {theirs} differ from the loss's {recurrent}"
-                )
-            self._value_estimator = value_type
-            self.value_type = type(value_type)
-        elif isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
-            hyperparams.setdefault("device", self._default_device)
-            hyperparams.setdefault("shifted", True)
-            self._value_estimator = value_type.for_loss(
-                self, **hyperparams, **recurrent
-            )
+        if isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
+            # the base class would call it without the networks: the registry's
+            # way (for_loss), with the defaults of ValueEstimators.Retrace
+            hp = {**default_value_kwargs(ValueEstimators.Retrace), **hyperparams}
+            hp.setdefault("device", _get_default_device(self))
+            self._value_estimator = value_type.for_loss(self, **hp, **recurrent)
             self.value_type = value_type
-        elif isinstance(value_type, ValueEstimatorBase) or isinstance(value_type, type):
-            raise NotImplementedError(
-                f"ACERLoss needs a RetraceEstimator, got {value_type}"
-            )
         else:
-            hyperparams.setdefault("device", self._default_device)
-            dispatch_value_estimator(
-                self,
-                value_type,
-                supported=(ACERValueEstimators.Retrace,),
-                **hyperparams,
-                **recurrent,
+            if isinstance(value_type, RetraceEstimator):
+                theirs = {name: getattr(value_type, name) for name in recurrent}
+                if theirs != recurrent:
+                    raise ValueError(
+                        f"the estimator's {theirs} differ from the loss's {recurrent}"
+                    )
+            elif isinstance(value_type, ValueEstimatorBase) or isinstance(
+                value_type, type
+            ):
+                raise NotImplementedError(
+                    f"ACERLoss needs a RetraceEstimator, got {value_type}"
+                )
+            value_type, hp = self._prepare_value_estimator_kwargs(
+                value_type, **hyperparams
             )
+            if value_type is not None:
+                hp.setdefault("device", _get_default_device(self))
+                dispatch_value_estimator(
+                    self,
+                    value_type,
+                    supported=self.SUPPORTED_VALUE_ESTIMATORS,
+                    **hp,
+                    **recurrent,
+                )
         self._forward_value_estimator_keys()
         return self
 

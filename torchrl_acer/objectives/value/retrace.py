@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from enum import Enum
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -14,7 +13,7 @@ from torch import distributions as D
 from torchrl._utils import is_compiling
 from torchrl.modules import GRUModule, IndependentNormal, LSTMModule
 from torchrl.objectives.utils import register_value_estimator
-from torchrl.objectives.value import ValueEstimatorBase
+from torchrl.objectives.value.advantages import ValueEstimatorBase
 
 from torchrl_acer.modules.sdn import StochasticDuelingNetwork
 from torchrl_acer.objectives._checks import (
@@ -27,6 +26,7 @@ from torchrl_acer.objectives._checks import (
     get_entry,
 )
 from torchrl_acer.objectives._recurrent import RECURRENT_STATES, RecurrentEvaluator
+from torchrl_acer.objectives._value_estimators import ValueEstimators
 from torchrl_acer.objectives._window import (
     ObservationWindow,
     PolicyCriticEvaluator,
@@ -35,22 +35,11 @@ from torchrl_acer.objectives._window import (
 )
 from torchrl_acer.objectives.value.functional import retrace_lambda_return_estimate
 
-__all__ = ["ACERValueEstimators", "RetraceEstimator"]
-
-
-class ACERValueEstimators(Enum):
-    """Value estimators ACER adds to TorchRL's registry.
-
-    ``make_value_estimator("retrace", ...)`` and
-    ``make_value_estimator(ACERValueEstimators.Retrace, ...)`` both select
-    :class:`RetraceEstimator`.
-    """
-
-    Retrace = "Retrace(lambda)"
+__all__ = ["RetraceEstimator"]
 
 
 @register_value_estimator(
-    ACERValueEstimators.Retrace,
+    ValueEstimators.Retrace,
     # ACER's data (collector batches, replayed segments) has s'_t == s_{t+1} inside
     # episodes, so the loss's estimator runs the networks on the shifted window
     default_kwargs={"gamma": 0.99, "lmbda": 1.0, "c_thresh": 1.0, "shifted": True},
