@@ -765,6 +765,101 @@ def add_name_to_import(text: str, lineno: int, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sort_imports(text: str, keep_blank_lines: bool = True) -> str:
+    """Orders each top-level run of import statements as TorchRL's pre-commit
+    (usort 1.0, ``first_party_detection = false``) does.
+
+    Categories ``__future__``, standard library, third party (every absolute
+    import, TorchRL's own included) and first party (relative imports), with one
+    blank line between them; in each, ``import x`` before ``from x import``, then
+    by module, case-insensitively; statements from one module are merged, their
+    names sorted case-insensitively, on one line when it fits in
+    :data:`LINE_LENGTH`, else one name per line. Inside a category a statement
+    keeps the blank line it had before it, as usort does (``keep_blank_lines``;
+    else the category is one block). A run holding a comment is left as it is.
+    """
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    runs = []
+    for parent in ast.walk(tree):  # every statement list, nested ones too
+        for field_name in ("body", "orelse", "finalbody"):
+            body = getattr(parent, field_name, None)
+            if not isinstance(body, list):
+                continue
+            run = []
+            for node in [*body, None]:
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    run.append(node)
+                elif run:
+                    runs.append(run)
+                    run = []
+    if not runs:
+        return text
+    for run in sorted(runs, key=lambda r: -r[0].lineno):
+        indent = " " * run[0].col_offset
+        start, end = run[0].lineno, run[-1].end_lineno
+        block = lines[start - 1 : end]
+        if any("#" in line or ";" in line for line in block):
+            continue
+        statements = {}  # (category, is from, dots, module) -> [names, blank before]
+        previous_end = None
+        for node in run:
+            blank = previous_end is not None and node.lineno > previous_end + 1
+            previous_end = node.end_lineno
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    key = (_import_category(top), False, 0, alias_text(alias))
+                    statements.setdefault(key, [[alias_text(alias)], blank])
+                    blank = False
+                continue
+            dots = node.level
+            module = "." * dots + (node.module or "")
+            top = (node.module or "").split(".")[0]
+            category = 3 if dots else _import_category(top)
+            key = (category, True, 100 - dots if dots else 0, module)
+            entry = statements.setdefault(key, [[], blank])
+            entry[0] += [a for a in map(alias_text, node.names) if a not in entry[0]]
+
+        def order(key):
+            return (*key[:3], key[3].casefold())
+
+        rendered, category = [], None
+        for key in sorted(statements, key=order):
+            names, blank = statements[key]
+            if category is not None and (
+                key[0] != category or (blank and keep_blank_lines)
+            ):
+                rendered.append("")
+            category = key[0]
+            if not key[1]:
+                rendered.append(f"{indent}import {names[0]}")
+                continue
+            names = sorted(names, key=_name_key)
+            one = f"{indent}from {key[3]} import {', '.join(names)}"
+            if len(one) <= LINE_LENGTH:
+                rendered.append(one)
+            else:
+                rendered += [
+                    f"{indent}from {key[3]} import (",
+                    *(f"{indent}    {n}," for n in names),
+                    f"{indent})",
+                ]
+        lines[start - 1 : end] = rendered
+    return "\n".join(lines) + "\n"
+
+
+def _name_key(name: str):
+    base, _, alias = name.partition(" as ")
+    return (base.casefold(), alias.casefold())
+
+
+def _import_category(top: str) -> int:
+    if top == "__future__":
+        return 0
+    return 1 if top in sys.stdlib_module_names else 2
+
+
 def merge_imports(text: str) -> str:
     """Merges the module's top-level ``from X import ...`` statements of the same
     ``X`` into the first one (rewriting can make two of them)."""
@@ -918,6 +1013,11 @@ def generate() -> Generated:
     for source, target in TEST_TARGETS.items():
         out.new_files[target] = test_module(project, source)
     out.new_files.update(sota_files(project))
+    for path, text in out.new_files.items():
+        if path.endswith(".py"):
+            # the rewritten imports were a block of their own (this project's
+            # first-party ones); upstream they join TorchRL's third-party block
+            out.new_files[path] = sort_imports(text, keep_blank_lines=False)
     texts = {**out.new_files, **{e.path: e.block for e in appended}}
     for path, text in sorted(texts.items()):
         mentions = sorted(
@@ -1109,8 +1209,10 @@ def inline_helpers(text: str, where: str) -> str:
             text = add_import(text, _from_text(node), [alias_text(alias)])
     lines = text.splitlines()
     last = _top_imports(ast.parse(text))[-1].end_lineno
+    while last < len(lines) and not lines[last].strip():
+        del lines[last]
     helpers = "\n\n\n".join(sections)
-    lines[last:last] = ["", "", helpers]
+    lines[last:last] = ["", "", helpers, "", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -1315,6 +1417,8 @@ def changes(generated: Generated, checkout: Checkout):
         text = base
         for edit in edits:
             text = edit.apply(text)
+        if path.endswith(".py"):
+            text = sort_imports(text)  # TorchRL's own order, blank lines kept
         result.append((path, base, text))
     return result
 
