@@ -615,9 +615,11 @@ class ACERLoss(LossModule):
         return self._outputs(terms, data, time_dim, last, masked)
 
     def _read_entries(self, data, logits_shape, checks, entries) -> None:
-        """Reads the behaviour policy's entries, in the order their errors are
-        reported, adding their value checks to ``checks`` (``None`` without
-        ``check_values``) so that all are read back at once."""
+        """Reads the behaviour policy's entries in the order errors are reported.
+
+        Adds their value checks to ``checks`` (``None`` without ``check_values``) so
+        that all are read back at once.
+        """
         estimator = self.value_estimator
         entries["log_mu"] = log_mu = estimator.behaviour_log_prob(data)
         entries["behaviour_log_probs"] = self._behaviour_log_probs(
@@ -684,9 +686,11 @@ class ACERLoss(LossModule):
         }
 
     def _gaussian_terms(self, data, steps, average, log_mu, hook):
-        """Per-step terms for a Gaussian policy and a stochastic dueling network
-        (paper section 5: Q_opc in the policy gradient, one sampled action for the
-        bias correction, a V term in the critic loss)."""
+        """Per-step terms for a Gaussian policy and a stochastic dueling network.
+
+        Paper section 5: Q_opc in the policy gradient, one sampled action for the bias
+        correction, a V term in the critic loss.
+        """
         estimator = self.value_estimator
         sdn = self.critic_network
         d = steps.loc.shape[-1]
@@ -760,8 +764,10 @@ class ACERLoss(LossModule):
         }
 
     def _action_noise(self, loc: torch.Tensor, n: int) -> torch.Tensor:
-        """Standard normal noise for the ``n`` actions drawn per step (a seam for
-        tests that replay the same draws)."""
+        """Standard normal noise for the ``n`` actions drawn per step.
+
+        A seam for tests that replay the same draws.
+        """
         return torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
 
     def _critic_error(self, target, prediction):
@@ -915,11 +921,13 @@ class ACERLoss(LossModule):
 
     @property
     def trust_region_stats(self) -> TensorDict | None:
-        """The trust region's statistics for the last ``backward``: the share of
-        steps where it was active (``active_fraction``), the mean :math:`\\|k_t\\|`
-        (``k_norm``) and the mean :math:`k_t \\cdot g_t` (``k_dot_g``), a copy, in
-        the policy's dtype; ``NaN`` before the first backward, ``None`` without a
-        trust region (``trust_region_delta=None``)."""
+        r"""The trust region's statistics for the last ``backward``.
+
+        The share of steps where it was active (``active_fraction``), the mean
+        :math:`\|k_t\|` (``k_norm``) and the mean :math:`k_t \cdot g_t` (``k_dot_g``), a
+        copy, in the policy's dtype; ``NaN`` before the first backward, ``None`` without
+        a trust region (``trust_region_delta=None``).
+        """
         if self.trust_region_delta is None:
             return None
         stats = self._trust_region_stats

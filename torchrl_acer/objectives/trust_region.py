@@ -99,9 +99,9 @@ def gaussian_kl_gradient(
 
 
 def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
-    """Projects each row of ``g`` onto ``k . z <= delta``; returns ``(z, coefficient)``.
+    r"""Projects each row of ``g`` onto ``k . z <= delta``; returns ``(z, coefficient)``.
 
-    The coefficient is :math:`\\max(0, (k \\cdot g - \\delta) / \\|k\\|^2)` (zero where
+    The coefficient is :math:`\max(0, (k \cdot g - \delta) / \|k\|^2)` (zero where
     :math:`k = 0`), ``[..., 1]``; it is positive exactly where the constraint is
     active.
     """
@@ -110,7 +110,7 @@ def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
 
 
 def _project(g, k, delta):
-    """:func:`project`, with :math:`k \\cdot g` and :math:`\\|k\\|^2` too."""
+    r""":func:`project`, with :math:`k \cdot g` and :math:`\|k\|^2` too."""
     k_dot_g = (k * g).sum(-1, keepdim=True)
     k_sq = (k * k).sum(-1, keepdim=True)
     excess = (k_dot_g - delta).clamp_min(0)
@@ -121,9 +121,9 @@ def _project(g, k, delta):
 
 
 class TrustRegionHook:
-    """Projects, per step, the gradient arriving at the policy statistics.
+    r"""Projects, per step, the gradient arriving at the policy statistics.
 
-    The gradient reaching :math:`\\phi_t` is :math:`-g_t / s`: minus the ascent
+    The gradient reaching :math:`\phi_t` is :math:`-g_t / s`: minus the ascent
     direction of the step's objective, divided by the reduction's scale ``s`` (the
     number of valid steps for a mean, 1 for a sum). The hook projects :math:`g_t`
     and returns :math:`-z^*_t / s`.
@@ -136,14 +136,14 @@ class TrustRegionHook:
 
     Args:
         k: :math:`k_t`, ``[..., A]`` (detached).
-        delta: :math:`\\delta`.
+        delta: :math:`\delta`.
         scale: ``s``.
         valid: ``[..., 1]`` weights of the steps that count (1 valid, 0 padding),
             for the statistics only.
         stats_out: a ``[3]`` tensor of the statistics' dtype that receives
             ``(active_fraction, k_norm, k_dot_g)``: the share of valid steps whose
-            constraint was active, the mean :math:`\\|k_t\\|` and the mean
-            :math:`k_t \\cdot g_t` before projection.
+            constraint was active, the mean :math:`\|k_t\|` and the mean
+            :math:`k_t \cdot g_t` before projection.
     """
 
     def __init__(self, k, delta, scale, valid, stats_out):

@@ -294,8 +294,10 @@ class RetraceEstimator(ValueEstimatorBase):
         self.one_hot = self.family == "one_hot"
 
     def _recurrent_evaluator(self, recurrent_state, burn_in):
-        """The sequence evaluator for networks holding recurrent modules, else
-        ``None`` (the feed-forward window)."""
+        """The sequence evaluator for networks holding recurrent modules.
+
+        ``None`` otherwise (the feed-forward window).
+        """
         if recurrent_state not in RECURRENT_STATES:
             raise ValueError(
                 f"recurrent_state must be one of {RECURRENT_STATES}, got "
@@ -651,8 +653,7 @@ class RetraceEstimator(ValueEstimatorBase):
         return flags[0], flags[1]
 
     def behaviour_log_prob(self, data: TensorDictBase) -> torch.Tensor:
-        """The behaviour policy's log-probability of each stored action,
-        ``[*B, T, 1]``.
+        """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
 
         A ``torch.distributions.Normal`` policy stores one log-probability per
         action dimension (``[*B, T, d]``): they are summed, as a diagonal
@@ -692,18 +693,18 @@ class RetraceEstimator(ValueEstimatorBase):
         log_mu: torch.Tensor | None = None,
         checked: bool = False,
     ) -> torch.Tensor:
-        """The Retrace target from network outputs already computed.
+        r"""The Retrace target from network outputs already computed.
 
         Args:
             tensordict: the ``[*B, T]`` batch, time last, holding rewards, done
                 flags and the behaviour log-probabilities.
 
         Keyword Args:
-            log_pi: :math:`\\log\\pi(a_t|s_t)`, ``[*B, T, 1]``.
+            log_pi: :math:`\log\pi(a_t|s_t)`, ``[*B, T, 1]``.
             action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``.
             next_state_value: :math:`V(s'_t)`, ``[*B, T, 1]``.
-            trace_power: the traces are :math:`\\lambda \\min(\\bar c,
-                \\rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
+            trace_power: the traces are :math:`\lambda \min(\bar c,
+                \rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
                 ``d``-dimensional actions.
             unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
             log_mu: :meth:`behaviour_log_prob` of ``tensordict``, if the caller
@@ -770,8 +771,11 @@ class RetraceEstimator(ValueEstimatorBase):
     def add_value_checks(
         self, checks: ValueChecks, tensordict: TensorDictBase, log_mu: torch.Tensor
     ) -> None:
-        """Adds :meth:`value_estimate`'s checks (finite rewards and behaviour
-        log-probabilities) to ``checks``; pass ``checked=True`` to it then."""
+        """Adds :meth:`value_estimate`'s checks to ``checks``.
+
+        Finite rewards and behaviour log-probabilities; pass ``checked=True`` to it
+        then.
+        """
         if not self.check_values:
             return
         owner = type(self).__name__
@@ -782,8 +786,10 @@ class RetraceEstimator(ValueEstimatorBase):
         checks.finite(log_mu, *self._log_mu_check(owner))
 
     def _hyperparameters(self, dtype: torch.dtype):
-        """``gamma``, ``lmbda`` and ``c_thresh`` in ``dtype``, cast once per dtype
-        and value (each cast is a kernel launch, every call)."""
+        """``gamma``, ``lmbda`` and ``c_thresh`` in ``dtype``.
+
+        Cast once per dtype and value (each cast is a kernel launch, every call).
+        """
         buffers = (self.gamma, self.lmbda, self.c_thresh)
         if is_compiling():
             return tuple(b.to(dtype) for b in buffers)
@@ -803,16 +809,16 @@ class RetraceEstimator(ValueEstimatorBase):
 
 
 class DiscreteSteps:
-    """Per-step network outputs of a ``[*B, T]`` window (time last).
+    r"""Per-step network outputs of a ``[*B, T]`` window (time last).
 
     Built from the flat outputs of one call of each network.
 
     Attributes:
         logits: the policy's logits at ``s_t``, ``[*B, T, A]``, in the graph.
-        q: :math:`Q(s_t, \\cdot)`, ``[*B, T, A]``, in the graph.
+        q: :math:`Q(s_t, \cdot)`, ``[*B, T, A]``, in the graph.
         action: stored action indices, ``[*B, T]``.
         action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``, in the graph.
-        next_state_value: :math:`V(s'_t) = \\sum_a \\pi(a|s'_t) Q(s'_t, a)` at the
+        next_state_value: :math:`V(s'_t) = \sum_a \pi(a|s'_t) Q(s'_t, a)` at the
             real next observation, ``[*B, T, 1]``, in the graph.
     """
 
@@ -826,7 +832,7 @@ class DiscreteSteps:
 
 
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """:math:`V(s) = \\sum_a \\pi(a|s) Q(s, a)`, keeping a trailing singleton dim."""
+    r""":math:`V(s) = \sum_a \pi(a|s) Q(s, a)`, keeping a trailing singleton dim."""
     return (probs * q).sum(-1, keepdim=True)
 
 
@@ -871,8 +877,11 @@ def _detached(params: TensorDictBase | None, module) -> TensorDictBase:
 
 
 def policy_family(actor_network) -> str:
-    """``"categorical"``, ``"one_hot"`` or ``"gaussian"`` from the actor's
-    distribution class; anything else raises ``TypeError``."""
+    """The policy family, from the actor's distribution class.
+
+    ``"categorical"``, ``"one_hot"`` or ``"gaussian"``; anything else raises
+    ``TypeError``.
+    """
     dist_class = _probabilistic_module(actor_network).distribution_class
     if not isinstance(dist_class, type):
         raise TypeError(f"unsupported distribution {dist_class!r}")
@@ -893,7 +902,7 @@ def policy_family(actor_network) -> str:
 
 
 def gaussian_log_prob(loc, scale, action) -> torch.Tensor:
-    """:math:`\\log\\pi(a|s)` of a diagonal Gaussian, ``[..., 1]``."""
+    r""":math:`\log\pi(a|s)` of a diagonal Gaussian, ``[..., 1]``."""
     return D.Normal(loc, scale).log_prob(action).sum(-1, keepdim=True)
 
 
