@@ -14,7 +14,11 @@
 set -uo pipefail
 root=$(cd "$1" && pwd)
 shift
-bin=${LINT_BIN:+$LINT_BIN/}
+bin=${LINT_BIN:+$(cd "$LINT_BIN" && pwd)/}
+for tool in ufmt flake8 pydocstyle pyupgrade codespell autoflake; do
+    # a missing tool must not read as a clean run
+    command -v "${bin}$tool" > /dev/null || { echo "no $tool (${bin:-PATH})" >&2; exit 2; }
+done
 cd "$root"
 if [ $# -gt 0 ]; then
     files=("$@")
@@ -37,7 +41,7 @@ report() {  # tool name, file of findings
     [ "$n" -eq 0 ] || { sed 's/^/    /' "$2"; failed=1; }
 }
 
-"${bin}ufmt" check "${files[@]}" 2>&1 | grep -E "^Would format" > "$scratch/ufmt"
+"${bin}ufmt" check "${files[@]}" 2>&1 | grep -E "^(Would format|Error)" > "$scratch/ufmt"
 report "ufmt (black 22.3.0, usort 1.0.3)" "$scratch/ufmt"
 "${bin}flake8" --config=setup.cfg "${files[@]}" > "$scratch/flake8" 2>&1
 report "flake8 6.1.0" "$scratch/flake8"
