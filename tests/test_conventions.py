@@ -44,19 +44,13 @@ def loss_and_batch(**kwargs):
 
 
 class TestEstimator:
-    def test_value_network_keyword_and_deprecated_critic_network(self):
+    def test_value_network_keyword(self):
         # every TorchRL estimator takes the critic as value_network=
         actor, critic = discrete_actor_critic()
         est = RetraceEstimator(gamma=0.9, actor_network=actor, value_network=critic)
         assert est.value_network is critic
-        with pytest.warns(DeprecationWarning, match="value_network"):
-            old = RetraceEstimator(
-                gamma=0.9, actor_network=actor, critic_network=critic
-            )
-        data = random_batch(2, 4, **MID_ROW)
-        torch.testing.assert_close(
-            old(data.clone())["value_target"], est(data.clone())["value_target"]
-        )
+        with pytest.raises(TypeError, match="critic_network"):
+            RetraceEstimator(gamma=0.9, actor_network=actor, critic_network=critic)
         with pytest.raises(TypeError, match="value_network"):
             RetraceEstimator(gamma=0.9, actor_network=actor)
 

@@ -9,7 +9,7 @@ import torch
 from builders import retrace, retrace_inputs
 from reference import retrace_backward_loop
 
-from torchrl_acer.objectives.value.functional import reverse_discounted_scan
+from torchrl_acer.objectives.value.functional import _reverse_discounted_scan
 
 
 def test_leading_batch_and_feature_dims():
@@ -57,4 +57,4 @@ def test_reverse_scan_handles_zero_decay_exactly():
     decay = torch.tensor([0.5, 0.0, 2.0, 0.5, 7.0], dtype=torch.float64)
     # A_4 = 5, A_3 = 4 + .5 * 5, A_2 = 3 + 2 A_3, A_1 = 2, A_0 = 1 + .5 * 2
     expected = torch.tensor([2.0, 2.0, 16.0, 6.5, 5.0], dtype=torch.float64)
-    torch.testing.assert_close(reverse_discounted_scan(delta, decay), expected)
+    torch.testing.assert_close(_reverse_discounted_scan(delta, decay), expected)

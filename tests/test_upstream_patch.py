@@ -170,3 +170,48 @@ def test_patch_applies_to_a_clean_pinned_checkout(tmp_path):
     # the generated tests, on the patched checkout's own torchrl
     env = {**os.environ, "PYTHONPATH": str(work)}
     run_generated_tests(*GENERATED_TESTS, cwd=work, env=env)
+
+
+def test_imports_are_sorted_as_torchrls_usort_does():
+    text = (
+        "from __future__ import annotations\n\n"
+        "import torch\n"
+        "import math\n"
+        "from tensordict.nn import (\n    TensorDictModule,\n    dispatch,\n)\n"
+        "from torchrl.objectives.utils import ValueEstimators\n\n"
+        "from torchrl.objectives.utils import distance_loss\n"
+        "from torchrl._utils import is_compiling\n"
+        "from .acer import ACERLoss\n\n"
+        "X = 1\n"
+    )
+    expected = (
+        "from __future__ import annotations\n\n"
+        "import math\n\n"
+        "import torch\n"
+        # case-insensitive names on one line when they fit; torchrl is third-party
+        "from tensordict.nn import dispatch, TensorDictModule\n"
+        "from torchrl._utils import is_compiling\n"
+        "from torchrl.objectives.utils import distance_loss, ValueEstimators\n\n"
+        "from .acer import ACERLoss\n\n"
+        "X = 1\n"
+    )
+    assert tool.sort_imports(text, keep_blank_lines=False) == expected
+    assert tool.sort_imports(expected) == expected
+
+
+def test_import_sorting_leaves_torchrls_own_files_as_they_are():
+    """TorchRL's files pass its usort: the sorter, which orders the edited ones,
+    must leave them unchanged (else it departs from usort)."""
+    source = checkout_or_skip()
+    files = [
+        *sorted((source / "torchrl").rglob("*.py")),
+        *sorted((source / "test").rglob("*.py")),
+    ]
+    assert len(files) > 300
+    changed = [
+        str(path.relative_to(source))
+        for path in files
+        if path.stat().st_size
+        and tool.sort_imports(path.read_text()) != path.read_text()
+    ]
+    assert not changed, changed[:10]

@@ -91,14 +91,9 @@ DOC_ENTRIES = (
     ("ACERLoss", "docs/source/reference/objectives_policy.rst", "A2CLoss"),
     ("RetraceEstimator", "docs/source/reference/objectives_common.rst", "VTrace"),
     (
-        "ACERValueEstimators",
-        "docs/source/reference/objectives_common.rst",
-        "RetraceEstimator",
-    ),
-    (
         "functional.retrace_lambda_return_estimate",
         "docs/source/reference/objectives_common.rst",
-        "ACERValueEstimators",
+        "RetraceEstimator",
     ),
     (
         "StochasticDuelingNetwork",
@@ -111,6 +106,27 @@ DOC_ENTRIES = (
         "StochasticDuelingNetwork",
     ),
 )
+
+# Modules of the core that stand in for TorchRL names this project cannot add to
+# an installed TorchRL: not contributed; imports of their names are rewritten to
+# TorchRL's module (core files) or public package (tests, scripts), and
+# VALUE_ESTIMATOR_EDIT adds the names there.
+SHIMS = {
+    "torchrl_acer.objectives._value_estimators": (
+        "torchrl.objectives.utils",
+        "torchrl.objectives",
+    ),
+}
+# ValueEstimators.Retrace: the member (from the shim's stand-in enum) and its
+# defaults (from the decorator of the class that registers it) go into TorchRL's
+# enum and _BUILTIN_VALUE_ESTIMATOR_DEFAULTS, next to VTrace's
+VALUE_ESTIMATOR_EDIT = {
+    "path": "torchrl/objectives/utils.py",
+    "enum": "ValueEstimators",
+    "defaults": "_BUILTIN_VALUE_ESTIMATOR_DEFAULTS",
+    "member_source": "torchrl_acer.objectives._value_estimators",
+    "registered_in": "torchrl_acer.objectives.value.retrace",
+}
 
 # Tests: this project's self-contained upstream modules -> TorchRL's test layout.
 TEST_TARGETS = {
@@ -130,6 +146,17 @@ LINE_LENGTH = 88
 REFERENCE = re.compile(r"\btorchrl_acer(?:\.[A-Za-z_]\w*)*")
 # this project's folders that have no counterpart upstream
 LOCAL_PATH = re.compile(r"(?<![\w/.-])(?:bench|examples|tests|tools)/[\w./*-]*\w")
+# words that speak of this project as a package of its own
+PROJECT_WORDS = re.compile(r"\bthis (?:package|project)\b|\(README\b[^)]*\)")
+# in the sota scripts' prose: asides that point at this project's README sections,
+# benchmarks or tests, which the scripts do not carry upstream (the sentence reads
+# whole without them)
+PROJECT_ASIDES = (
+    (re.compile(r' ?\(README, "[^"]*"\)'), ""),
+    (re.compile(r" ?\(``(?:bench|tests|tools)/[\w./-]+``\)"), ""),
+    (re.compile(r",\s*``(?:bench|tests|tools)/[\w./-]+``\)"), ")"),
+    (re.compile(r"\bthis package\b"), "this code"),
+)
 
 
 class GenerationError(Exception):
@@ -265,6 +292,8 @@ class Project:
                         f"the core module {module} imports {used}, which is not in "
                         f"torchrl_acer/{{{','.join(CORE_FLOORS)}}}"
                     )
+                if used in SHIMS:
+                    continue
                 if core or used not in self.core:
                     if used not in seen:
                         seen.add(used)
@@ -350,6 +379,11 @@ class Rewriter:
         """``(module, name)`` to import ``source.name`` from (``public``: the path
         users import it from, even in a core module)."""
         module, defined = self.project.resolve(source, name)
+        if module in SHIMS and defined is not None:
+            internal, public_home = SHIMS[module]
+            if self.kind == "core" and not public:
+                return internal, defined
+            return public_home, defined
         if defined is None:  # a submodule
             target = self.map_module(module, where)
             return target.rpartition(".")[0], target.rpartition(".")[2]
@@ -496,6 +530,130 @@ class PyEdit:
 
 
 @dataclass
+class EnumMemberEdit:
+    """A member added to an enum of the checkout and its entry in a dict keyed by
+    the enum, each after the last of its kind."""
+
+    path: str
+    module: str
+    enum: str
+    member: str
+    value: str
+    table: str
+    entry: dict
+
+    def apply(self, text: str) -> str:
+        tree = ast.parse(text)
+        lines = text.splitlines()
+        cls = next(
+            (
+                n
+                for n in tree.body
+                if isinstance(n, ast.ClassDef) and n.name == self.enum
+            ),
+            None,
+        )
+        table = next((n for n in tree.body if self.table in _assigned_names(n)), None)
+        if cls is None or table is None or not isinstance(table.value, ast.Dict):
+            raise GenerationError(
+                f"{self.path}: no class {self.enum} or dict {self.table} to extend"
+            )
+        members = [n for n in cls.body if isinstance(n, ast.Assign)]
+        if any(t.id == self.member for n in members for t in n.targets):
+            raise GenerationError(f"{self.path}: {self.enum} has {self.member} already")
+        last_value = table.value.values[-1]
+        indent = " " * table.value.keys[-1].col_offset
+        entry = [f"{indent}{self.enum}.{self.member}: {{"]
+        entry += [
+            f"{indent}    {k!r}: {v!r},".replace("'", '"')
+            for k, v in self.entry.items()
+        ]
+        entry += [f"{indent}}},"]
+        # the later position first, so that the earlier stays where it was
+        lines[last_value.end_lineno : last_value.end_lineno] = entry
+        member = f"{' ' * members[-1].col_offset}{self.member} = {self.value!r}"
+        lines[members[-1].end_lineno : members[-1].end_lineno] = [
+            member.replace("'", '"')
+        ]
+        return "\n".join(lines) + "\n"
+
+    def fragment(self) -> str:
+        # An enum takes no member after its class statement; the installed
+        # TorchRL's gets one the way that statement makes them, so that code
+        # importing it afterwards sees the edited module
+        return f"""# Executed in the namespace of {self.module} ({self.path}): what the edit adds
+# to it.
+_member = object.__new__({self.enum})
+_member._name_, _member._value_ = {self.member!r}, {self.value!r}
+_member.__objclass__ = {self.enum}
+_member._sort_order_ = len({self.enum}._member_names_)
+{self.enum}._member_names_.append({self.member!r})
+{self.enum}._member_map_[{self.member!r}] = _member
+{self.enum}._value2member_map_[{self.value!r}] = _member
+type.__setattr__({self.enum}, {self.member!r}, _member)
+{self.table}[{self.enum}.{self.member}] = {self.entry!r}
+del _member
+"""
+
+
+def _assigned_names(node: ast.stmt) -> list[str]:
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    return []
+
+
+def value_estimator_edit() -> EnumMemberEdit:
+    """:data:`VALUE_ESTIMATOR_EDIT`, read from the shim and the registering class."""
+    spec = VALUE_ESTIMATOR_EDIT
+    shim = ast.parse(module_file(spec["member_source"]).read_text())
+    stand_in = [
+        n
+        for n in ast.walk(shim)
+        if isinstance(n, ast.ClassDef) and n.name == spec["enum"]
+    ]
+    members = [
+        (n.targets[0].id, ast.literal_eval(n.value))
+        for c in stand_in
+        for n in c.body
+        if isinstance(n, ast.Assign)
+    ]
+    if len(members) != 1:
+        raise GenerationError(
+            f"{spec['member_source']}: expected a stand-in {spec['enum']} with one "
+            f"member, found {members}"
+        )
+    member, value = members[0]
+    defaults = None
+    estimator = ast.parse(module_file(spec["registered_in"]).read_text())
+    for node in ast.walk(estimator):
+        for decorator in getattr(node, "decorator_list", []):
+            if (
+                isinstance(decorator, ast.Call)
+                and ast.unparse(decorator.func) == "register_value_estimator"
+                and ast.unparse(decorator.args[0]) == f"{spec['enum']}.{member}"
+            ):
+                keywords = {k.arg: k.value for k in decorator.keywords}
+                defaults = ast.literal_eval(keywords["default_kwargs"])
+    if defaults is None:
+        raise GenerationError(
+            f"{spec['registered_in']}: no @register_value_estimator("
+            f"{spec['enum']}.{member}, default_kwargs=...)"
+        )
+    path = spec["path"]
+    return EnumMemberEdit(
+        path=path,
+        module=path[: -len(".py")].replace("/", "."),
+        enum=spec["enum"],
+        member=member,
+        value=value,
+        table=spec["defaults"],
+        entry=defaults,
+    )
+
+
+@dataclass
 class RstEdit:
     """Autosummary entries added to an rst file of the docs."""
 
@@ -607,6 +765,101 @@ def add_name_to_import(text: str, lineno: int, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sort_imports(text: str, keep_blank_lines: bool = True) -> str:
+    """Orders each top-level run of import statements as TorchRL's pre-commit
+    (usort 1.0, ``first_party_detection = false``) does.
+
+    Categories ``__future__``, standard library, third party (every absolute
+    import, TorchRL's own included) and first party (relative imports), with one
+    blank line between them; in each, ``import x`` before ``from x import``, then
+    by module, case-insensitively; statements from one module are merged, their
+    names sorted case-insensitively, on one line when it fits in
+    :data:`LINE_LENGTH`, else one name per line. Inside a category a statement
+    keeps the blank line it had before it, as usort does (``keep_blank_lines``;
+    else the category is one block). A run holding a comment is left as it is.
+    """
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    runs = []
+    for parent in ast.walk(tree):  # every statement list, nested ones too
+        for field_name in ("body", "orelse", "finalbody"):
+            body = getattr(parent, field_name, None)
+            if not isinstance(body, list):
+                continue
+            run = []
+            for node in [*body, None]:
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    run.append(node)
+                elif run:
+                    runs.append(run)
+                    run = []
+    if not runs:
+        return text
+    for run in sorted(runs, key=lambda r: -r[0].lineno):
+        indent = " " * run[0].col_offset
+        start, end = run[0].lineno, run[-1].end_lineno
+        block = lines[start - 1 : end]
+        if any("#" in line or ";" in line for line in block):
+            continue
+        statements = {}  # (category, is from, dots, module) -> [names, blank before]
+        previous_end = None
+        for node in run:
+            blank = previous_end is not None and node.lineno > previous_end + 1
+            previous_end = node.end_lineno
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    key = (_import_category(top), False, 0, alias_text(alias))
+                    statements.setdefault(key, [[alias_text(alias)], blank])
+                    blank = False
+                continue
+            dots = node.level
+            module = "." * dots + (node.module or "")
+            top = (node.module or "").split(".")[0]
+            category = 3 if dots else _import_category(top)
+            key = (category, True, 100 - dots if dots else 0, module)
+            entry = statements.setdefault(key, [[], blank])
+            entry[0] += [a for a in map(alias_text, node.names) if a not in entry[0]]
+
+        def order(key):
+            return (*key[:3], key[3].casefold())
+
+        rendered, category = [], None
+        for key in sorted(statements, key=order):
+            names, blank = statements[key]
+            if category is not None and (
+                key[0] != category or (blank and keep_blank_lines)
+            ):
+                rendered.append("")
+            category = key[0]
+            if not key[1]:
+                rendered.append(f"{indent}import {names[0]}")
+                continue
+            names = sorted(names, key=_name_key)
+            one = f"{indent}from {key[3]} import {', '.join(names)}"
+            if len(one) <= LINE_LENGTH:
+                rendered.append(one)
+            else:
+                rendered += [
+                    f"{indent}from {key[3]} import (",
+                    *(f"{indent}    {n}," for n in names),
+                    f"{indent})",
+                ]
+        lines[start - 1 : end] = rendered
+    return "\n".join(lines) + "\n"
+
+
+def _name_key(name: str):
+    base, _, alias = name.partition(" as ")
+    return (base.casefold(), alias.casefold())
+
+
+def _import_category(top: str) -> int:
+    if top == "__future__":
+        return 0
+    return 1 if top in sys.stdlib_module_names else 2
+
+
 def merge_imports(text: str) -> str:
     """Merges the module's top-level ``from X import ...`` statements of the same
     ``X`` into the first one (rewriting can make two of them)."""
@@ -711,7 +964,9 @@ def add_rst_entry(text: str, entry: str, after: str, dotted: str, where: str) ->
 @dataclass
 class Generated:
     new_files: dict[str, str] = field(default_factory=dict)  # path -> text
-    edits: list[PyEdit | RstEdit] = field(default_factory=list)  # in order
+    edits: list[EnumMemberEdit | PyEdit | RstEdit] = field(
+        default_factory=list
+    )  # in order
     warnings: list[str] = field(default_factory=list)
 
 
@@ -719,6 +974,8 @@ def generate() -> Generated:
     project = Project()
     out = Generated()
     core = Rewriter(project, "core")
+    # first: the modules written below import the member it adds
+    out.edits.append(value_estimator_edit())
 
     appended: list[PyEdit] = []
     for module in sorted(project.core):
@@ -756,9 +1013,24 @@ def generate() -> Generated:
     for source, target in TEST_TARGETS.items():
         out.new_files[target] = test_module(project, source)
     out.new_files.update(sota_files(project))
+    for path, text in out.new_files.items():
+        if path.endswith(".py"):
+            # the rewritten imports were a block of their own (this project's
+            # first-party ones); upstream they join TorchRL's third-party block
+            out.new_files[path] = sort_imports(text, keep_blank_lines=False)
     texts = {**out.new_files, **{e.path: e.block for e in appended}}
     for path, text in sorted(texts.items()):
-        for match in sorted(set(LOCAL_PATH.findall(text))):
+        mentions = sorted(
+            set(LOCAL_PATH.findall(text)) | set(PROJECT_WORDS.findall(text))
+        )
+        if mentions and not path.startswith(SOTA_DIR):
+            # the core and its tests go into TorchRL's own modules, where a word
+            # about this project would be wrong: fix it at the source
+            raise GenerationError(
+                f"{path} mentions {', '.join(mentions)}, which means nothing in "
+                f"TorchRL; reword its source"
+            )
+        for match in mentions:
             out.warnings.append(f"{path} mentions {match}, a path of this project")
     return out
 
@@ -937,8 +1209,10 @@ def inline_helpers(text: str, where: str) -> str:
             text = add_import(text, _from_text(node), [alias_text(alias)])
     lines = text.splitlines()
     last = _top_imports(ast.parse(text))[-1].end_lineno
+    while last < len(lines) and not lines[last].strip():
+        del lines[last]
     helpers = "\n\n\n".join(sections)
-    lines[last:last] = ["", "", helpers]
+    lines[last:last] = ["", "", helpers, "", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -982,6 +1256,8 @@ def sota_files(project: Project) -> dict[str, str]:
         if where.endswith(".py"):
             text = merge_imports(rewriter.imports(text, current, where))
         text = rewriter.references(text, where)
+        for pattern, replacement in PROJECT_ASIDES:
+            text = pattern.sub(replacement, text)
         return re.sub(
             r"\bexamples/([\w.*?-]+)",
             lambda m: (
@@ -1063,8 +1339,8 @@ def write_out(generated: Generated, out: Path) -> list[str]:
         manifest.append(
             {
                 "path": edit.path,
-                "kind": "python" if isinstance(edit, PyEdit) else "rst",
-                "module": edit.module if isinstance(edit, PyEdit) else None,
+                "kind": "rst" if isinstance(edit, RstEdit) else "python",
+                "module": None if isinstance(edit, RstEdit) else edit.module,
             }
         )
         written.append(f"_edits/{edit.path}")
@@ -1141,6 +1417,8 @@ def changes(generated: Generated, checkout: Checkout):
         text = base
         for edit in edits:
             text = edit.apply(text)
+        if path.endswith(".py"):
+            text = sort_imports(text)  # TorchRL's own order, blank lines kept
         result.append((path, base, text))
     return result
 

@@ -12,7 +12,6 @@ Layout, each floor importing only the floors below it:
 from torchrl_acer.modules import PlainQCritic, StochasticDuelingNetwork
 from torchrl_acer.objectives import (
     ACERLoss,
-    ACERValueEstimators,
     RetraceEstimator,
     retrace_lambda_return_estimate,
 )
@@ -20,7 +19,6 @@ from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
 
 __all__ = [
     "ACERLoss",
-    "ACERValueEstimators",
     "FrameStackReplayBuffer",
     "PlainQCritic",
     "RetraceEstimator",

@@ -28,14 +28,19 @@ def _standard_normal(n: int, like: torch.Tensor) -> torch.Tensor:
 
 
 def _draw(loc, scale, noise):
-    """Actions ``loc + scale * noise`` (``[n, *B, d]``), with no gradient into the
-    policy."""
+    """Actions ``loc + scale * noise`` (``[n, *B, d]``).
+
+    No gradient flows into the policy.
+    """
     return (loc.detach() + scale.detach() * noise).detach()
 
 
 def _at_actions(network, observations, action_key, actions):
-    """``network`` on each of ``m`` actions per state in one call: ``observations``
-    (``[*B]``, the entries it reads besides the action) expanded to ``[m, *B]``."""
+    """Runs ``network`` on each of ``m`` actions per state in one call.
+
+    ``observations`` (``[*B]``, the entries it reads besides the action) are expanded to
+    ``[m, *B]``.
+    """
     data = observations.expand(actions.shape[0], *observations.batch_size)
     data = data.clone(False)
     data.set(action_key, actions)
@@ -43,7 +48,7 @@ def _at_actions(network, observations, action_key, actions):
 
 
 class StochasticDuelingNetwork(TensorDictModuleBase):
-    """:math:`V(s)` and :math:`\\tilde Q(s, a)` from a value and an advantage head.
+    r""":math:`V(s)` and :math:`\tilde Q(s, a)` from a value and an advantage head.
 
     Args:
         value_network (TensorDictModule): reads the observation, writes
@@ -59,7 +64,7 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
             read to draw :math:`u_i`. Default to ``"loc"`` and ``"scale"``.
         value_key (NestedKey): where :math:`V(s)` is written. Defaults to
             ``"state_value"``.
-        action_value_key (NestedKey): where :math:`\\tilde Q(s, a)` is written.
+        action_value_key (NestedKey): where :math:`\tilde Q(s, a)` is written.
             Defaults to ``"action_value"``.
 
     Examples:
@@ -154,8 +159,10 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
     def sample_baseline_actions(
         self, loc: torch.Tensor, scale: torch.Tensor
     ) -> torch.Tensor:
-        """``n`` actions :math:`u_i \\sim \\pi(\\cdot|s)`, ``[n, *B, d]`` (no gradient
-        flows into the policy through them)."""
+        r"""Draws ``n`` actions :math:`u_i \sim \pi(\cdot|s)`, ``[n, *B, d]``.
+
+        No gradient flows into the policy through them.
+        """
         return _draw(loc, scale, _standard_normal(self.num_samples, loc))
 
     def dueling_action_value(
@@ -166,9 +173,11 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
         loc: torch.Tensor,
         scale: torch.Tensor,
     ) -> torch.Tensor:
-        r""":math:`\tilde Q(s, a) = V(s) + A(s, a) - \frac1n \sum_i A(s, u_i)` with
-        fresh :math:`u_i \sim \pi`, given :math:`V(s)` (``[*B, 1]``); ``action``,
-        ``loc`` and ``scale`` are ``[*B, d]``. Returns ``[*B, 1]``."""
+        r""":math:`\tilde Q(s, a) = V(s) + A(s, a) - \frac1n \sum_i A(s, u_i)`.
+
+        With fresh :math:`u_i \sim \pi`, given :math:`V(s)` (``[*B, 1]``); ``action``,
+        ``loc`` and ``scale`` are ``[*B, d]``. Returns ``[*B, 1]``.
+        """
         actions = torch.cat(
             [action.unsqueeze(0), self.sample_baseline_actions(loc, scale)], 0
         )
@@ -190,8 +199,9 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
 
 
 class SampledStateValue(TensorDictModuleBase):
-    r""":math:`V(s) = \frac1n \sum_i Q(s, u_i)`, :math:`u_i \sim \pi(\cdot|s)`:
-    the state value of a plain :math:`Q` critic, by Monte Carlo.
+    r""":math:`V(s)` of a plain :math:`Q` critic, by Monte Carlo.
+
+    :math:`V(s) = \frac1n \sum_i Q(s, u_i)`, :math:`u_i \sim \pi(\cdot|s)`.
 
     Reads the observation entries and the policy's ``loc`` and ``scale`` at
     :math:`s` (written by the actor in the same tensordict: they are not in
@@ -239,9 +249,10 @@ class SampledStateValue(TensorDictModuleBase):
 
 
 class PlainQCritic(StochasticDuelingNetwork):
-    r"""ACER's continuous critic without the dueling architecture: a plain
-    :math:`Q(s, a)` network, with :math:`V(s) = \frac1n \sum_i Q(s, u_i)` by
-    Monte Carlo (:class:`SampledStateValue`). The paper's section 6.1 ablation.
+    r"""ACER's continuous critic without the dueling architecture.
+
+    A plain :math:`Q(s, a)` network, with :math:`V(s) = \frac1n \sum_i Q(s, u_i)` by
+    Monte Carlo (:class:`SampledStateValue`): the paper's section 6.1 ablation.
 
     It keeps :class:`StochasticDuelingNetwork`'s interface, with
     :math:`\tilde Q(s, a) = Q(s, a)` (the "advantage" network is :math:`Q`), so
@@ -296,6 +307,8 @@ class PlainQCritic(StochasticDuelingNetwork):
         )
 
     def dueling_action_value(self, observations, value, action, loc, scale):
-        """:math:`Q(s, a)` itself, ``[*B, 1]`` (``value``, ``loc`` and ``scale`` are
-        unused: there is no dueling baseline)."""
+        """Returns :math:`Q(s, a)` itself, ``[*B, 1]``.
+
+        ``value``, ``loc`` and ``scale`` are unused: there is no dueling baseline.
+        """
         return self.advantages(observations, action.unsqueeze(0))[0]

@@ -6,14 +6,12 @@ only; the training application (:mod:`torchrl_acer.training`) is built on top of
 
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.objectives.value import (
-    ACERValueEstimators,
     RetraceEstimator,
     retrace_lambda_return_estimate,
 )
 
 __all__ = [
     "ACERLoss",
-    "ACERValueEstimators",
     "RetraceEstimator",
     "retrace_lambda_return_estimate",
 ]

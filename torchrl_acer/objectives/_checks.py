@@ -105,6 +105,7 @@ class ValueChecks:
 
 
 def check_not_empty(tensordict: TensorDictBase, owner: str) -> None:
+    """Raises ``ValueError`` for a batch with no row or no step."""
     if 0 in tensordict.batch_size:  # TensorDict.numel() is at least 1
         raise ValueError(
             f"{owner}: got an empty batch (batch_size "
@@ -138,6 +139,7 @@ def explain_dtype_error(
 
 
 def check_action_range(action_index: torch.Tensor, num_actions: int, owner: str):
+    """Raises ``ValueError`` naming the first action index outside the policy's."""
     bad = (action_index < 0) | (action_index >= num_actions)
     if bad.any():
         index = tuple(bad.nonzero()[0].tolist())

@@ -80,15 +80,20 @@ IS_INIT = "is_init"
 
 
 def recurrent_modules(network) -> list[LSTMModule | GRUModule]:
-    """The :class:`~torchrl.modules.LSTMModule` and
-    :class:`~torchrl.modules.GRUModule` inside ``network``, in order."""
+    """The recurrent modules inside ``network``, in order.
+
+    TorchRL's :class:`~torchrl.modules.LSTMModule` and
+    :class:`~torchrl.modules.GRUModule`.
+    """
     return [m for m in network.modules() if isinstance(m, (LSTMModule, GRUModule))]
 
 
 def actor_features(actor_network) -> set[NestedKey]:
-    """The entries the actor writes on its way to its distribution (its trunk's
-    features, the distribution parameters), not the sample or its log-prob, nor
-    what it reads from the data (an entry it rewrites in place)."""
+    """The entries the actor writes on its way to its distribution.
+
+    Its trunk's features and the distribution parameters, not the sample or its
+    log-prob, nor what it reads from the data (an entry it rewrites in place).
+    """
     sampled = {unravel_key(k) for k in _probabilistic_module(actor_network).out_keys}
     read = {unravel_key(k) for k in actor_network.in_keys}
     return {unravel_key(k) for k in actor_network.out_keys} - sampled - read
@@ -100,8 +105,11 @@ def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
 
 
 def state_shapes(module: LSTMModule | GRUModule) -> dict[NestedKey, tuple[int, ...]]:
-    """``{state key: per-step shape}`` of a recurrent module's hidden state, as its
-    ``make_tensordict_primer`` declares it: ``(num_layers * directions, size)``."""
+    """The per-step shapes of a recurrent module's hidden state, by key.
+
+    ``{state key: per-step shape}`` as its ``make_tensordict_primer`` declares it:
+    ``(num_layers * directions, size)``.
+    """
     rnn = module_rnn(module)
     layers = rnn.num_layers * (2 if rnn.bidirectional else 1)
     keys = [unravel_key(k) for k in module.in_keys[1:-1]]
@@ -181,16 +189,22 @@ class RecurrentEvaluator:
         return next(p for m in self.modules for p in m.parameters())
 
     def in_keys(self, tensor_keys) -> list[NestedKey]:
-        """What a segment must hold: the transitions, ``is_init`` and, with
-        ``recurrent_state="stored"``, each module's hidden state."""
+        """What a segment must hold.
+
+        The transitions, ``is_init`` and, with ``recurrent_state="stored"``, each
+        module's hidden state.
+        """
         stored = list(self.states) if self.recurrent_state == "stored" else []
         return [*transition_in_keys(self.obs_keys, tensor_keys), *stored, IS_INIT]
 
     def split_burn_in(
         self, data: TensorDictBase, owner: str
     ) -> tuple[TensorDictBase | None, TensorDictBase]:
-        """``(steps 0 .. k-1, steps k .. T-1)`` of a ``[*B, T]`` segment (time
-        last); ``(None, data)`` without burn-in."""
+        """Splits a ``[*B, T]`` segment (time last) at the burn-in.
+
+        Returns ``(steps 0 .. k-1, steps k .. T-1)``, or ``(None, data)`` without
+        burn-in.
+        """
         k = self.burn_in
         if not k:
             return None, data
@@ -209,9 +223,11 @@ class RecurrentEvaluator:
         owner: str,
         done_before: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``[*B, T]`` booleans: the steps whose incoming state is zero
-        (``is_init_t`` or ``done_{t-1}``; ``done_before`` is the ``done`` of the
-        step before the first)."""
+        """The steps whose incoming state is zero, ``[*B, T]`` booleans.
+
+        ``is_init_t`` or ``done_{t-1}``; ``done_before`` is the ``done`` of the step
+        before the first.
+        """
         is_init = get_entry(
             data,
             IS_INIT,
@@ -235,9 +251,11 @@ class RecurrentEvaluator:
     def initial_states(
         self, data: TensorDictBase, like: torch.Tensor, owner: str
     ) -> dict[NestedKey, torch.Tensor]:
-        """``{state key: [R, *shape]}``, the state entering the segment's first step
-        (``R`` rows), before any reset, in ``like``'s dtype and device (a parameter
-        of the networks)."""
+        """The state entering the segment's first step, before any reset.
+
+        ``{state key: [R, *shape]}`` for ``R`` rows, in ``like``'s dtype and device (a
+        parameter of the networks).
+        """
         batch = tuple(data.batch_size)
         rows = math.prod(batch[:-1])
         out = {}
@@ -274,11 +292,12 @@ class RecurrentEvaluator:
         detach_shared: bool = False,
         states: bool = False,
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Runs the actor (to its distribution parameters) and the critic over
-        ``inputs`` (``[R, L]`` sequences) in recurrent mode, writing their outputs
-        into ``inputs``; with ``states``, the recurrent modules' own forward also
-        writes the states after each sequence, else they run in pieces
-        (:func:`run_in_pieces`)."""
+        """Runs the actor and the critic over ``[R, L]`` sequences in recurrent mode.
+
+        The actor runs to its distribution parameters; the outputs are written into
+        ``inputs``. With ``states``, the recurrent modules' own forward also writes the
+        states after each sequence, else they run in pieces (:func:`run_in_pieces`).
+        """
         ev = self.evaluator
         with (
             set_recurrent_mode(True),
@@ -309,8 +328,11 @@ class RecurrentEvaluator:
         like: torch.Tensor,
         owner: str,
     ) -> SequenceWindow:
-        """The sequences over ``data`` (the steps after the burn-in ``prefix``,
-        whose ``done`` flags are ``prefix_done``), with the states entering them."""
+        """The sequences over ``data``, with the states entering them.
+
+        ``data`` holds the steps after the burn-in ``prefix``, whose ``done`` flags are
+        ``prefix_done``.
+        """
         if prefix is None:
             states = self.initial_states(data, like, owner)
             done_before = None
@@ -353,9 +375,12 @@ class RecurrentEvaluator:
         *,
         owner: str,
     ) -> dict[str, torch.Tensor]:
-        """The averaged policy's distribution parameters at steps ``burn_in ..
-        T-1`` of ``full`` (the whole segment), ``[*B, T - burn_in, ...]``: the
-        actor with ``params``, run over the whole segment from the same states."""
+        """The averaged policy's distribution parameters after the burn-in.
+
+        At steps ``burn_in .. T-1`` of ``full`` (the whole segment), ``[*B, T - burn_in,
+        ...]``: the actor with ``params``, run over the whole segment from the same
+        states.
+        """
         ev = self.evaluator
         like = self.parameter()
         window = SequenceWindow(
@@ -391,8 +416,10 @@ _IN_PIECES: ContextVar[frozenset[int]] = ContextVar("_in_pieces", default=frozen
 
 @contextlib.contextmanager
 def run_in_pieces(modules):
-    """Within it, in this thread, each of ``modules`` called in recurrent mode on
-    ``[R, L]`` rows computes :func:`forward_in_pieces` instead of its forward.
+    """Runs ``modules`` in pieces (:func:`forward_in_pieces`) within it.
+
+    In this thread, each of ``modules`` called in recurrent mode on ``[R, L]`` rows
+    computes :func:`forward_in_pieces` instead of its forward.
 
     Left out: a bidirectional RNN (padding would reach its outputs) and a module
     set to TorchRL's ``"scan"`` or ``"triton"`` backend (the user's choice). The
@@ -427,8 +454,9 @@ def _dispatch_forward(module, tensordict: TensorDictBase) -> TensorDictBase:
 def forward_in_pieces(
     module: LSTMModule | GRUModule, tensordict: TensorDictBase
 ) -> TensorDictBase:
-    """The output of ``module`` in recurrent mode on ``[R, L]`` rows, as its
-    forward computes it (not the states after each step), written into
+    """The output of ``module`` in recurrent mode on ``[R, L]`` rows.
+
+    As its forward computes it (not the states after each step), written into
     ``tensordict`` under the module's first out_key.
 
     The rows are cut before each ``is_init`` into pieces that start from the state
@@ -574,9 +602,11 @@ class SequenceWindow:
         return out.reshape(*self.batch_shape, self.T, *values.shape[2:])
 
     def flat_current(self, keys: list[NestedKey]) -> TensorDictBase:
-        """The entries ``keys`` of ``inputs`` at each ``s_t`` (observations, and
-        the features the networks wrote there), ``[prod(B) T]``, steps in the order
-        of ``[*B, T]`` flattened: for heads run on independent steps."""
+        """The entries ``keys`` of ``inputs`` at each ``s_t``, for heads run on steps.
+
+        The observations, and the features the networks wrote there, ``[prod(B) T]``,
+        steps in the order of ``[*B, T]`` flattened.
+        """
         # current() is [*B, T, *F]: B's dims and T flattened into one
         last = len(self.batch_shape)
         return TensorDict(
@@ -585,8 +615,7 @@ class SequenceWindow:
         )
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each
-        ``[*B, T, *F]``."""
+        """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each ``[*B, T, *F]``."""
         nxt = values[self._row_index, self.positions + 1]
         nxt = nxt.reshape(*self.batch_shape, self.T, *values.shape[2:])
         return self.current(values), nxt

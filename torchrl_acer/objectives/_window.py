@@ -39,6 +39,7 @@ from tensordict.nn import (
     skip_existing,
 )
 from tensordict.utils import NestedKey
+from torchrl._utils import is_compiling
 from torchrl.modules import GRUModule, LSTMModule
 
 from torchrl_acer.objectives._checks import get_entry
@@ -103,7 +104,7 @@ class ObservationWindow:
         mid_truncation = done & ~terminated
         mid_truncation[..., -1] = False
         self.mid_truncation = mid_truncation
-        if torch.compiler.is_compiling():
+        if is_compiling():
             bound = min(self.extra_bound(rows), rows * (self.T - 1))
             self._static_extra = True
             self.num_extra = bound
@@ -168,8 +169,10 @@ class ObservationWindow:
         return self._current
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Splits the outputs on ``inputs`` into ``(at s_t, at s'_t)``, each
-        ``[*B, T, *F]``."""
+        """Splits the outputs on ``inputs`` into ``(at s_t, at s'_t)``.
+
+        Each is ``[*B, T, *F]``.
+        """
         feature_shape = values.shape[1:]
         if not self.shifted:
             current, nxt = values.reshape(2, *self.batch_shape, self.T, *feature_shape)
@@ -201,9 +204,11 @@ def _next(key: NestedKey) -> tuple[str, ...]:
 
 
 def transition_in_keys(obs_keys, keys) -> list:
-    """The entries a ``[*B, T]`` batch must hold for Retrace: the networks'
-    observations now and next, the action, its behaviour log-probability, and the
-    reward and end flags under ``"next"``."""
+    """The entries a ``[*B, T]`` batch must hold for Retrace.
+
+    The networks' observations now and next, the action, its behaviour log-probability,
+    and the reward and end flags under ``"next"``.
+    """
     return [
         *obs_keys,
         *map(_next, obs_keys),
@@ -228,8 +233,9 @@ def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDic
 
 
 def _plain_modules(module) -> list[TensorDictModule] | None:
-    """``module`` as a list of plain :class:`~tensordict.nn.TensorDictModule`, or
-    ``None``.
+    """``module`` as a list of plain modules, or ``None``.
+
+    Each a :class:`~tensordict.nn.TensorDictModule`.
 
     Plain: a ``TensorDictModule`` whose ``forward`` is the base class's, reading its
     ``in_keys`` as positional inputs and writing its ``out_keys`` in place, or a
@@ -403,7 +409,7 @@ class PolicyCriticEvaluator:
         if (
             self._plain is not None
             and not skip_existing
-            and not torch.compiler.is_compiling()
+            and not is_compiling()
             and self._is_own(actor_params, self.actor_network)
             and self._is_own(critic_params, self.critic_network)
             and not _has_hooks(self._plain[0])
@@ -448,7 +454,7 @@ class PolicyCriticEvaluator:
         if (
             self._plain is not None
             and not isinstance(inputs, TensorDictBase)
-            and not torch.compiler.is_compiling()
+            and not is_compiling()
         ):
             modules = (
                 self._plain[0]
@@ -468,8 +474,9 @@ class PolicyCriticEvaluator:
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
     def _average_modules(self, params) -> list[TensorDictModule] | None:
-        """The actor's plain modules holding ``params`` (the averaged policy's
-        parameters), without swapping them in and out of the actor.
+        """The actor's plain modules holding ``params``, the averaged policy's.
+
+        Without swapping the parameters in and out of the actor.
 
         A copy of the actor, made once, whose parameter slots hold the very tensors
         of ``params``: ``SoftUpdate`` and ``load_state_dict`` update those in
@@ -554,16 +561,19 @@ def _as_tensordict(inputs) -> TensorDictBase:
 
 
 def _skip_existing_set_to(mode: bool):
-    """``set_skip_existing(mode)``, or nothing when that is already the mode (the
-    context manager costs more than a small network's forward)."""
+    """``set_skip_existing(mode)``, or nothing when that is already the mode.
+
+    The context manager costs more than a small network's forward.
+    """
     if skip_existing() == mode:
         return contextlib.nullcontext()
     return set_skip_existing(mode)
 
 
 def is_recurrent(network, name: str) -> bool:
-    """Whether ``network`` holds TorchRL recurrent modules (``LSTMModule``,
-    ``GRUModule``); raises for a bare ``torch.nn`` RNN.
+    """Whether ``network`` holds TorchRL recurrent modules.
+
+    ``LSTMModule`` or ``GRUModule``; raises for a bare ``torch.nn`` RNN.
 
     The window flattens ``[*B, T]`` into independent observations, so recurrent
     networks are run over sequences instead, with their stored hidden states and

@@ -13,27 +13,28 @@ from tensordict.nn import (
     dispatch,
 )
 from tensordict.utils import NestedKey
+from torch import distributions as D
 from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import (
     _GAMMA_LMBDA_DEPREC_ERROR,
     _get_default_device,
+    default_value_kwargs,
     dispatch_value_estimator,
     distance_loss,
 )
 from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_acer.objectives._checks import check_finite, get_entry
+from torchrl_acer.objectives._value_estimators import ValueEstimators
 from torchrl_acer.objectives._window import transition_in_keys
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
+    TRUST_REGION_STATS,
     TrustRegionHook,
-    TrustRegionStats,
     gaussian_kl_gradient,
     kl_gradient,
-    register_stats_callback,
 )
 from torchrl_acer.objectives.value.retrace import (
-    ACERValueEstimators,
     RetraceEstimator,
     gaussian_log_prob,
     state_value,
@@ -339,7 +340,8 @@ class ACERLoss(LossModule):
     default_keys = _AcceptedKeys
     tensor_keys: _AcceptedKeys
     _schedulable_buffers = frozenset({"ratio_clip", "entropy_coeff", "critic_coeff"})
-    default_value_estimator = ACERValueEstimators.Retrace
+    default_value_estimator = ValueEstimators.Retrace
+    SUPPORTED_VALUE_ESTIMATORS = (ValueEstimators.Retrace,)
     # every key of the estimator is forwarded to it
     _value_estimator_default_keys = tuple(
         RetraceEstimator._AcceptedKeys.__dataclass_fields__
@@ -419,8 +421,21 @@ class ACERLoss(LossModule):
             ("critic_coeff", critic_coeff),
         ):
             self.register_coeff_buffer(name, value, device=device, dtype=torch.float64)
-        self._trust_region_stats = None
-        register_stats_callback(self._set_trust_region_stats)
+        # the trust region's hook writes its statistics here, in the policy's dtype
+        # (NaN until the first backward). Allocated once, here: a tensor created
+        # in a compiled forward and written by the compiled backward is not
+        # supported. Not persistent: they describe one backward, not the loss.
+        dtype = next(
+            (p.dtype for p in actor_network.parameters() if p.is_floating_point()),
+            torch.get_default_dtype(),
+        )
+        self.register_buffer(
+            "_trust_region_stats",
+            torch.full(
+                (len(TRUST_REGION_STATS),), math.nan, dtype=dtype, device=device
+            ),
+            persistent=False,
+        )
         # the estimator validates the policy and finds its keys; the loss uses its
         # network evaluation so both see the same window
         probe = RetraceEstimator(
@@ -485,12 +500,13 @@ class ACERLoss(LossModule):
     def make_value_estimator(self, value_type=None, **hyperparams):
         """Builds the Retrace estimator (the only one ACER supports).
 
+        ``value_type`` is ``ValueEstimators.Retrace`` (the default; ``"retrace"``
+        too), a :class:`RetraceEstimator` instance or a subclass of it.
+
         Examples:
             ``loss.make_value_estimator(gamma=0.99)``,
             ``loss.make_value_estimator("retrace", gamma=0.9, c_thresh=1.0)``.
         """
-        if value_type is None:
-            value_type = self.default_value_estimator
         for name in ("recurrent_state", "burn_in"):
             if name in hyperparams:
                 raise TypeError(
@@ -498,34 +514,38 @@ class ACERLoss(LossModule):
                     f"estimator; do not pass it to make_value_estimator"
                 )
         recurrent = {"recurrent_state": self.recurrent_state, "burn_in": self.burn_in}
-        if isinstance(value_type, RetraceEstimator):
-            theirs = {name: getattr(value_type, name) for name in recurrent}
-            if theirs != recurrent:
-                raise ValueError(
-                    f"the estimator's {theirs} differ from the loss's {recurrent}"
-                )
-            self._value_estimator = value_type
-            self.value_type = type(value_type)
-        elif isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
-            hyperparams.setdefault("device", self._default_device)
-            hyperparams.setdefault("shifted", True)
-            self._value_estimator = value_type.for_loss(
-                self, **hyperparams, **recurrent
-            )
+        if isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
+            # the base class would call it without the networks: the registry's
+            # way (for_loss), with the defaults of ValueEstimators.Retrace
+            hp = {**default_value_kwargs(ValueEstimators.Retrace), **hyperparams}
+            hp.setdefault("device", _get_default_device(self))
+            self._value_estimator = value_type.for_loss(self, **hp, **recurrent)
             self.value_type = value_type
-        elif isinstance(value_type, ValueEstimatorBase) or isinstance(value_type, type):
-            raise NotImplementedError(
-                f"ACERLoss needs a RetraceEstimator, got {value_type}"
-            )
         else:
-            hyperparams.setdefault("device", self._default_device)
-            dispatch_value_estimator(
-                self,
-                value_type,
-                supported=(ACERValueEstimators.Retrace,),
-                **hyperparams,
-                **recurrent,
+            if isinstance(value_type, RetraceEstimator):
+                theirs = {name: getattr(value_type, name) for name in recurrent}
+                if theirs != recurrent:
+                    raise ValueError(
+                        f"the estimator's {theirs} differ from the loss's {recurrent}"
+                    )
+            elif isinstance(value_type, ValueEstimatorBase) or isinstance(
+                value_type, type
+            ):
+                raise NotImplementedError(
+                    f"ACERLoss needs a RetraceEstimator, got {value_type}"
+                )
+            value_type, hp = self._prepare_value_estimator_kwargs(
+                value_type, **hyperparams
             )
+            if value_type is not None:
+                hp.setdefault("device", _get_default_device(self))
+                dispatch_value_estimator(
+                    self,
+                    value_type,
+                    supported=self.SUPPORTED_VALUE_ESTIMATORS,
+                    **hp,
+                    **recurrent,
+                )
         self._forward_value_estimator_keys()
         return self
 
@@ -595,9 +615,11 @@ class ACERLoss(LossModule):
         return self._outputs(terms, data, time_dim, last, masked)
 
     def _read_entries(self, data, logits_shape, checks, entries) -> None:
-        """Reads the behaviour policy's entries, in the order their errors are
-        reported, adding their value checks to ``checks`` (``None`` without
-        ``check_values``) so that all are read back at once."""
+        """Reads the behaviour policy's entries in the order errors are reported.
+
+        Adds their value checks to ``checks`` (``None`` without ``check_values``) so
+        that all are read back at once.
+        """
         estimator = self.value_estimator
         entries["log_mu"] = log_mu = estimator.behaviour_log_prob(data)
         entries["behaviour_log_probs"] = self._behaviour_log_probs(
@@ -664,9 +686,11 @@ class ACERLoss(LossModule):
         }
 
     def _gaussian_terms(self, data, steps, average, log_mu, hook):
-        """Per-step terms for a Gaussian policy and a stochastic dueling network
-        (paper section 5: Q_opc in the policy gradient, one sampled action for the
-        bias correction, a V term in the critic loss)."""
+        """Per-step terms for a Gaussian policy and a stochastic dueling network.
+
+        Paper section 5: Q_opc in the policy gradient, one sampled action for the bias
+        correction, a V term in the critic loss.
+        """
         estimator = self.value_estimator
         sdn = self.critic_network
         d = steps.loc.shape[-1]
@@ -710,7 +734,10 @@ class ACERLoss(LossModule):
                 log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
             ).exp()
             correction = torch.where(rho_sampled > c, 1 - c / rho_sampled, 0.0)
-            kl_avg = gaussian_kl(avg_loc, avg_scale, loc.detach(), scale.detach())
+            kl_avg = D.kl_divergence(
+                _diagonal_normal(avg_loc, avg_scale),
+                _diagonal_normal(loc.detach(), scale.detach()),
+            ).unsqueeze(-1)
         objective = (
             rho.clamp(max=c) * (q_opc - v) * log_pi
             + correction * (q_sampled - v) * log_pi_sampled
@@ -737,8 +764,10 @@ class ACERLoss(LossModule):
         }
 
     def _action_noise(self, loc: torch.Tensor, n: int) -> torch.Tensor:
-        """Standard normal noise for the ``n`` actions drawn per step (a seam for
-        tests that replay the same draws)."""
+        """Standard normal noise for the ``n`` actions drawn per step.
+
+        A seam for tests that replay the same draws.
+        """
         return torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
 
     def _critic_error(self, target, prediction):
@@ -847,12 +876,7 @@ class ACERLoss(LossModule):
         if self.trust_region_delta is not None and stats.requires_grad:
             stats.register_hook(
                 TrustRegionHook(
-                    k,
-                    self.trust_region_delta,
-                    scale,
-                    valid,
-                    on_stats=self._set_trust_region_stats,
-                    stats_key=id(self),
+                    k, self.trust_region_delta, scale, valid, self._trust_region_stats
                 )
             )
 
@@ -895,30 +919,23 @@ class ACERLoss(LossModule):
             return stats[..., :d], stats[..., d:]
         return stats, scale
 
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        # a copy (copy.deepcopy, pickle) gets its compiled hooks' statistics too
-        register_stats_callback(self._set_trust_region_stats)
-
-    def _set_trust_region_stats(self, stats: TrustRegionStats) -> None:
-        self._trust_region_stats = stats
-
     @property
     def trust_region_stats(self) -> TensorDict | None:
-        """The trust region's statistics for the last ``backward``: the share of
-        steps where it was active (``active_fraction``), the mean :math:`\\|k_t\\|`
-        (``k_norm``) and the mean :math:`k_t \\cdot g_t` (``k_dot_g``); ``None``
-        before any projection."""
-        stats = self.__dict__.get("_trust_region_stats")
-        return None if stats is None else stats.to_tensordict()
+        r"""The trust region's statistics for the last ``backward``.
+
+        The share of steps where it was active (``active_fraction``), the mean
+        :math:`\|k_t\|` (``k_norm``) and the mean :math:`k_t \cdot g_t` (``k_dot_g``), a
+        copy, in the policy's dtype; ``NaN`` before the first backward, ``None`` without
+        a trust region (``trust_region_delta=None``).
+        """
+        if self.trust_region_delta is None:
+            return None
+        stats = self._trust_region_stats
+        values = stats.clone().unbind(0)
+        return TensorDict(dict(zip(TRUST_REGION_STATS, values, strict=True)), [])
 
 
-def gaussian_kl(avg_loc, avg_scale, loc, scale) -> torch.Tensor:
-    """:math:`\\mathrm{KL}(N(\\mu_a, \\sigma_a^2) \\| N(\\mu, \\sigma^2))`, summed over
-    dimensions, ``[..., 1]``."""
-    kl = (
-        (scale / avg_scale).log()
-        + (avg_scale.pow(2) + (avg_loc - loc).pow(2)) / (2 * scale.pow(2))
-        - 0.5
-    )
-    return kl.sum(-1, keepdim=True)
+def _diagonal_normal(loc, scale) -> D.Distribution:
+    # the loss checks scales itself (once, with a message naming the key);
+    # validation here would add a device synchronisation per call
+    return D.Independent(D.Normal(loc, scale, validate_args=False), 1)

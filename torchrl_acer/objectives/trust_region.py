@@ -23,22 +23,20 @@ effective delta ``delta * batch size`` and the trust region inert).
 
 from __future__ import annotations
 
-import weakref
-
 import torch
-from tensordict import TensorDict
 
 __all__ = [
     "TRUST_REGION_SPACES",
+    "TRUST_REGION_STATS",
     "TrustRegionHook",
-    "TrustRegionStats",
     "gaussian_kl_gradient",
     "kl_gradient",
     "project",
-    "register_stats_callback",
 ]
 
 TRUST_REGION_SPACES = ("logits", "log_probs", "probs")
+# the statistics a projection leaves in its output tensor, in this order
+TRUST_REGION_STATS = ("active_fraction", "k_norm", "k_dot_g")
 
 
 def kl_gradient(space: str, stats: torch.Tensor, avg_probs: torch.Tensor):
@@ -101,138 +99,68 @@ def gaussian_kl_gradient(
 
 
 def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
-    """Projects each row of ``g`` onto ``k . z <= delta``; returns ``(z, coefficient)``.
+    r"""Projects each row of ``g`` onto ``k . z <= delta``; returns ``(z, coefficient)``.
 
-    The coefficient is :math:`\\max(0, (k \\cdot g - \\delta) / \\|k\\|^2)` (zero where
+    The coefficient is :math:`\max(0, (k \cdot g - \delta) / \|k\|^2)` (zero where
     :math:`k = 0`), ``[..., 1]``; it is positive exactly where the constraint is
     active.
     """
+    z, coefficient, _, _ = _project(g, k, delta)
+    return z, coefficient
+
+
+def _project(g, k, delta):
+    r""":func:`project`, with :math:`k \cdot g` and :math:`\|k\|^2` too."""
     k_dot_g = (k * g).sum(-1, keepdim=True)
     k_sq = (k * k).sum(-1, keepdim=True)
     excess = (k_dot_g - delta).clamp_min(0)
     coefficient = torch.where(
         k_sq > 0, excess / torch.where(k_sq > 0, k_sq, 1), torch.zeros_like(k_sq)
     )
-    return g - coefficient * k, coefficient
-
-
-class TrustRegionStats:
-    """The statistics of a projection, reduced when first read.
-
-    The hook only keeps references to its per-step tensors; the means are computed
-    on access, so that an update that does not log them does not pay for them.
-
-    Attributes (of :meth:`to_tensordict`):
-        active_fraction: share of valid steps whose constraint was active.
-        k_norm: mean :math:`\\|k_t\\|`.
-        k_dot_g: mean :math:`k_t \\cdot g_t` before projection.
-    """
-
-    def __init__(self, k, g, coefficient, valid):
-        self._inputs = (k, g, coefficient, valid)
-        self._reduced = None
-
-    @torch.no_grad()
-    def to_tensordict(self) -> TensorDict:
-        if self._reduced is None:
-            k, g, coefficient, valid = self._inputs
-            count = valid.sum().clamp_min(1)
-
-            def mean(x):
-                return (x * valid).sum() / count
-
-            self._reduced = TensorDict(
-                {
-                    "active_fraction": mean((coefficient > 0).to(g.dtype)),
-                    "k_norm": mean(k.norm(dim=-1, keepdim=True)),
-                    "k_dot_g": mean((k * g).sum(-1, keepdim=True)),
-                },
-                [],
-            )
-            self._inputs = None
-        return self._reduced
-
-
-# key -> weak reference to a statistics callback, for hooks traced by torch.compile
-_STATS_CALLBACKS: dict[int, weakref.WeakMethod] = {}
-
-
-def register_stats_callback(callback) -> int:
-    """Registers a bound method to receive :class:`TrustRegionStats` from hooks
-    compiled by ``torch.compile``; returns the key to give the hook (the id of
-    the method's object). Dead entries are dropped as new ones come."""
-    for key in [k for k, ref in _STATS_CALLBACKS.items() if ref() is None]:
-        del _STATS_CALLBACKS[key]
-    key = id(callback.__self__)
-    _STATS_CALLBACKS[key] = weakref.WeakMethod(callback)
-    return key
-
-
-# A gradient hook traced by torch.compile must be a pure function of tensors (a
-# Python side effect in it breaks the graph), so there the statistics leave the
-# hook through this op, which the compiler does not look into. The tensors are
-# copied: a compiled graph may reuse their memory once the op returns.
-# named after the package that defines it, so that copies of this module in two
-# packages (this one and TorchRL) can be imported together
-@torch.library.custom_op(
-    f"{__name__.partition('.')[0]}::acer_trust_region_stats", mutates_args=()
-)
-def _send_stats(
-    z: torch.Tensor,
-    k: torch.Tensor,
-    g: torch.Tensor,
-    coefficient: torch.Tensor,
-    valid: torch.Tensor,
-    key: int,
-) -> torch.Tensor:
-    ref = _STATS_CALLBACKS.get(key)
-    callback = None if ref is None else ref()
-    if callback is not None:
-        callback(TrustRegionStats(k.clone(), g.clone(), coefficient.clone(), valid))
-    return z.clone()
-
-
-@_send_stats.register_fake
-def _(z, k, g, coefficient, valid, key):
-    return torch.empty_like(z)
+    return g - coefficient * k, coefficient, k_dot_g, k_sq
 
 
 class TrustRegionHook:
-    """Projects, per step, the gradient arriving at the policy statistics.
+    r"""Projects, per step, the gradient arriving at the policy statistics.
 
-    The gradient reaching :math:`\\phi_t` is :math:`-g_t / s`: minus the ascent
+    The gradient reaching :math:`\phi_t` is :math:`-g_t / s`: minus the ascent
     direction of the step's objective, divided by the reduction's scale ``s`` (the
     number of valid steps for a mean, 1 for a sum). The hook projects :math:`g_t`
     and returns :math:`-z^*_t / s`.
 
+    It also writes the projection's statistics (:data:`TRUST_REGION_STATS`, means
+    over the valid steps) into ``stats_out``, in place. The hook is a function of
+    tensors whose only side effect is that copy into a tensor its owner holds, so
+    ``torch.compile`` traces it into the backward graph as it is, and the
+    statistics reach the owner without a registry or a callback.
+
     Args:
         k: :math:`k_t`, ``[..., A]`` (detached).
-        delta: :math:`\\delta`.
+        delta: :math:`\delta`.
         scale: ``s``.
         valid: ``[..., 1]`` weights of the steps that count (1 valid, 0 padding),
             for the statistics only.
-        on_stats: called with the projection's :class:`TrustRegionStats`.
-        stats_key: the key :func:`register_stats_callback` gave ``on_stats``,
-            used instead of it when the hook is compiled by ``torch.compile``
-            (``None``: no statistics there).
+        stats_out: a ``[3]`` tensor of the statistics' dtype that receives
+            ``(active_fraction, k_norm, k_dot_g)``: the share of valid steps whose
+            constraint was active, the mean :math:`\|k_t\|` and the mean
+            :math:`k_t \cdot g_t` before projection.
     """
 
-    def __init__(self, k, delta, scale, valid, on_stats, stats_key=None):
+    def __init__(self, k, delta, scale, valid, stats_out):
         self.k = k
         self.delta = delta
         self.scale = scale
         self.valid = valid
-        self.on_stats = on_stats
-        self.stats_key = stats_key
+        self.stats_out = stats_out
 
     def __call__(self, grad: torch.Tensor) -> torch.Tensor:
         g = -grad * self.scale
-        z, coefficient = project(g, self.k, self.delta)
-        if torch.compiler.is_compiling():
-            if self.stats_key is not None:
-                z = _send_stats(z, self.k, g, coefficient, self.valid, self.stats_key)
-        else:
-            self.on_stats(
-                TrustRegionStats(self.k, g.detach(), coefficient.detach(), self.valid)
+        z, coefficient, k_dot_g, k_sq = _project(g, self.k, self.delta)
+        with torch.no_grad():
+            per_step = torch.cat(
+                [(coefficient > 0).to(g.dtype), k_sq.sqrt(), k_dot_g], -1
             )
+            # one weighted sum for the three means
+            sums = (per_step * self.valid).reshape(-1, len(TRUST_REGION_STATS)).sum(0)
+            self.stats_out.copy_(sums / self.valid.sum().clamp_min(1))
         return -z / self.scale

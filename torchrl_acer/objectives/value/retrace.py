@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, replace
-from enum import Enum
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import composite_lp_aggregate, dispatch, skip_existing
 from tensordict.utils import NestedKey, unravel_key
 from torch import distributions as D
+from torchrl._utils import is_compiling
 from torchrl.modules import GRUModule, IndependentNormal, LSTMModule
 from torchrl.objectives.utils import register_value_estimator
-from torchrl.objectives.value import ValueEstimatorBase
+from torchrl.objectives.value.advantages import ValueEstimatorBase
 
 from torchrl_acer.modules.sdn import StochasticDuelingNetwork
 from torchrl_acer.objectives._checks import (
@@ -27,6 +26,7 @@ from torchrl_acer.objectives._checks import (
     get_entry,
 )
 from torchrl_acer.objectives._recurrent import RECURRENT_STATES, RecurrentEvaluator
+from torchrl_acer.objectives._value_estimators import ValueEstimators
 from torchrl_acer.objectives._window import (
     ObservationWindow,
     PolicyCriticEvaluator,
@@ -35,22 +35,11 @@ from torchrl_acer.objectives._window import (
 )
 from torchrl_acer.objectives.value.functional import retrace_lambda_return_estimate
 
-__all__ = ["ACERValueEstimators", "RetraceEstimator"]
-
-
-class ACERValueEstimators(Enum):
-    """Value estimators this package adds to TorchRL's registry.
-
-    ``make_value_estimator("retrace", ...)`` and
-    ``make_value_estimator(ACERValueEstimators.Retrace, ...)`` both select
-    :class:`RetraceEstimator`.
-    """
-
-    Retrace = "Retrace(lambda)"
+__all__ = ["RetraceEstimator"]
 
 
 @register_value_estimator(
-    ACERValueEstimators.Retrace,
+    ValueEstimators.Retrace,
     # ACER's data (collector batches, replayed segments) has s'_t == s_{t+1} inside
     # episodes, so the loss's estimator runs the networks on the shifted window
     default_kwargs={"gamma": 0.99, "lmbda": 1.0, "c_thresh": 1.0, "shifted": True},
@@ -119,8 +108,6 @@ class RetraceEstimator(ValueEstimatorBase):
             critic that shares its leading modules with the actor, as TorchRL's
             ``ActorValueOperator`` makes, has them run once); for a Gaussian one, a
             :class:`~torchrl_acer.StochasticDuelingNetwork`.
-        critic_network (TensorDictModule): deprecated spelling of
-            ``value_network``.
         lmbda (scalar): trace decay :math:`\lambda`. Defaults to ``1.0`` (ACER).
         c_thresh (scalar): trace truncation :math:`\bar c`. Defaults to ``1.0``.
         differentiable (bool): if ``True``, the outputs carry gradients to the
@@ -244,8 +231,7 @@ class RetraceEstimator(ValueEstimatorBase):
     def for_loss(cls, loss_module, **hyperparams):
         """Builds the estimator on a loss's ``actor_network`` and ``critic_network``."""
         hyperparams.setdefault("actor_network", loss_module.actor_network)
-        if "critic_network" not in hyperparams:
-            hyperparams.setdefault("value_network", loss_module.critic_network)
+        hyperparams.setdefault("value_network", loss_module.critic_network)
         return cls(**hyperparams)
 
     def __init__(
@@ -262,23 +248,9 @@ class RetraceEstimator(ValueEstimatorBase):
         check_values: bool = True,
         time_dim: int | None = None,
         device: torch.device | None = None,
-        critic_network=None,
         recurrent_state: str = "stored",
         burn_in: int = 0,
     ):
-        if critic_network is not None:
-            if value_network is not None:
-                raise TypeError(
-                    "RetraceEstimator got both value_network and critic_network; "
-                    "pass the critic as value_network"
-                )
-            warnings.warn(
-                "RetraceEstimator(critic_network=...) is deprecated; pass the critic "
-                "as value_network=..., as for TorchRL's estimators",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            value_network = critic_network
         if value_network is None:
             raise TypeError(
                 "RetraceEstimator needs value_network=: the critic (a Q network, "
@@ -322,8 +294,10 @@ class RetraceEstimator(ValueEstimatorBase):
         self.one_hot = self.family == "one_hot"
 
     def _recurrent_evaluator(self, recurrent_state, burn_in):
-        """The sequence evaluator for networks holding recurrent modules, else
-        ``None`` (the feed-forward window)."""
+        """The sequence evaluator for networks holding recurrent modules.
+
+        ``None`` otherwise (the feed-forward window).
+        """
         if recurrent_state not in RECURRENT_STATES:
             raise ValueError(
                 f"recurrent_state must be one of {RECURRENT_STATES}, got "
@@ -362,11 +336,6 @@ class RetraceEstimator(ValueEstimatorBase):
             burn_in=burn_in,
             critic_keys=critic_keys,
         )
-
-    @property
-    def critic_network(self):
-        """The critic (``value_network``), under the name ``ACERLoss`` uses."""
-        return self.value_network
 
     def set_keys(self, **kwargs) -> None:
         value = kwargs.get("action_value")
@@ -684,8 +653,7 @@ class RetraceEstimator(ValueEstimatorBase):
         return flags[0], flags[1]
 
     def behaviour_log_prob(self, data: TensorDictBase) -> torch.Tensor:
-        """The behaviour policy's log-probability of each stored action,
-        ``[*B, T, 1]``.
+        """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
 
         A ``torch.distributions.Normal`` policy stores one log-probability per
         action dimension (``[*B, T, d]``): they are summed, as a diagonal
@@ -725,18 +693,18 @@ class RetraceEstimator(ValueEstimatorBase):
         log_mu: torch.Tensor | None = None,
         checked: bool = False,
     ) -> torch.Tensor:
-        """The Retrace target from network outputs already computed.
+        r"""The Retrace target from network outputs already computed.
 
         Args:
             tensordict: the ``[*B, T]`` batch, time last, holding rewards, done
                 flags and the behaviour log-probabilities.
 
         Keyword Args:
-            log_pi: :math:`\\log\\pi(a_t|s_t)`, ``[*B, T, 1]``.
+            log_pi: :math:`\log\pi(a_t|s_t)`, ``[*B, T, 1]``.
             action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``.
             next_state_value: :math:`V(s'_t)`, ``[*B, T, 1]``.
-            trace_power: the traces are :math:`\\lambda \\min(\\bar c,
-                \\rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
+            trace_power: the traces are :math:`\lambda \min(\bar c,
+                \rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
                 ``d``-dimensional actions.
             unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
             log_mu: :meth:`behaviour_log_prob` of ``tensordict``, if the caller
@@ -803,8 +771,11 @@ class RetraceEstimator(ValueEstimatorBase):
     def add_value_checks(
         self, checks: ValueChecks, tensordict: TensorDictBase, log_mu: torch.Tensor
     ) -> None:
-        """Adds :meth:`value_estimate`'s checks (finite rewards and behaviour
-        log-probabilities) to ``checks``; pass ``checked=True`` to it then."""
+        """Adds :meth:`value_estimate`'s checks to ``checks``.
+
+        Finite rewards and behaviour log-probabilities; pass ``checked=True`` to it
+        then.
+        """
         if not self.check_values:
             return
         owner = type(self).__name__
@@ -815,10 +786,12 @@ class RetraceEstimator(ValueEstimatorBase):
         checks.finite(log_mu, *self._log_mu_check(owner))
 
     def _hyperparameters(self, dtype: torch.dtype):
-        """``gamma``, ``lmbda`` and ``c_thresh`` in ``dtype``, cast once per dtype
-        and value (each cast is a kernel launch, every call)."""
+        """``gamma``, ``lmbda`` and ``c_thresh`` in ``dtype``.
+
+        Cast once per dtype and value (each cast is a kernel launch, every call).
+        """
         buffers = (self.gamma, self.lmbda, self.c_thresh)
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return tuple(b.to(dtype) for b in buffers)
         # the buffers themselves (held, so their ids cannot be reused) and their
         # versions: new tensors and in-place changes both invalidate the cast
@@ -836,16 +809,16 @@ class RetraceEstimator(ValueEstimatorBase):
 
 
 class DiscreteSteps:
-    """Per-step network outputs of a ``[*B, T]`` window (time last).
+    r"""Per-step network outputs of a ``[*B, T]`` window (time last).
 
     Built from the flat outputs of one call of each network.
 
     Attributes:
         logits: the policy's logits at ``s_t``, ``[*B, T, A]``, in the graph.
-        q: :math:`Q(s_t, \\cdot)`, ``[*B, T, A]``, in the graph.
+        q: :math:`Q(s_t, \cdot)`, ``[*B, T, A]``, in the graph.
         action: stored action indices, ``[*B, T]``.
         action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``, in the graph.
-        next_state_value: :math:`V(s'_t) = \\sum_a \\pi(a|s'_t) Q(s'_t, a)` at the
+        next_state_value: :math:`V(s'_t) = \sum_a \pi(a|s'_t) Q(s'_t, a)` at the
             real next observation, ``[*B, T, 1]``, in the graph.
     """
 
@@ -859,7 +832,7 @@ class DiscreteSteps:
 
 
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """:math:`V(s) = \\sum_a \\pi(a|s) Q(s, a)`, keeping a trailing singleton dim."""
+    r""":math:`V(s) = \sum_a \pi(a|s) Q(s, a)`, keeping a trailing singleton dim."""
     return (probs * q).sum(-1, keepdim=True)
 
 
@@ -904,8 +877,11 @@ def _detached(params: TensorDictBase | None, module) -> TensorDictBase:
 
 
 def policy_family(actor_network) -> str:
-    """``"categorical"``, ``"one_hot"`` or ``"gaussian"`` from the actor's
-    distribution class; anything else raises ``TypeError``."""
+    """The policy family, from the actor's distribution class.
+
+    ``"categorical"``, ``"one_hot"`` or ``"gaussian"``; anything else raises
+    ``TypeError``.
+    """
     dist_class = _probabilistic_module(actor_network).distribution_class
     if not isinstance(dist_class, type):
         raise TypeError(f"unsupported distribution {dist_class!r}")
@@ -926,7 +902,7 @@ def policy_family(actor_network) -> str:
 
 
 def gaussian_log_prob(loc, scale, action) -> torch.Tensor:
-    """:math:`\\log\\pi(a|s)` of a diagonal Gaussian, ``[..., 1]``."""
+    r""":math:`\log\pi(a|s)` of a diagonal Gaussian, ``[..., 1]``."""
     return D.Normal(loc, scale).log_prob(action).sum(-1, keepdim=True)
 
 
