@@ -279,7 +279,7 @@ class ACERTrainer(Trainer):
         >>> from torchrl.collectors import Collector
         >>> from torchrl.envs import GymEnv
         >>> from torchrl.modules import MLP, ProbabilisticActor
-        >>> from torchrl_acer import ACERLoss
+        >>> from torchrl_acer.objectives import ACERLoss
         >>> env = GymEnv("CartPole-v1", categorical_action_encoding=True)
         >>> actor = ProbabilisticActor(
         ...     TensorDictModule(MLP(4, 2, num_cells=[32]), ["observation"], ["logits"]),
