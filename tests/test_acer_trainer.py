@@ -1,6 +1,9 @@
 """ACERTrainer, TorchRL's Trainer wired for ACER: its schedule, its hooks, and the
 old trainer's parameters reached at the same seed."""
 
+import os
+import signal
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -15,6 +18,7 @@ from torchrl_acer.trainers.acer import (
     make_segment_replay_buffer,
 )
 from torchrl_acer.trainers.checkpoint import ACERCheckpoint, FiniteStateDictAdapter
+from torchrl_acer.trainers.hooks import GracefulStop
 from torchrl_acer.training.env_state import CollectorState
 
 
@@ -145,47 +149,78 @@ def test_schedule_refuses_settings_that_cannot_work(kwargs, match):
         ACERUpdateSchedule(**kwargs)
 
 
-def test_stopped_and_resumed_through_acer_checkpoint_ends_bit_for_bit(tmp_path):
-    """3 batches, a checkpoint, a fresh process's pieces loading it, 3 more batches:
-    the parameters, averaged policy and optimizer of 6 uninterrupted batches."""
-
-    def run(frames, *, save=None, load=None):
-        pieces = make_trainer(tmp_path / "pieces", **{"collector.backend": "single"})
-        checkpoint = (
-            ACERCheckpoint(config={"seed": 0})
-            .register(
-                "envs",
-                CollectorState(pieces.collector),
-                adapter=FiniteStateDictAdapter(
-                    payload_format="torch", weights_only=False
-                ),
-            )
-            .register("rng", GlobalRNGState())  # actions and replay samples
+def run_resumable(tmp_path, frames, *, save=None, load=None, hooks=()):
+    """ACERTrainer over fresh pieces (a new process's), checkpointing to ``save``
+    through ACERCheckpoint with the environments and the random state, from
+    ``load`` if given, with ``hooks(trainer)`` registered; returns the parameters,
+    the averaged policy, the optimizer state and the trainer."""
+    pieces = make_trainer(tmp_path / "pieces", **{"collector.backend": "single"})
+    checkpoint = (
+        ACERCheckpoint(config={"seed": 0})
+        .register(
+            "envs",
+            CollectorState(pieces.collector),
+            adapter=FiniteStateDictAdapter(payload_format="torch", weights_only=False),
         )
-        # with a file, the trainer saves when it reaches total_frames
-        trainer = new_trainer_like(
-            pieces, checkpoint=checkpoint, save_trainer_file=save
-        )
-        trainer.total_frames = frames
-        if load is not None:
-            checkpoint.load(load)
-            assert trainer.collected_frames == 30
-        trainer.train()
-        state = {
-            "loss": pieces.loss_module.state_dict(),
-            "optim": pieces.optimizer.state_dict()["state"],
-        }
-        pieces.close()
-        return state
+        .register("rng", GlobalRNGState())  # actions and replay samples
+    )
+    # with a file, the trainer saves when it reaches total_frames or is stopped
+    trainer = new_trainer_like(pieces, checkpoint=checkpoint, save_trainer_file=save)
+    trainer.total_frames = frames
+    for hook in hooks:
+        hook(trainer)
+    if load is not None:
+        checkpoint.load(load)
+    trainer.train()
+    state = {
+        "loss": pieces.loss_module.state_dict(),
+        "optim": pieces.optimizer.state_dict()["state"],
+        "trainer": trainer,
+    }
+    pieces.close()
+    return state
 
-    expected = run(60)
-    run(30, save=tmp_path / "ckpt")
-    got = run(60, load=tmp_path / "ckpt")
+
+def assert_same_training_state(got, expected):
     for key, value in expected["loss"].items():
         assert torch.equal(got["loss"][key], value), key
     for index, state in expected["optim"].items():
         for name, value in state.items():
             assert torch.equal(got["optim"][index][name], value), (index, name)
+
+
+def test_stopped_and_resumed_through_acer_checkpoint_ends_bit_for_bit(tmp_path):
+    """3 batches, a checkpoint, a fresh process's pieces loading it, 3 more batches:
+    the parameters, averaged policy and optimizer of 6 uninterrupted batches."""
+    expected = run_resumable(tmp_path, 60)
+    run_resumable(tmp_path, 30, save=tmp_path / "ckpt")
+    got = run_resumable(tmp_path, 60, load=tmp_path / "ckpt")
+    assert got["trainer"].collected_frames == 60
+    assert_same_training_state(got, expected)
+
+
+def test_a_signal_stops_with_a_checkpoint_that_resumes_bit_for_bit(tmp_path):
+    """GracefulStop on ACERTrainer: SIGTERM during the third batch's updates ends
+    the iteration, the trainer saves, ``train`` returns with the exit code; fresh
+    pieces resume from the file to the uninterrupted run's state."""
+    stop = GracefulStop()
+
+    def send_sigterm_in_the_third_batch(trainer):
+        def maybe_signal():
+            if trainer.collected_frames == 30 and not stop.signum:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        trainer.register_op("post_optim", maybe_signal)
+        stop.register(trainer)
+
+    expected = run_resumable(tmp_path, 60)
+    stopped = run_resumable(
+        tmp_path, 60, save=tmp_path / "ckpt", hooks=[send_sigterm_in_the_third_batch]
+    )
+    assert stopped["trainer"].collected_frames == 30
+    assert stop.exit_code == 128 + signal.SIGTERM
+    got = run_resumable(tmp_path, 60, load=tmp_path / "ckpt")
+    assert_same_training_state(got, expected)
 
 
 class NaNRewardOnce:
