@@ -1,4 +1,4 @@
-"""The fixes to TorchRL's gymnasium path offered upstream (``upstream/torchrl/``).
+"""Fixes offered to TorchRL (``upstream/torchrl/``): its gymnasium path, SoftUpdate.
 
 Each check runs the same script on the installed TorchRL and on a copy of it with
 the patches applied (``tools/torchrl_fixes.py``), in subprocesses:
@@ -8,7 +8,9 @@ the patches applied (``tools/torchrl_fixes.py``), in subprocesses:
   same bit for bit, and so is a collector's batch;
 - 0002 (a full reset after a step where some copies ended) returns the states the
   new episodes start from, where the installed TorchRL returns what it saved at
-  that step (the bug ``reset_every_copy`` works around).
+  that step (the bug ``reset_every_copy`` works around);
+- 0007 (SoftUpdate in one foreach lerp) keeps the same averaged parameters, bit
+  for bit.
 
 With a TorchRL checkout that has the patches' base commit (``TORCHRL_CHECKOUT``,
 else /work/torchrl_checkout), the patches also apply there with ``git am``, and
@@ -91,6 +93,26 @@ out["reset_state"] = torch.as_tensor(
     np.stack([copy.unwrapped.state for copy in vec.envs]), dtype=torch.float32
 )
 env.close()
+
+# the averaged parameters SoftUpdate keeps over a few steps
+from torchrl.modules import MLP, QValueActor
+from torchrl.objectives import DQNLoss, SoftUpdate
+
+torch.manual_seed(3)
+actor = QValueActor(MLP(in_features=4, out_features=2, num_cells=[8]),
+                    in_keys=["observation"], action_space="one-hot")
+loss = DQNLoss(actor, delay_value=True, action_space="one-hot")
+updater = SoftUpdate(loss, eps=0.9)
+for _ in range(3):
+    with torch.no_grad():
+        for p in loss.value_network_params.values(True, True):
+            p.add_(torch.randn_like(p))
+    updater.step()
+out["soft_update"] = {
+    str(k): v.detach().clone()
+    for k, v in loss.target_value_network_params.items(True, True)
+}
+out["soft_update_lists"] = "_lerp_lists" in updater.__dict__
 torch.save(out, sys.argv[1])
 """
 
@@ -162,6 +184,12 @@ def test_full_reset_returns_the_new_episodes_observations(outputs):
     # the installed TorchRL returns what the last step saved; when this fails,
     # TorchRL fixed it, and reset_every_copy's workaround can go
     assert not torch.equal(installed["reset_observation"], installed["reset_state"])
+
+
+def test_soft_update_in_one_foreach_lerp_changes_no_output(outputs):
+    installed, patched = outputs
+    assert patched["soft_update_lists"] and not installed["soft_update_lists"]
+    assert_same(installed["soft_update"], patched["soft_update"], "soft_update")
 
 
 def checkout_or_skip() -> Path:

@@ -1,4 +1,4 @@
-"""The fixes to TorchRL's gymnasium path in ``upstream/torchrl/``, applied to a copy
+"""The fixes to TorchRL in ``upstream/torchrl/``, applied to a copy
 of the installed TorchRL, so that they can be tested and measured here.
 
     python tools/torchrl_fixes.py DEST      # DEST/torchrl: the installed one, patched
