@@ -9,7 +9,8 @@ its own copy, past the replay start. One round times ``--batches`` iterations
 (collect, store, on-policy and replayed updates) of each in turn
 (:func:`_common.interleaved_samples`), so that load from elsewhere hits both alike;
 the report is the median of the per-round ratios new / old, with the old loop's
-health checks on and off (ACERTrainer has none of its own yet: they are hooks).
+health checks on and off. ACERTrainer runs as built by default: its non-finite
+guard on, TorchRL's ``SoftUpdate`` (the old loop has its own foreach copy).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def acer_trainer() -> ACERTrainer:
         replay_buffer=old.replay_buffer,
         replay_ratio=old.replay_ratio,
         replay_start=old.replay_start,
-        target_net_updater=old.target_updater,
+        alpha=old.target_updater.eps,  # ACERTrainer's own: TorchRL's SoftUpdate
         clip_norm=old.max_grad_norm,
         progress_bar=False,
         seed=old.seed,

@@ -5,7 +5,7 @@ of the installed TorchRL, so that they can be tested and measured here.
 
 The patches are ``git format-patch`` files against pytorch/rl (the commit in
 ``upstream/torchrl/README.md``); each changes TorchRL's sources and adds its
-tests to ``test/libs/test_gym.py``. :func:`patched_copy` copies the installed
+tests to TorchRL's test files. :func:`patched_copy` copies the installed
 ``torchrl`` package and applies the patches' source changes to it (``git apply
 --include 'torchrl/*'``): put ``DEST`` first on ``PYTHONPATH`` to import it.
 ``tests/test_torchrl_fixes.py`` and ``bench/torchrl_fixes.py`` use it.
