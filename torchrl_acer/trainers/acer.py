@@ -65,6 +65,23 @@ def make_segment_replay_buffer(
     )
 
 
+def check_update_schedule(
+    replay_buffer, replay_ratio: float, replay_start: int, on_policy_updates: bool
+) -> None:
+    """Refuses an update schedule that cannot work, naming the setting."""
+    if not (replay_ratio >= 0 and math.isfinite(replay_ratio)):
+        # inf would draw no replay at all: torch.poisson(inf) is a huge negative
+        raise ValueError(f"replay_ratio must be >= 0 and finite, got {replay_ratio}")
+    if replay_ratio > 0 and replay_buffer is None:
+        raise ValueError(f"replay_ratio={replay_ratio} needs a replay_buffer")
+    if not on_policy_updates and not replay_ratio > 0:
+        raise ValueError(
+            "on_policy_updates=False needs replay_ratio > 0: nothing would train"
+        )
+    if replay_start < 0:
+        raise ValueError(f"replay_start must be >= 0, got {replay_start}")
+
+
 def as_segments(batch: TensorDictBase) -> TensorDictBase:
     """A collected batch as ``[num_segments, T]``: ``[T]`` from one environment
     gains a leading dim, ``[workers, num_envs, T]`` from a synchronous
@@ -131,19 +148,9 @@ class ACERUpdateSchedule(TrainerHookBase):
         device: torch.device | str | None = None,
         seed: int = 0,
     ) -> None:
-        if not (replay_ratio >= 0 and math.isfinite(replay_ratio)):
-            # inf would draw no replay at all: torch.poisson(inf) is a huge negative
-            raise ValueError(
-                f"replay_ratio must be >= 0 and finite, got {replay_ratio}"
-            )
-        if replay_ratio > 0 and replay_buffer is None:
-            raise ValueError(f"replay_ratio={replay_ratio} needs a replay_buffer")
-        if not on_policy_updates and not replay_ratio > 0:
-            raise ValueError(
-                "on_policy_updates=False needs replay_ratio > 0: nothing would train"
-            )
-        if replay_start < 0:
-            raise ValueError(f"replay_start must be >= 0, got {replay_start}")
+        check_update_schedule(
+            replay_buffer, replay_ratio, replay_start, on_policy_updates
+        )
         self.replay_buffer = replay_buffer
         self.replay_ratio = replay_ratio
         self.replay_start = replay_start

@@ -63,6 +63,7 @@ from torchrl.checkpoint import (
 )
 from torchrl.checkpoint import CheckpointError as _TorchRLCheckpointError
 
+from torchrl_acer.trainers.hooks import first_few
 from torchrl_acer.training import checkpoint as _single_file
 
 __all__ = [
@@ -430,10 +431,7 @@ class ACERCheckpoint(Checkpoint):
                 metadata=metadata,
             )
             if self._nonfinite:
-                bad = self._nonfinite
-                shown = ", ".join(bad[:8]) + (
-                    f" and {len(bad) - 8} more" if len(bad) > 8 else ""
-                )
+                shown = first_few(self._nonfinite, 8)
                 raise NonFiniteCheckpointError(
                     f"refusing to write a checkpoint to {destination}: {shown} "
                     f"hold non-finite values (the previous checkpoint there, if "
@@ -655,13 +653,10 @@ class ACERCheckpoint(Checkpoint):
                 else:
                     problems += _optimizer_mismatches(saved, target, name)
         if problems:
-            shown = "\n  ".join(problems[:20])
-            more = (
-                f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-            )
+            shown = first_few(problems, 20, sep="\n  ")
             raise ACERCheckpointError(
                 f"{source} does not fit these components; nothing was loaded:"
-                f"\n  {shown}{more}"
+                f"\n  {shown}"
             )
 
 

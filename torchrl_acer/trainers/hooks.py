@@ -274,6 +274,16 @@ def _checkpoint_path(trainer: Trainer) -> Path | None:
     return None
 
 
+def first_few(items: list[str], limit: int, sep: str = ", ") -> str:
+    """The first ``limit`` of ``items`` joined by ``sep``, and how many more: on a
+    line of its own (``"... and 3 more"``) when ``sep`` starts lines."""
+    more = len(items) - limit
+    if more <= 0:
+        return sep.join(items)
+    tail = f"{sep}... and {more} more" if "\n" in sep else f" and {more} more"
+    return sep.join(items[:limit]) + tail
+
+
 def _refuse_nonfinite_save(loss_module, optimizer, path, frames, hint="") -> None:
     """Raises :class:`NonFiniteTrainingError` naming the parameters and buffers of
     ``loss_module`` and the states of ``optimizer`` that hold a non-finite value:
@@ -291,11 +301,9 @@ def _refuse_nonfinite_save(loss_module, optimizer, path, frames, hint="") -> Non
         and not bool(torch.isfinite(value).all())
     ]
     if bad:
-        shown = ", ".join(bad[:5]) + (
-            f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        )
         raise NonFiniteTrainingError(
-            f"refusing to write a checkpoint to {path} at {frames} frames: {shown} "
+            f"refusing to write a checkpoint to {path} at {frames} frames: "
+            f"{first_few(bad, 5)} "
             f"hold non-finite values (the previous checkpoint there, if any, is "
             f"kept){hint}"
         )

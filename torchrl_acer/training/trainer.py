@@ -37,7 +37,10 @@ from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 from torchrl.objectives import SoftUpdate
 
 from torchrl_acer.objectives.acer import ACERLoss
-from torchrl_acer.trainers.acer import make_segment_replay_buffer
+from torchrl_acer.trainers.acer import (
+    check_update_schedule,
+    make_segment_replay_buffer,
+)
 from torchrl_acer.trainers.hooks import (
     STOP_SIGNALS,
     NonFiniteTrainingError,
@@ -48,6 +51,7 @@ from torchrl_acer.trainers.hooks import (
     _lag_since_push,
     _nonfinite_counts,
     _refuse_nonfinite_save,
+    first_few,
 )
 from torchrl_acer.training.checkpoint import (
     CheckpointError,
@@ -431,19 +435,9 @@ class ACERTrainer:
     ):
         if total_frames <= 0:
             raise ValueError(f"total_frames must be positive, got {total_frames}")
-        if not (replay_ratio >= 0 and math.isfinite(replay_ratio)):
-            # inf would draw no replay at all: torch.poisson(inf) is a huge negative
-            raise ValueError(
-                f"replay_ratio must be >= 0 and finite, got {replay_ratio}"
-            )
-        if replay_ratio > 0 and replay_buffer is None:
-            raise ValueError(f"replay_ratio={replay_ratio} needs a replay_buffer")
-        if not on_policy_updates and not replay_ratio > 0:
-            raise ValueError(
-                "on_policy_updates=False needs replay_ratio > 0: nothing would train"
-            )
-        if replay_start < 0:
-            raise ValueError(f"replay_start must be >= 0, got {replay_start}")
+        check_update_schedule(
+            replay_buffer, replay_ratio, replay_start, on_policy_updates
+        )
         if max_grad_norm is not None and not max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be positive, got {max_grad_norm}")
         for name, value in (
@@ -1357,12 +1351,9 @@ class ACERTrainer:
         shape (the loss's own loading fails on the first, with its whole tree)."""
         problems = state_dict_mismatches(saved, self.loss_module.state_dict())
         if problems:
-            shown = "\n  ".join(problems[:10])
-            more = (
-                f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
-            )
+            shown = first_few(problems, 10, sep="\n  ")
             raise CheckpointError(
-                f"{path} does not fit this trainer's networks:\n  {shown}{more}"
+                f"{path} does not fit this trainer's networks:\n  {shown}"
             )
 
     def _check_checkpoint_config(self, info, allow: tuple, force: bool) -> None:
