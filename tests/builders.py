@@ -7,11 +7,14 @@ what that uses) into the upstream copies of those tests.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
@@ -515,3 +518,56 @@ def load_script(path: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def torchrl_checkout_or_skip(commit: str) -> Path:
+    """The pytorch/rl clone at ``TORCHRL_CHECKOUT`` (else /work/torchrl_checkout),
+    or a skip naming what is missing (the clone, git, or ``commit`` in it)."""
+    source = Path(os.environ.get("TORCHRL_CHECKOUT", "/work/torchrl_checkout"))
+    if not (source / ".git").exists():
+        pytest.skip(
+            f"no TorchRL checkout at {source}: set TORCHRL_CHECKOUT to a clone of "
+            f"pytorch/rl that has the commit {commit}"
+        )
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    has = subprocess.run(
+        ["git", "-C", str(source), "cat-file", "-e", f"{commit}^{{commit}}"],
+        capture_output=True,
+    )
+    if has.returncode:
+        pytest.skip(f"{source} does not have the commit {commit}")
+    return source
+
+
+def run_patched_torchrl_tests(tmp_path, files, *pytest_args):
+    """TorchRL's test ``files`` (paths in pytorch/rl, copied side by side) from a
+    clone at the patches' base commit with every patch of upstream/torchrl/ applied
+    (``git am``), run with pytest against the installed torchrl patched the same way
+    (the checkout's own torchrl is a newer development version than the installed
+    tensordict); returns the finished process."""
+    fixes = load_script("tools/torchrl_fixes.py")
+    source = torchrl_checkout_or_skip(fixes.BASE_COMMIT)
+    clone = tmp_path / "rl"
+    subprocess.run(
+        ["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)],
+        check=True,
+    )
+    identity = ["-c", "user.name=check", "-c", "user.email=check@example.com"]
+    for args in (
+        ["checkout", "-q", "--detach", fixes.BASE_COMMIT],
+        [*identity, "am", "-q", *map(str, fixes.PATCHES)],
+    ):
+        subprocess.run(
+            ["git", "-C", str(clone), *args], check=True, capture_output=True
+        )
+    copy = fixes.patched_copy(tmp_path / "patched")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for name in files:
+        shutil.copy(clone / name, tests / Path(name).name)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
+        cwd=tests, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip

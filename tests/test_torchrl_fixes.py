@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders import load_script
+from builders import load_script, run_patched_torchrl_tests
 
 fixes = load_script("tools/torchrl_fixes.py")
 
@@ -192,49 +192,26 @@ def test_soft_update_in_one_foreach_lerp_changes_no_output(outputs):
     assert_same(installed["soft_update"], patched["soft_update"], "soft_update")
 
 
-def checkout_or_skip() -> Path:
-    source = Path(os.environ.get("TORCHRL_CHECKOUT", "/work/torchrl_checkout"))
-    if not (source / ".git").exists() or shutil.which("git") is None:
-        pytest.skip(f"no TorchRL checkout at {source} (TORCHRL_CHECKOUT) or no git")
-    has = subprocess.run(
-        ["git", "-C", str(source), "cat-file", "-e", f"{fixes.BASE_COMMIT}^{{commit}}"],
-        capture_output=True,
-    )
-    if has.returncode != 0:
-        pytest.skip(f"{source} does not have the commit {fixes.BASE_COMMIT}")
-    return source
-
-
 @pytest.mark.slow
 def test_patches_apply_upstream_and_their_tests_pass(tmp_path):
-    source = checkout_or_skip()
-    clone = tmp_path / "rl"
-
-    def git(*args):
-        return subprocess.run(
-            ["git", "-C", str(clone), *args], check=True, capture_output=True
-        )
-
-    subprocess.run(
-        ["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)],
-        check=True,
+    gym = run_patched_torchrl_tests(
+        tmp_path / "gym",
+        ["test/libs/test_gym.py", "test/libs/conftest.py"],
+        "test_gym.py",
+        "-k",
+        "final_observations or full_reset_after_partial_done",
     )
-    git("checkout", "-q", "--detach", fixes.BASE_COMMIT)
-    identity = ["-c", "user.name=check", "-c", "user.email=check@example.com"]
-    git(*identity, "am", "-q", *map(str, fixes.PATCHES))
-    # the tests the patches add, run from the patched test file against the
-    # patched copy of the installed torchrl (the checkout's own torchrl is a
-    # newer development version than the installed tensordict)
-    copy = fixes.patched_copy(tmp_path / "patched")
-    tests = tmp_path / "tests"
-    tests.mkdir()
-    for name in ("test_gym.py", "conftest.py"):
-        shutil.copy(clone / "test" / "libs" / name, tests / name)
-    env = {**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "test_gym.py", "-k", "final_observations or full_reset_after_partial_done"],
-        cwd=tests, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert "4 passed" in result.stdout, result.stdout[-3000:]
+    assert gym.returncode == 0, gym.stdout[-3000:]
+    assert "4 passed" in gym.stdout, gym.stdout[-3000:]
+    objectives = [
+        f"test/objectives/{name}"
+        for name in ("test_loss_module.py", "_objectives_common.py", "conftest.py")
+    ]
+    soft_update = run_patched_torchrl_tests(
+        tmp_path / "soft_update", objectives, "test_loss_module.py", "-k", "updater"
+    )
+    assert soft_update.returncode == 0, soft_update.stdout[-3000:]
+    assert (
+        "test_soft_update_follows_loading_and_dtype_moves"
+        in (tmp_path / "soft_update" / "tests" / "test_loss_module.py").read_text()
+    )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders import load_script
+from builders import load_script, run_patched_torchrl_tests
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -590,52 +589,28 @@ def test_acer_checkpoint_works_on_a_patched_torchrl(tmp_path):
 
 @pytest.mark.slow
 def test_checkpoint_patches_apply_upstream_and_their_tests_pass(tmp_path):
-    source = Path(os.environ.get("TORCHRL_CHECKOUT", "/work/torchrl_checkout"))
-    if not (source / ".git").exists() or shutil.which("git") is None:
-        pytest.skip(f"no TorchRL checkout at {source} (TORCHRL_CHECKOUT) or no git")
-    clone = tmp_path / "rl"
-    subprocess.run(
-        ["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)],
-        check=True,
-    )
-
-    def git(*args):
-        return subprocess.run(
-            ["git", "-C", str(clone), *args], check=True, capture_output=True
-        )
-
-    git("checkout", "-q", "--detach", fixes.BASE_COMMIT)
-    identity = ["-c", "user.name=check", "-c", "user.email=check@example.com"]
-    git(*identity, "am", "-q", *map(str, fixes.PATCHES))
-    # TorchRL's checkpoint tests, with those the patches add, against the patched
-    # copy of the installed torchrl
-    copy = fixes.patched_copy(tmp_path / "patched")
-    tests = tmp_path / "tests"
-    tests.mkdir()
-    shutil.copy(clone / "test" / "test_checkpoint.py", tests)
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "test_checkpoint.py"],
-        cwd=tests, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:]
-    for added in (
+    # TorchRL's checkpoint tests, with those the patches add
+    added = (
         "test_checkpoint_is_synced_before_it_is_published",
         "test_corrupted_payload_is_refused_before_any_component_loads",
         "test_mismatched_shapes_are_named_before_any_component_loads",
-    ):
-        assert added in (tests / "test_checkpoint.py").read_text()
+    )
+    result = run_patched_torchrl_tests(
+        tmp_path / "checkpoint", ["test/test_checkpoint.py"], "test_checkpoint.py"
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    text = (tmp_path / "checkpoint" / "tests" / "test_checkpoint.py").read_text()
+    assert all(name in text for name in added)
     # 0006's test, and the trainer's other checkpoint tests
-    shutil.copy(clone / "test" / "test_trainer.py", tests)
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "test_trainer.py", "-k", "unified or recognizes"],
-        cwd=tests, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    result = run_patched_torchrl_tests(
+        tmp_path / "trainer",
+        ["test/test_trainer.py"],
+        "test_trainer.py",
+        "-k",
+        "unified or recognizes",
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert (
         "test_load_from_file_asks_the_trainers_checkpoint_what_it_recognizes"
-        in (tests / "test_trainer.py").read_text()
+        in (tmp_path / "trainer" / "tests" / "test_trainer.py").read_text()
     )

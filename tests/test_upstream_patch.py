@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from builders import load_script
+from builders import load_script, torchrl_checkout_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "upstream_patch.py"
-DEFAULT_CHECKOUT = Path("/work/torchrl_checkout")
 
 
 tool = load_script("tools/upstream_patch.py")
@@ -120,29 +117,7 @@ def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
 
 
 def checkout_or_skip() -> Path:
-    configured = os.environ.get("TORCHRL_CHECKOUT")
-    source = Path(configured) if configured else DEFAULT_CHECKOUT
-    if not (source / ".git").exists():
-        pytest.skip(
-            f"no TorchRL checkout at {source}: set TORCHRL_CHECKOUT to a clone of "
-            f"pytorch/rl that has the commit {tool.PINNED_COMMIT}"
-        )
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    has_commit = subprocess.run(
-        [
-            "git",
-            "-C",
-            str(source),
-            "cat-file",
-            "-e",
-            f"{tool.PINNED_COMMIT}^{{commit}}",
-        ],
-        capture_output=True,
-    )
-    if has_commit.returncode:
-        pytest.skip(f"{source} does not have the pinned commit {tool.PINNED_COMMIT}")
-    return source
+    return torchrl_checkout_or_skip(tool.PINNED_COMMIT)
 
 
 def clean_copy(source: Path, dest: Path) -> Path:
