@@ -16,6 +16,20 @@ from pathlib import Path
 import torch
 
 RESULTS = Path(__file__).parent / "results"
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+
+def example_config(name: str):
+    """``examples/<name>.yaml`` as Hydra composes it for the example's script (with
+    the run settings it shares with the other examples, ``examples/run/``), open to
+    new keys."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(EXAMPLES), version_base="1.3"):
+        cfg = compose(name)
+    OmegaConf.set_struct(cfg, False)
+    return cfg
 
 
 def results_dir() -> Path:

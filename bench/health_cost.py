@@ -30,12 +30,11 @@ import warnings
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT / "examples"))
-from _common import interleaved_medians, save  # noqa: E402
+from _common import example_config, interleaved_medians, save  # noqa: E402
 from utils_gym import make_env, make_models  # noqa: E402
 
 from torchrl_acer.training.experiment import (  # noqa: E402
@@ -53,8 +52,7 @@ from torchrl_acer.training.trainer import (  # noqa: E402
 def cartpole_trainer(check_health: bool) -> ACERTrainer:
     """``examples/acer_gym.py``'s pieces with its defaults, without evaluation,
     logging or checkpoints."""
-    cfg = OmegaConf.load(ROOT / "examples" / "config_gym.yaml")
-    cfg.pop("hydra")
+    cfg = example_config("config_gym")
     torch.manual_seed(cfg.seed)
     env = make_env(cfg, cfg.env.num_envs, seed=cfg.seed)
     actor, critic = make_models(cfg, env)

@@ -113,7 +113,7 @@ ROOT = Path(__file__).parents[1]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(EXAMPLES))
-from _common import interleaved_medians, save  # noqa: E402
+from _common import example_config, interleaved_medians, save  # noqa: E402
 
 from torchrl_acer.training.experiment import (  # noqa: E402
     check_config,
@@ -157,9 +157,7 @@ REPLAY_STEPS = 16_000
 def load_config(task: str, backend: str, workers: int, sync: bool):
     """The example's config, as Hydra composes it, for one configuration."""
     example, env_name = TASKS[task]
-    cfg = OmegaConf.load(EXAMPLES / f"config_{example}.yaml")
-    cfg.pop("hydra")
-    cfg.pop("defaults")
+    cfg = example_config(f"config_{example}")
     settings = {
         "env.name": env_name,
         "collector.backend": backend,

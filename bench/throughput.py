@@ -50,7 +50,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT / "examples"))
-from _common import save  # noqa: E402
+from _common import example_config, save  # noqa: E402
 from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay  # noqa: E402
 
 from torchrl_acer.training.experiment import (  # noqa: E402
@@ -65,8 +65,7 @@ def make_trainer(game, num_envs, T, device="cpu"):
     """``examples/acer_atari.py``'s pieces with its config, without evaluation,
     logging or checkpoints, and with replay that starts at once."""
     device = torch.device(device)
-    cfg = OmegaConf.load(ROOT / "examples" / "config_atari.yaml")
-    cfg.pop("hydra")
+    cfg = example_config("config_atari")
     OmegaConf.update(cfg, "env.name", game)
     torch.manual_seed(cfg.seed)
     env = make_env(cfg, num_envs, seed=cfg.seed)

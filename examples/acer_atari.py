@@ -3,7 +3,8 @@
     python examples/acer_atari.py                           # ALE/Pong-v5
     python examples/acer_atari.py env.name=ALE/Breakout-v5 collector.total_frames=1_000_000
 
-Settings are in ``config_atari.yaml``; steps count agent steps (4 frames each).
+Settings are in ``config_atari.yaml`` (with the run settings all examples share in
+``run/default.yaml``); steps count agent steps (4 frames each).
 The environments, networks and replay are in ``utils_atari.py``.
 The games run with the DeepMind preprocessing in the ALE's vector environment
 (:func:`torchrl_acer.training.atari.make_atari_env`); the loss trains on rewards clipped to

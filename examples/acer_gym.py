@@ -5,7 +5,8 @@
     python examples/acer_gym.py env.name=MinAtar/Breakout-v1 collector.total_frames=1_000_000
     python examples/acer_gym.py resume=runs/CartPole-v1/seed0-.../checkpoints/last.pt
 
-Settings are in ``config_gym.yaml``; the environments and networks in
+Settings are in ``config_gym.yaml`` (with the run settings all examples share in
+``run/default.yaml``); the environments and networks in
 ``utils_gym.py``. Vector observations get MLPs; MinAtar's 10x10xC grids get the
 MinAtar paper's small conv net with a policy head and a Q head.
 

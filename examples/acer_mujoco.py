@@ -3,7 +3,8 @@
     python examples/acer_mujoco.py                        # HalfCheetah-v5 (mujoco extra)
     python examples/acer_mujoco.py env.name=Pendulum-v1   # no MuJoCo needed
 
-Settings are in ``config_mujoco.yaml``: the paper's continuous ACER (fully
+Settings are in ``config_mujoco.yaml`` (with the run settings all examples share in
+``run/default.yaml``): the paper's continuous ACER (fully
 off-policy, T = 50, averaged-policy decay 0.995, c = 5) with a fixed policy scale
 of 0.1 and a trust-region bound of 2 (with the paper's scale 0.3, HalfCheetah-v5
 learned more slowly and ended lower; with a bound of 1 it ended a little lower, by

@@ -485,14 +485,11 @@ def retrace(gamma, lmbda, x, **kwargs):
 
 
 def gym_config(settings: dict, **overrides):
-    """``examples/config_gym.yaml`` as Hydra composes it (without its ``hydra`` and
-    ``defaults`` sections), with ``settings`` and then ``overrides`` (dotted keys)
-    applied."""
+    """``examples/config_gym.yaml`` as Hydra composes it, with ``settings`` and then
+    ``overrides`` (dotted keys) applied."""
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(Path(__file__).parents[1] / "examples" / "config_gym.yaml")
-    cfg.pop("hydra")
-    cfg.pop("defaults")
+    cfg = load_script("bench/_common.py").example_config("config_gym")
     for key, value in {**settings, **overrides}.items():
         OmegaConf.update(cfg, key, value)
     return cfg

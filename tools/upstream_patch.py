@@ -1234,6 +1234,8 @@ def sota_files(project: Project) -> dict[str, str]:
         config = hydra_config(tree, path)
         if config:
             files[config] = config.name
+            for group in config_groups(config):
+                files[group] = group.relative_to(examples).as_posix()
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0:
                 if is_ours(node.module):
@@ -1284,6 +1286,25 @@ def sota_files(project: Project) -> dict[str, str]:
     )
     out[f"{SOTA_DIR}/README.md"] = sota_readme(files)
     return out
+
+
+def config_groups(config: Path) -> list[Path]:
+    """The config-group files a Hydra config's ``defaults`` list composes from its
+    own folder (``- run: default`` -> ``run/default.yaml``; ``override`` entries
+    name Hydra's own groups)."""
+    defaults = re.search(
+        r"^defaults:\n((?:[ \t]+-[^\n]*\n?)+)", config.read_text(), re.M
+    )
+    if defaults is None:
+        return []
+    found = []
+    for group, name in re.findall(
+        r"^\s+-\s+([\w/]+):\s*(\w+)", defaults.group(1), re.M
+    ):
+        path = config.parent / group / f"{name}.yaml"
+        if path.is_file():
+            found.append(path)
+    return found
 
 
 def hydra_config(tree: ast.Module, script: Path) -> Path | None:
