@@ -101,3 +101,4 @@ def test_configs_are_in_hydras_config_store():
     repo = ConfigStore.instance().repo
     assert "acer.yaml" in repo["loss"] and "acer.yaml" in repo["trainer"]
     assert "categorical_actor.yaml" in repo["model"]
+    assert "gym_vector.yaml" in repo["env"]

@@ -1,9 +1,10 @@
 """Hydra configs for ACER, in the form of ``torchrl.trainers.algorithms.configs``.
 
 :class:`ACERLossConfig` (group ``loss``, name ``acer``), :class:`ACERTrainerConfig`
-(group ``trainer``, name ``acer``) and :class:`CategoricalActorConfig` (group
+(group ``trainer``, name ``acer``), :class:`CategoricalActorConfig` (group
 ``model``, name ``categorical_actor``: TorchRL's model configs have no categorical
-policy) are registered with Hydra's ConfigStore by :func:`register_configs`,
+policy) and :class:`VectorGymEnvConfig` (group ``env``, name ``gym_vector``) are
+registered with Hydra's ConfigStore by :func:`register_configs`,
 next to TorchRL's own groups, so that a config file composes them with TorchRL's
 ``env``, ``collector``, ``network``, ``optimizer`` and ``logger`` entries. Each
 checks its values when built: a value of the wrong type or out of range fails at
@@ -19,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchrl.trainers.algorithms.configs.envs import EnvConfig
 from torchrl.trainers.algorithms.configs.modules import ModelConfig
 from torchrl.trainers.algorithms.configs.objectives import LossConfig
 from torchrl.trainers.algorithms.configs.trainers import TrainerConfig
@@ -27,6 +29,7 @@ __all__ = [
     "ACERLossConfig",
     "ACERTrainerConfig",
     "CategoricalActorConfig",
+    "VectorGymEnvConfig",
     "register_configs",
 ]
 
@@ -57,7 +60,8 @@ def _none_or(value, test) -> bool:
 @dataclass
 class CategoricalActorConfig(ModelConfig):
     """A categorical policy: a :class:`~torchrl.modules.ProbabilisticActor` over
-    the ``logits`` a network writes, with the log-probability of its action.
+    the ``logits`` a network writes, with the log-probability of its action; the
+    action an index, or one-hot (``one_hot``, as TorchRL's gym envs take it).
 
     Example:
         >>> from hydra.utils import instantiate
@@ -71,6 +75,7 @@ class CategoricalActorConfig(ModelConfig):
 
     network: Any = None
     in_keys: Any = field(default_factory=lambda: ["observation"])
+    one_hot: bool = False
     return_log_prob: bool = True
     _target_: str = "torchrl_acer.trainers.configs._make_categorical_actor"
     _partial_: bool = False
@@ -80,7 +85,7 @@ class CategoricalActorConfig(ModelConfig):
         _check(self, "network", self.network is not None, "a network config")
 
 
-def _make_categorical_actor(*, network, in_keys, return_log_prob, **kwargs):
+def _make_categorical_actor(*, network, in_keys, one_hot, return_log_prob, **kwargs):
     import torch
     from tensordict.nn import TensorDictModule
     from torchrl.modules import ProbabilisticActor
@@ -94,12 +99,39 @@ def _make_categorical_actor(*, network, in_keys, return_log_prob, **kwargs):
     actor = ProbabilisticActor(
         TensorDictModule(network, list(in_keys), ["logits"]),
         in_keys=["logits"],
-        distribution_class=torch.distributions.Categorical,
+        distribution_class=(
+            torch.distributions.OneHotCategorical
+            if one_hot
+            else torch.distributions.Categorical
+        ),
         return_log_prob=return_log_prob,
         **kwargs,
     )
     # as TorchRL's model configs do: weights in shared memory for worker processes
     return actor.share_memory() if shared else actor
+
+
+@dataclass
+class VectorGymEnvConfig(EnvConfig):
+    """``num_envs`` copies of a gymnasium task stepped together, in this process
+    unless ``parallel``: :func:`torchrl_acer.training.envs.make_env`, with each
+    episode's return under ``("next", "episode_reward")``. TorchRL's ``GymEnv``
+    with ``num_envs`` runs gymnasium's ``AsyncVectorEnv``, one process per copy,
+    which for a task as cheap as CartPole costs more than it steps.
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 8
+    parallel: bool = False
+    seed: int | None = None
+    max_episode_steps: int | None = None
+    _target_: str = "torchrl_acer.training.envs.make_env"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(
+            self, "num_envs", _int(self.num_envs) and self.num_envs >= 1, "an int >= 1"
+        )
 
 
 @dataclass
@@ -333,10 +365,11 @@ def _make_acer_trainer(**kwargs):
 
 def register_configs() -> None:
     """Stores the configs in Hydra's ConfigStore (``loss/acer``, ``trainer/acer``,
-    ``model/categorical_actor``), next to TorchRL's."""
+    ``model/categorical_actor``, ``env/gym_vector``), next to TorchRL's."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
     cs.store(group="loss", name="acer", node=ACERLossConfig)
     cs.store(group="trainer", name="acer", node=ACERTrainerConfig)
     cs.store(group="model", name="categorical_actor", node=CategoricalActorConfig)
+    cs.store(group="env", name="gym_vector", node=VectorGymEnvConfig)
