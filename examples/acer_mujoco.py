@@ -42,6 +42,7 @@ from torchrl_acer.training.experiment import (
     run_dir_for,
     save_config,
 )
+from torchrl_acer.training.refusal import report_refusals
 from torchrl_acer.training.trainer import (
     ACERTrainer,
     GreedyEvaluator,
@@ -50,6 +51,7 @@ from torchrl_acer.training.trainer import (
 
 
 @hydra.main(config_path=".", config_name="config_mujoco", version_base="1.3")
+@report_refusals  # a refusal ends with its message alone (HYDRA_FULL_ERROR=1: traceback)
 def main(cfg: DictConfig) -> None:
     # -- config: refuse values that cannot work, naming the setting ------------------
     check_config(cfg)

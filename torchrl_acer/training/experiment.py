@@ -32,6 +32,7 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.training.checkpoint import read_header
 from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproducedError
+from torchrl_acer.training.refusal import ConfigError, Refusal
 from torchrl_acer.training.trainer import ACERTrainer, VersionedPolicy
 
 __all__ = [
@@ -58,9 +59,9 @@ def get_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name != "cpu" and not re.fullmatch(r"cuda(:\d+)?", name):
-        raise ValueError(f"bad config: device={name!r} must be cpu, cuda or auto")
+        raise ConfigError(f"bad config: device={name!r} must be cpu, cuda or auto")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(
+        raise ConfigError(
             f"bad config: device={name!r} but CUDA is not available "
             f"(device=auto falls back to the CPU)"
         )
@@ -227,7 +228,7 @@ def check_config(cfg: DictConfig) -> None:
 
     def need(condition, message):
         if not condition:
-            raise ValueError(f"bad config: {message}")
+            raise ConfigError(f"bad config: {message}")
 
     for key, setting in _SETTINGS.items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)
@@ -296,7 +297,7 @@ def run_dir_for(cfg: DictConfig) -> Path:
             run_dir = base.with_name(f"{base.name}-{n}")
 
 
-class RunDirInUseError(RuntimeError):
+class RunDirInUseError(Refusal, RuntimeError):
     """Another process holds the run directory (:func:`lock_run_dir`)."""
 
 
@@ -357,7 +358,7 @@ def checkpoint_run_dir(checkpoint: str | Path) -> Path:
         return recorded
     if layout is not None:
         return layout
-    raise ValueError(
+    raise ConfigError(
         f"resume={checkpoint}: cannot tell which run directory it belongs to "
         f"(it records none); set logger.run_dir"
     )
@@ -557,7 +558,7 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
             auto_register_policy_transforms=False,
         )
     if backend not in _TORCHRL_BACKENDS:
-        raise ValueError(f"bad config: collector.backend={backend!r}")
+        raise ConfigError(f"bad config: collector.backend={backend!r}")
     if env is not None:
         env.close()
     workers, sync = c.num_workers, c.sync
