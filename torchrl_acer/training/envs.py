@@ -21,6 +21,7 @@ __all__ = [
     "SelectObservation",
     "check_env_id",
     "check_spaces",
+    "check_vector_observation",
     "forget_saved_step",
     "is_minatar",
     "make_env",
@@ -107,6 +108,20 @@ def check_spaces(
         raise ConfigError(
             f"env.name={env_id!r} has the action space {act}, but this example "
             f"trains a {action_space} policy{hint}"
+        )
+
+
+def check_vector_observation(env: EnvBase, env_id: str, *, takes: str) -> None:
+    """Refuses, naming ``env_id``, the observation's shape and dtype and what the
+    caller's networks take (``takes``), an ``"observation"`` that is not a float
+    vector per copy: an MLP given images (an Atari game) or integer vectors (its
+    RAM) would fail at its first step, inside the collector."""
+    spec = env.observation_spec["observation"]
+    shape = tuple(spec.shape[env.batch_dims :])
+    if len(shape) != 1 or not spec.dtype.is_floating_point:
+        dtype = str(spec.dtype).removeprefix("torch.")
+        raise ConfigError(
+            f"env.name={env_id!r} observes {dtype} arrays of shape {shape}; {takes}"
         )
 
 
