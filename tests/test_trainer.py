@@ -551,3 +551,102 @@ def test_example_compiled_trains_and_resumes_uncompiled(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "at 200 frames" in out.stdout and "after 240 env steps" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """``acer_gym.py`` as a new user runs it, small: 50 frames asked of batches of
+    2 envs x 10 steps, the CSV logger and the progress bar on."""
+    tmp_path = tmp_path_factory.mktemp("first_run")
+    run = tmp_path / "run"
+    out = run_example(
+        "acer_gym.py",
+        "env.num_envs=2",
+        "collector.T=10",
+        "collector.total_frames=50",
+        "replay.ratio=0",
+        "eval.interval=null",
+        "eval.episodes=1",
+        "eval.max_steps=20",
+        "logger.log_interval=20",
+        "logger.progress_bar=true",
+        "model.num_cells=[8]",
+        f"logger.run_dir={run}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out, run
+
+
+def test_a_run_prints_no_torchrl_info_lines(first_run):
+    out, _ = first_run
+    assert "[INFO]" not in out.stdout + out.stderr, out.stdout[:3000]
+
+
+def test_total_frames_is_what_runs_and_a_rounding_is_said(first_run):
+    out, run = first_run
+    assert (
+        "collector.total_frames=50 is not a whole number of batches of 20 steps "
+        "(env.num_envs=2 x collector.T=10): training runs 3 batches, 60 steps"
+    ) in out.stdout
+    assert "after 60 env steps" in out.stdout
+    assert json.loads((run / "summary.json").read_text())["frames"] == 60
+
+
+def test_csv_logs_have_a_header_and_read_back(first_run):
+    from torchrl_acer.training.plot import read_scalar
+
+    _, run = first_run
+    files = sorted((run / "logs" / "scalars").rglob("*.csv"))
+    assert len(files) > 5
+    for path in files:
+        header, *rows = path.read_text().splitlines()
+        assert header == "step,value", path
+        assert rows and all(len(r.split(",")) == 2 for r in rows), path
+    steps, values = read_scalar(run, "eval/reward")
+    assert list(steps) == [60.0] and len(values) == 1
+
+
+def test_the_progress_bar_ends_once_and_shows_no_nan(first_run):
+    out, _ = first_run
+    lines = [line for line in out.stderr.replace("\r", "\n").splitlines() if line]
+    assert sum("60/60" in line for line in lines) == 1, lines
+    assert "nan" not in out.stderr
+    # no episode ended in the first batch of 10 steps (CartPole lasts longer)
+    assert "ret=-" in lines[1], lines
+
+
+def test_quieting_torchrl_keeps_its_warnings_and_its_own_setting(monkeypatch):
+    import logging
+
+    from torchrl_acer.training.experiment import quiet_torchrl_info
+
+    logger = logging.getLogger("torchrl")
+    monkeypatch.setattr(logger, "level", logger.level)
+    monkeypatch.delenv("RL_LOGGING_LEVEL", raising=False)
+    quiet_torchrl_info()
+    assert logger.isEnabledFor(logging.WARNING) and not logger.isEnabledFor(
+        logging.INFO
+    )
+    monkeypatch.setenv("RL_LOGGING_LEVEL", "INFO")
+    quiet_torchrl_info()
+    assert logger.isEnabledFor(logging.INFO)
+
+
+def test_a_synchronous_batch_counts_every_workers_steps(capsys):
+    from torchrl_acer.training.experiment import frames_to_run
+
+    sync = small_config(
+        **{
+            "collector.backend": "multiprocess",
+            "collector.sync": True,
+            "collector.num_workers": 3,
+            "collector.total_frames": 31,
+        }
+    )
+    assert frames_to_run(sync) == 60  # batches of 3 x 2 envs x 5 steps
+    assert "x collector.num_workers=3): training runs 2 batches" in (
+        capsys.readouterr().out
+    )
+    exact = small_config(**{"collector.total_frames": 100})
+    assert frames_to_run(exact) == 100 and capsys.readouterr().out == ""

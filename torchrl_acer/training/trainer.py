@@ -694,11 +694,12 @@ class ACERTrainer:
                     bar.n = self.frames
                     elapsed = time.perf_counter() - start_time
                     bar.set_postfix(
-                        ret=f"{self.recent_return:.1f}",
+                        ret=f"{self.recent_return:.1f}" if self.recent_returns else "-",
                         fps=f"{(self.frames - start_frames) / elapsed:.0f}",
                         refresh=False,
                     )
-                    bar.refresh()
+                    if self.frames < self.total_frames:  # close() draws the last
+                        bar.refresh()
                 if self.frames >= self.total_frames:
                     break
         except KeyboardInterrupt:
