@@ -650,3 +650,51 @@ def test_a_synchronous_batch_counts_every_workers_steps(capsys):
     )
     exact = small_config(**{"collector.total_frames": 100})
     assert frames_to_run(exact) == 100 and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    "num_envs, max_steps, seed",
+    # 1 copy: every end resets all; max_steps=9 cuts some episodes short
+    [(5, 500, 0), (1, 500, 1), (4, 9, 2), (3, 500, 3)],
+)
+def test_greedy_evaluation_stepping_gymnasium_equals_torchrls_steps(
+    num_envs, max_steps, seed
+):
+    """The evaluator's direct steps of the gymnasium vector env give the returns
+    TorchRL's steps give, call after call (the environments' random streams
+    included), episodes cut at ``max_steps`` included."""
+    torch.manual_seed(seed)
+    env = make_env("CartPole-v1", num_envs=num_envs, seed=seed)
+    spec = env.action_spec[(0,) * env.batch_dims]
+    actor, _ = mlp_actor_critic(4, 2, num_cells=[16], action_spec=spec)
+    env.close()
+    direct, torchrl = (
+        GreedyEvaluator(
+            make_env("CartPole-v1", num_envs=num_envs, seed=seed + 10),
+            actor,
+            max_steps=max_steps,
+        )
+        for _ in range(2)
+    )
+    assert direct._vector is not None
+    torchrl._vector = None  # TorchRL's own steps
+    results = [(direct(), torchrl()) for _ in range(4)]
+    for mine, theirs in results:
+        assert mine == theirs
+    assert len({r["reward"] for r, _ in results}) > 1  # not one episode replayed
+    direct.close()
+    torchrl.close()
+
+
+def test_greedy_evaluation_takes_torchrls_steps_where_more_happens_there():
+    from torchrl.envs import InitTracker, RewardScaling
+
+    env = make_env("CartPole-v1", num_envs=2, seed=0)
+    spec = env.action_spec[(0,) * env.batch_dims]
+    actor, _ = mlp_actor_critic(4, 2, num_cells=[8], action_spec=spec)
+    assert GreedyEvaluator(env, actor, max_steps=5)._vector is not None
+    env.append_transform(RewardScaling(loc=0.0, scale=2.0))  # after the sum: fine
+    assert GreedyEvaluator(env, actor, max_steps=5)._vector is not None
+    env.append_transform(InitTracker())  # a recurrent model's
+    assert GreedyEvaluator(env, actor, max_steps=5)._vector is None
+    env.close()
