@@ -233,45 +233,79 @@ TINY = [
 ]
 
 
-def test_checkpoint_env_and_run_dir_refusals_end_with_their_message_alone(tmp_path):
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """The checkpoint of a 40-frame run of ``acer_gym.py``."""
+    run = tmp_path_factory.mktemp("tiny") / "run"
     out = run_example(
         "acer_gym.py",
         *TINY,
         "collector.total_frames=40",
         f"logger.run_dir={run}",
-        cwd=tmp_path,
+        cwd=run.parent,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    checkpoint = run / "checkpoints" / "last.pt"
-    more = [*TINY, "collector.total_frames=80", f"logger.run_dir={tmp_path / 'b'}"]
-    # another config
-    out = run_example(
-        "acer_gym.py",
-        *more,
-        f"resume={checkpoint}",
-        "model.activation=tanh",
-        cwd=tmp_path,
-    )
-    assert_refused(out, f"{checkpoint} was written with another config")
-    assert "model.activation: 'relu' in the checkpoint, 'tanh' now" in out.stderr
-    # a corrupted file
+    return run / "checkpoints" / "last.pt"
+
+
+def _corrupted(checkpoint, tmp_path):
     corrupted = tmp_path / "corrupted.pt"
     data = bytearray(checkpoint.read_bytes())
     data[-100] ^= 0xFF
     corrupted.write_bytes(bytes(data))
-    out = run_example("acer_gym.py", *more, f"resume={corrupted}", cwd=tmp_path)
-    assert_refused(out, f"{corrupted} is corrupted")
-    # no file
-    out = run_example("acer_gym.py", *more, "resume=nothing.pt", cwd=tmp_path)
-    assert_refused(out, "resume: no checkpoint at nothing.pt")
-    # an environment id gymnasium does not know
-    out = run_example("acer_gym.py", *more, "env.name=CartPol-v1", cwd=tmp_path)
-    assert_refused(out, "env.name='CartPol-v1' is not a registered gymnasium id")
-    # a run directory another process holds (this one)
-    experiment.lock_run_dir(run)
+    return corrupted
+
+
+# (what is refused, the overrides given the checkpoint and a tmp_path, the start
+# of the refusal); each run ended with Hydra's "Error executing job" and a
+# traceback around the message
+REFUSED_RUNS = {
+    "another config": (
+        lambda ckpt, tmp: [f"resume={ckpt}", "model.activation=tanh"],
+        lambda ckpt, tmp: f"{ckpt} was written with another config",
+    ),
+    "a corrupted checkpoint": (
+        lambda ckpt, tmp: [f"resume={_corrupted(ckpt, tmp)}"],
+        lambda ckpt, tmp: f"{tmp / 'corrupted.pt'} is corrupted",
+    ),
+    "no checkpoint": (
+        lambda ckpt, tmp: ["resume=nothing.pt"],
+        lambda ckpt, tmp: "resume: no checkpoint at nothing.pt",
+    ),
+    "an unknown environment": (
+        lambda ckpt, tmp: ["env.name=CartPol-v1"],
+        lambda ckpt, tmp: "env.name='CartPol-v1' is not a registered gymnasium id",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_RUNS))
+def test_a_run_refused_ends_with_its_message_alone(tiny_checkpoint, tmp_path, case):
+    overrides, message = REFUSED_RUNS[case]
+    out = run_example(
+        "acer_gym.py",
+        *TINY,
+        "collector.total_frames=80",
+        f"logger.run_dir={tmp_path / 'b'}",
+        *overrides(tiny_checkpoint, tmp_path),
+        cwd=tmp_path,
+    )
+    assert_refused(out, message(tiny_checkpoint, tmp_path))
+    if case == "another config":
+        assert "model.activation: 'relu' in the checkpoint, 'tanh' now" in out.stderr
+
+
+def test_a_run_directory_in_use_is_refused_with_its_message_alone(tmp_path):
+    run = tmp_path / "run"
+    experiment.lock_run_dir(run)  # held by this process
     try:
-        out = run_example("acer_gym.py", *more, f"logger.run_dir={run}", cwd=tmp_path)
+        out = run_example(
+            "acer_gym.py",
+            *TINY,
+            "collector.total_frames=40",  # unrefused, it ends soon
+            f"logger.run_dir={run}",
+            cwd=tmp_path,
+        )
     finally:
         os.close(experiment._RUN_DIR_LOCKS.pop(run.resolve()))
     assert_refused(out, f"run directory {run.resolve()} is in use")
