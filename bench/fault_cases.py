@@ -400,14 +400,18 @@ def sha256_tree(root: Path) -> dict:
 
 
 def csv_rows_past(logs: Path, checkpoint) -> int:
-    """Rows of the CSV logs (``step,value``) past the checkpoint's frames (a path,
-    read, or a number); partial rows count."""
+    """Rows of the CSV logs (``step,value``, after the header) past the
+    checkpoint's frames (a path, read, or a number); partial rows count."""
+    from torchrl_acer.training.experiment import CSV_HEADER
+
     frames = (
         checkpoint if isinstance(checkpoint, int) else checkpoint_frames(checkpoint)
     )
     n = 0
     for csv in logs.rglob("*.csv"):
         for line in csv.read_text().splitlines(keepends=True):
+            if line == CSV_HEADER:
+                continue
             step = line.partition(",")[0]
             if not line.endswith("\n") or not step.isdigit() or int(step) > frames:
                 n += 1
@@ -416,8 +420,11 @@ def csv_rows_past(logs: Path, checkpoint) -> int:
 
 def csv_steps_increase(logs: Path) -> bool:
     """Whether each CSV log's steps go strictly up (no step logged twice)."""
+    from torchrl_acer.training.experiment import CSV_HEADER
+
     for csv in logs.rglob("*.csv"):
-        steps = [int(line.partition(",")[0]) for line in csv.read_text().splitlines()]
+        rows = csv.read_text().splitlines(keepends=True)
+        steps = [int(line.partition(",")[0]) for line in rows if line != CSV_HEADER]
         if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
             return False
     return True

@@ -25,28 +25,33 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torchrl.objectives import SoftUpdate
-from torchrl.record.loggers import get_logger
 from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay
 
 from torchrl_acer.training.experiment import (
     check_config,
     collector_workers,
     final_summary,
+    frames_to_run,
     get_device,
     lock_run_dir,
     make_collector,
+    make_logger,
     make_loss,
     make_optimizer,
+    quiet_torchrl_info,
     resume,
     run_dir_for,
     save_config,
 )
+from torchrl_acer.training.refusal import report_refusals
 from torchrl_acer.training.trainer import ACERTrainer, GreedyEvaluator
 
 
 @hydra.main(config_path=".", config_name="config_atari", version_base="1.3")
+@report_refusals  # a refusal ends with its message alone (HYDRA_FULL_ERROR=1: traceback)
 def main(cfg: DictConfig) -> None:
     # -- config: refuse values that cannot work, naming the setting ------------------
+    quiet_torchrl_info()  # TorchRL's INFO lines off (RL_LOGGING_LEVEL=INFO: on)
     check_config(cfg)
     run_dir = run_dir_for(cfg)  # logs, checkpoints, config.yaml, summary.json
     lock_run_dir(run_dir)  # a second process on this run stops here, touching nothing
@@ -103,11 +108,7 @@ def main(cfg: DictConfig) -> None:
         actor,
         max_steps=cfg.eval.max_steps,
     )
-    logger = None
-    if cfg.logger.backend:
-        logger = get_logger(
-            cfg.logger.backend, logger_name=str(run_dir), experiment_name="logs"
-        )
+    logger = make_logger(cfg.logger.backend, run_dir)  # csv: step,value rows
 
     # -- the loop: ACER's replay schedule, evaluation, logs, checkpoints -------------
     trainer = ACERTrainer(
@@ -115,7 +116,7 @@ def main(cfg: DictConfig) -> None:
         loss_module=loss,
         optimizer=optimizer,
         target_updater=target_updater,
-        total_frames=cfg.collector.total_frames,
+        total_frames=frames_to_run(cfg),  # whole batches (a note if rounded)
         replay_buffer=replay,
         replay_ratio=cfg.replay.ratio,
         on_policy_updates=cfg.replay.on_policy_updates,

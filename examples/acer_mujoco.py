@@ -28,21 +28,24 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torchrl.objectives import SoftUpdate
-from torchrl.record.loggers import get_logger
 from utils_mujoco import make_env, make_models
 
 from torchrl_acer.training.experiment import (
     check_config,
     final_summary,
+    frames_to_run,
     get_device,
     lock_run_dir,
     make_collector,
+    make_logger,
     make_loss,
     make_optimizer,
+    quiet_torchrl_info,
     resume,
     run_dir_for,
     save_config,
 )
+from torchrl_acer.training.refusal import report_refusals
 from torchrl_acer.training.trainer import (
     ACERTrainer,
     GreedyEvaluator,
@@ -51,8 +54,10 @@ from torchrl_acer.training.trainer import (
 
 
 @hydra.main(config_path=".", config_name="config_mujoco", version_base="1.3")
+@report_refusals  # a refusal ends with its message alone (HYDRA_FULL_ERROR=1: traceback)
 def main(cfg: DictConfig) -> None:
     # -- config: refuse values that cannot work, naming the setting ------------------
+    quiet_torchrl_info()  # TorchRL's INFO lines off (RL_LOGGING_LEVEL=INFO: on)
     check_config(cfg)
     run_dir = run_dir_for(cfg)  # logs, checkpoints, config.yaml, summary.json
     lock_run_dir(run_dir)  # a second process on this run stops here, touching nothing
@@ -102,11 +107,7 @@ def main(cfg: DictConfig) -> None:
         actor,
         max_steps=cfg.eval.max_steps,
     )
-    logger = None
-    if cfg.logger.backend:
-        logger = get_logger(
-            cfg.logger.backend, logger_name=str(run_dir), experiment_name="logs"
-        )
+    logger = make_logger(cfg.logger.backend, run_dir)  # csv: step,value rows
 
     # -- the loop: ACER's replay schedule, evaluation, logs, checkpoints -------------
     trainer = ACERTrainer(
@@ -114,7 +115,7 @@ def main(cfg: DictConfig) -> None:
         loss_module=loss,
         optimizer=optimizer,
         target_updater=target_updater,
-        total_frames=cfg.collector.total_frames,
+        total_frames=frames_to_run(cfg),  # whole batches (a note if rounded)
         replay_buffer=replay,
         replay_ratio=cfg.replay.ratio,
         on_policy_updates=cfg.replay.on_policy_updates,

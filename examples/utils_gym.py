@@ -12,7 +12,11 @@ from torchrl_acer.modules.models import (
     mlp_actor_critic,
     recurrent_primer,
 )
-from torchrl_acer.training.envs import SelectObservation, is_minatar
+from torchrl_acer.training.envs import (
+    SelectObservation,
+    check_vector_observation,
+    is_minatar,
+)
 from torchrl_acer.training.envs import make_env as make_gym_env
 
 
@@ -52,6 +56,14 @@ def make_env(cfg: DictConfig, num_envs: int, seed: int):
 def make_models(cfg: DictConfig, env):
     """``(actor, critic)``: MLPs on vector observations, or the MinAtar paper's small
     conv net shared by a policy head and a Q head on MinAtar's 10x10xC grids."""
+    if not is_minatar(cfg.env.name):
+        check_vector_observation(
+            env,
+            cfg.env.name,
+            takes="this example's MLPs take float vectors, its conv net MinAtar's "
+            "10x10xC grids (env.name=MinAtar/...); for Atari games use "
+            "examples/acer_atari.py",
+        )
     obs_shape = env.observation_spec["observation"].shape[env.batch_dims :]
     num_actions = env.action_spec.shape[-1]
     action_spec = env.action_spec[(0,) * env.batch_dims]

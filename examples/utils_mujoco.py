@@ -6,6 +6,7 @@ import gymnasium as gym
 from omegaconf import DictConfig
 
 from torchrl_acer.modules.models import gaussian_actor_sdn
+from torchrl_acer.training.envs import check_vector_observation
 from torchrl_acer.training.envs import make_env as make_gym_env
 
 
@@ -28,6 +29,9 @@ def make_models(cfg: DictConfig, env):
     """``(actor, critic)``: a Gaussian MLP policy, its mean squashed into the action
     bounds if ``cfg.model.bound_mean``, and a stochastic dueling network (or, with
     ``cfg.model.dueling=false``, a plain Q critic)."""
+    check_vector_observation(
+        env, cfg.env.name, takes="this example's MLPs take float vectors"
+    )
     obs_dim = env.observation_spec["observation"].shape[-1]
     action_dim = env.action_spec.shape[-1]
     loc_bounds = None

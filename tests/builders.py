@@ -217,14 +217,20 @@ def cartpole_states(env) -> torch.Tensor:
     return torch.as_tensor(np.stack([copy.unwrapped.state for copy in copies]))
 
 
-def run_example(script, *args, cwd):
-    """Runs ``examples/<script>`` with Hydra overrides; returns the finished process."""
+def run_example(script, *args, cwd, env=None):
+    """Runs ``examples/<script>`` with Hydra overrides (and ``env``'s variables
+    added to this process's); returns the finished process. The script imports
+    this checkout's ``torchrl_acer`` (first on ``PYTHONPATH``), not whichever one is
+    installed."""
+    root = str(Path(__file__).parents[1])
+    path = [root, *filter(None, [os.environ.get("PYTHONPATH")])]
     return subprocess.run(
-        [sys.executable, str(Path(__file__).parents[1] / "examples" / script), *args],
+        [sys.executable, str(Path(root) / "examples" / script), *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(path), **(env or {})},
     )
 
 

@@ -283,7 +283,7 @@ def test_ray_collectors_train_the_gym_example(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lags = (tmp_path / "logs" / "scalars" / "collector" / "policy_lag.csv").read_text()
-    assert len(lags.splitlines()) >= 2
+    assert len(lags.splitlines()) >= 3  # the header, then two rows at least
     assert "final greedy evaluation" in proc.stdout
 
 

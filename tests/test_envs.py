@@ -158,3 +158,84 @@ class TestCueRecall:
 
         with pytest.raises(ValueError, match="delay"):
             CueRecallEnv(delay=0)
+
+
+class _GridTask:
+    """A task observing 4x5 float grids, with two actions."""
+
+    @staticmethod
+    def make():
+        import gymnasium as gym
+        import numpy as np
+
+        class Grid(gym.Env):
+            observation_space = gym.spaces.Box(0.0, 1.0, (4, 5), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                return self.observation_space.sample(), {}
+
+            def step(self, action):
+                return self.observation_space.sample(), 0.0, False, False, {}
+
+        return Grid()
+
+
+def test_observations_other_than_float_vectors_are_refused_naming_the_shape():
+    import gymnasium as gym
+
+    from torchrl_acer.training.envs import check_vector_observation
+    from torchrl_acer.training.refusal import ConfigError
+
+    if "GridObs-v0" not in gym.registry:
+        gym.register("GridObs-v0", entry_point=_GridTask.make)
+    env = make_env("GridObs-v0", num_envs=2)
+    with pytest.raises(
+        ConfigError,
+        match=r"env.name='GridObs-v0' observes float32 arrays of shape \(4, 5\); "
+        r"MLPs take vectors",
+    ):
+        check_vector_observation(env, "GridObs-v0", takes="MLPs take vectors")
+    env.close()
+    env = make_env("CartPole-v1", num_envs=2)
+    check_vector_observation(env, "CartPole-v1", takes="MLPs take vectors")
+    env.close()
+
+
+@pytest.mark.parametrize(
+    "script, env_id, module, shape",
+    [
+        ("acer_gym.py", "ALE/Pong-v5", "ale_py", "uint8 arrays of shape (210, 160, 3)"),
+        (
+            "acer_mujoco.py",
+            "CarRacing-v3",
+            "Box2D",
+            "uint8 arrays of shape (96, 96, 3)",
+        ),
+    ],
+)
+def test_the_examples_refuse_observations_their_networks_cannot_take(
+    tmp_path, script, env_id, module, shape
+):
+    """Before: the first step failed inside the collector (``mat1 and mat2 must
+    have the same dtype``), with a traceback."""
+    pytest.importorskip(module)
+    from builders import run_example
+
+    run = tmp_path / "run"
+    out = run_example(
+        script,
+        f"env.name={env_id}",
+        "env.num_envs=1",
+        "eval.episodes=1",
+        f"logger.run_dir={run}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1, out.stderr[-3000:]
+    message = out.stderr.strip().splitlines()[-1]  # after the ALE's banner
+    assert message.startswith(f"env.name={env_id!r} observes {shape}; "), message
+    assert "take float vectors" in message and "Traceback" not in out.stderr
+    # refused before training: nothing to resume, no checkpoint written
+    assert "resume" not in (out.stdout + out.stderr).lower()
+    assert not (run / "checkpoints").exists()

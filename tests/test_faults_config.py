@@ -18,7 +18,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from torchrl_acer.training import experiment
-from torchrl_acer.training.experiment import check_config, run_dir_for
+from torchrl_acer.training.checkpoint import CheckpointError
+from torchrl_acer.training.experiment import (
+    RunDirInUseError,
+    check_config,
+    run_dir_for,
+)
+from torchrl_acer.training.refusal import ConfigError, Refusal, report_refusals
 from torchrl_acer.training.trainer import ACERTrainer, GreedyEvaluator
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
@@ -166,13 +172,148 @@ def test_the_library_refuses_infinite_replay_ratio_and_zero_eval_steps():
         GreedyEvaluator(None, None, max_steps=0)
 
 
+def assert_refused(out, message: str) -> None:
+    """``out`` (a finished example) was refused: status 1, and stderr holds the
+    refusal's message alone (``message`` is its start), without Hydra's "Error
+    executing job" or a traceback around it."""
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert out.stderr.lstrip().startswith(message), out.stderr[-3000:]
+    for noise in ("Traceback", "Error executing job", "HYDRA_FULL_ERROR"):
+        assert noise not in out.stderr, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("script", ["acer_gym.py", "acer_atari.py", "acer_mujoco.py"])
+def test_a_refusal_ends_with_its_message_alone(tmp_path, script):
+    out = run_example(script, "optim.lr=abc", cwd=tmp_path)
+    assert_refused(out, "bad config: optim.lr='abc' must be a finite number > 0")
+    assert out.stderr.strip().count("\n") == 0  # one line
+
+
+def test_the_debug_switch_shows_a_refusals_traceback(tmp_path):
+    out = run_example(
+        "acer_gym.py", "optim.lr=abc", cwd=tmp_path, env={"HYDRA_FULL_ERROR": "1"}
+    )
+    assert out.returncode == 1
+    assert "Traceback" in out.stderr and "ConfigError: bad config: optim.lr=" in (
+        out.stderr
+    ), out.stderr[-3000:]
+
+
+def test_report_refusals_lets_other_errors_through_with_their_traceback(capsys):
+    @report_refusals
+    def refuses():
+        raise ConfigError("bad config: x=1 must be 2")
+
+    @report_refusals
+    def fails():
+        raise RuntimeError("a bug")
+
+    with pytest.raises(SystemExit) as exit_:
+        refuses()
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err == "bad config: x=1 must be 2\n"
+    with pytest.raises(RuntimeError, match="a bug"):
+        fails()
+    # the refusals of the checkpoint, the run directory and the environments are
+    # refusals; the errors they stand for still catch them
+    assert issubclass(CheckpointError, (Refusal, ValueError))
+    assert issubclass(RunDirInUseError, (Refusal, RuntimeError))
+
+
+TINY = [
+    "env.num_envs=2",
+    "collector.T=10",
+    "replay.ratio=0",
+    "eval.interval=null",
+    "eval.episodes=1",
+    "eval.max_steps=20",
+    "logger.backend=null",
+    "logger.progress_bar=false",
+    "model.num_cells=[8]",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """The checkpoint of a 40-frame run of ``acer_gym.py``."""
+    run = tmp_path_factory.mktemp("tiny") / "run"
+    out = run_example(
+        "acer_gym.py",
+        *TINY,
+        "collector.total_frames=40",
+        f"logger.run_dir={run}",
+        cwd=run.parent,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return run / "checkpoints" / "last.pt"
+
+
+def _corrupted(checkpoint, tmp_path):
+    corrupted = tmp_path / "corrupted.pt"
+    data = bytearray(checkpoint.read_bytes())
+    data[-100] ^= 0xFF
+    corrupted.write_bytes(bytes(data))
+    return corrupted
+
+
+# (what is refused, the overrides given the checkpoint and a tmp_path, the start
+# of the refusal); each run ended with Hydra's "Error executing job" and a
+# traceback around the message
+REFUSED_RUNS = {
+    "another config": (
+        lambda ckpt, tmp: [f"resume={ckpt}", "model.activation=tanh"],
+        lambda ckpt, tmp: f"{ckpt} was written with another config",
+    ),
+    "a corrupted checkpoint": (
+        lambda ckpt, tmp: [f"resume={_corrupted(ckpt, tmp)}"],
+        lambda ckpt, tmp: f"{tmp / 'corrupted.pt'} is corrupted",
+    ),
+    "no checkpoint": (
+        lambda ckpt, tmp: ["resume=nothing.pt"],
+        lambda ckpt, tmp: "resume: no checkpoint at nothing.pt",
+    ),
+    "an unknown environment": (
+        lambda ckpt, tmp: ["env.name=CartPol-v1"],
+        lambda ckpt, tmp: "env.name='CartPol-v1' is not a registered gymnasium id",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_RUNS))
+def test_a_run_refused_ends_with_its_message_alone(tiny_checkpoint, tmp_path, case):
+    overrides, message = REFUSED_RUNS[case]
+    out = run_example(
+        "acer_gym.py",
+        *TINY,
+        "collector.total_frames=80",
+        f"logger.run_dir={tmp_path / 'b'}",
+        *overrides(tiny_checkpoint, tmp_path),
+        cwd=tmp_path,
+    )
+    assert_refused(out, message(tiny_checkpoint, tmp_path))
+    if case == "another config":
+        assert "model.activation: 'relu' in the checkpoint, 'tanh' now" in out.stderr
+
+
+def test_a_run_directory_in_use_is_refused_with_its_message_alone(tmp_path):
+    run = tmp_path / "run"
+    experiment.lock_run_dir(run)  # held by this process
+    try:
+        out = run_example(
+            "acer_gym.py",
+            *TINY,
+            "collector.total_frames=40",  # unrefused, it ends soon
+            f"logger.run_dir={run}",
+            cwd=tmp_path,
+        )
+    finally:
+        os.close(experiment._RUN_DIR_LOCKS.pop(run.resolve()))
+    assert_refused(out, f"run directory {run.resolve()} is in use")
+
+
 def test_the_script_refuses_before_building_anything(tmp_path):
     out = run_example("acer_gym.py", "replay.ratio=fast", cwd=tmp_path)
-    assert out.returncode != 0
-    assert (
-        "bad config: replay.ratio='fast' must be a finite number >= 0" in out.stderr
-    ), out.stderr[-3000:]
-    assert "TypeError" not in out.stderr
+    assert_refused(out, "bad config: replay.ratio='fast' must be a finite number >= 0")
     # no run directory, no environment (TorchRL logs its spec check when one is)
     assert not (tmp_path / "runs").exists()
     assert "check_env_specs" not in out.stdout + out.stderr

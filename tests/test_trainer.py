@@ -551,3 +551,150 @@ def test_example_compiled_trains_and_resumes_uncompiled(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "at 200 frames" in out.stdout and "after 240 env steps" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """``acer_gym.py`` as a new user runs it, small: 50 frames asked of batches of
+    2 envs x 10 steps, the CSV logger and the progress bar on."""
+    tmp_path = tmp_path_factory.mktemp("first_run")
+    run = tmp_path / "run"
+    out = run_example(
+        "acer_gym.py",
+        "env.num_envs=2",
+        "collector.T=10",
+        "collector.total_frames=50",
+        "replay.ratio=0",
+        "eval.interval=null",
+        "eval.episodes=1",
+        "eval.max_steps=20",
+        "logger.log_interval=20",
+        "logger.progress_bar=true",
+        "model.num_cells=[8]",
+        f"logger.run_dir={run}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out, run
+
+
+def test_a_run_prints_no_torchrl_info_lines(first_run):
+    out, _ = first_run
+    assert "[INFO]" not in out.stdout + out.stderr, out.stdout[:3000]
+
+
+def test_total_frames_is_what_runs_and_a_rounding_is_said(first_run):
+    out, run = first_run
+    assert (
+        "collector.total_frames=50 is not a whole number of batches of 20 steps "
+        "(env.num_envs=2 x collector.T=10): training runs 3 batches, 60 steps"
+    ) in out.stdout
+    assert "after 60 env steps" in out.stdout
+    assert json.loads((run / "summary.json").read_text())["frames"] == 60
+
+
+def test_csv_logs_have_a_header_and_read_back(first_run):
+    from torchrl_acer.training.plot import read_scalar
+
+    _, run = first_run
+    files = sorted((run / "logs" / "scalars").rglob("*.csv"))
+    assert len(files) > 5
+    for path in files:
+        header, *rows = path.read_text().splitlines()
+        assert header == "step,value", path
+        assert rows and all(len(r.split(",")) == 2 for r in rows), path
+    steps, values = read_scalar(run, "eval/reward")
+    assert list(steps) == [60.0] and len(values) == 1
+
+
+def test_the_progress_bar_ends_once_and_shows_no_nan(first_run):
+    out, _ = first_run
+    lines = [line for line in out.stderr.replace("\r", "\n").splitlines() if line]
+    assert sum("60/60" in line for line in lines) == 1, lines
+    assert "nan" not in out.stderr
+    # no episode ended in the first batch of 10 steps (CartPole lasts longer)
+    assert "ret=-" in lines[1], lines
+
+
+def test_quieting_torchrl_keeps_its_warnings_and_its_own_setting(monkeypatch):
+    import logging
+
+    from torchrl_acer.training.experiment import quiet_torchrl_info
+
+    logger = logging.getLogger("torchrl")
+    monkeypatch.setattr(logger, "level", logger.level)
+    monkeypatch.delenv("RL_LOGGING_LEVEL", raising=False)
+    quiet_torchrl_info()
+    assert logger.isEnabledFor(logging.WARNING) and not logger.isEnabledFor(
+        logging.INFO
+    )
+    monkeypatch.setenv("RL_LOGGING_LEVEL", "INFO")
+    quiet_torchrl_info()
+    assert logger.isEnabledFor(logging.INFO)
+
+
+def test_a_synchronous_batch_counts_every_workers_steps(capsys):
+    from torchrl_acer.training.experiment import frames_to_run
+
+    sync = small_config(
+        **{
+            "collector.backend": "multiprocess",
+            "collector.sync": True,
+            "collector.num_workers": 3,
+            "collector.total_frames": 31,
+        }
+    )
+    assert frames_to_run(sync) == 60  # batches of 3 x 2 envs x 5 steps
+    assert "x collector.num_workers=3): training runs 2 batches" in (
+        capsys.readouterr().out
+    )
+    exact = small_config(**{"collector.total_frames": 100})
+    assert frames_to_run(exact) == 100 and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    "num_envs, max_steps, seed",
+    # 1 copy: every end resets all; max_steps=9 cuts some episodes short
+    [(5, 500, 0), (1, 500, 1), (4, 9, 2), (3, 500, 3)],
+)
+def test_greedy_evaluation_stepping_gymnasium_equals_torchrls_steps(
+    num_envs, max_steps, seed
+):
+    """The evaluator's direct steps of the gymnasium vector env give the returns
+    TorchRL's steps give, call after call (the environments' random streams
+    included), episodes cut at ``max_steps`` included."""
+    torch.manual_seed(seed)
+    env = make_env("CartPole-v1", num_envs=num_envs, seed=seed)
+    spec = env.action_spec[(0,) * env.batch_dims]
+    actor, _ = mlp_actor_critic(4, 2, num_cells=[16], action_spec=spec)
+    env.close()
+    direct, torchrl = (
+        GreedyEvaluator(
+            make_env("CartPole-v1", num_envs=num_envs, seed=seed + 10),
+            actor,
+            max_steps=max_steps,
+        )
+        for _ in range(2)
+    )
+    assert direct._vector is not None
+    torchrl._vector = None  # TorchRL's own steps
+    results = [(direct(), torchrl()) for _ in range(4)]
+    for mine, theirs in results:
+        assert mine == theirs
+    assert len({r["reward"] for r, _ in results}) > 1  # not one episode replayed
+    direct.close()
+    torchrl.close()
+
+
+def test_greedy_evaluation_takes_torchrls_steps_where_more_happens_there():
+    from torchrl.envs import InitTracker, RewardScaling
+
+    env = make_env("CartPole-v1", num_envs=2, seed=0)
+    spec = env.action_spec[(0,) * env.batch_dims]
+    actor, _ = mlp_actor_critic(4, 2, num_cells=[8], action_spec=spec)
+    assert GreedyEvaluator(env, actor, max_steps=5)._vector is not None
+    env.append_transform(RewardScaling(loc=0.0, scale=2.0))  # after the sum: fine
+    assert GreedyEvaluator(env, actor, max_steps=5)._vector is not None
+    env.append_transform(InitTracker())  # a recurrent model's
+    assert GreedyEvaluator(env, actor, max_steps=5)._vector is None
+    env.close()

@@ -26,6 +26,7 @@ from torchrl.data import Binary, Unbounded
 from torchrl.envs import EnvBase, GymWrapper, RenameTransform, RewardSum, Transform
 
 from torchrl_acer.training.envs import check_env_id
+from torchrl_acer.training.refusal import ConfigError
 
 __all__ = ["AtariTrainingSignals", "ale_game_name", "make_atari_env"]
 
@@ -90,7 +91,7 @@ def ale_game_name(env_id: str) -> str:
     """``"ALE/SpaceInvaders-v5"`` -> ``"space_invaders"`` (the ALE's ROM name)."""
     match = re.fullmatch(r"ALE/([A-Za-z0-9]+)-v5", env_id)
     if match is None:
-        raise ValueError(f"env.name={env_id!r} is not an ALE/<Game>-v5 id")
+        raise ConfigError(f"env.name={env_id!r} is not an ALE/<Game>-v5 id")
     return re.sub(r"(?<!^)(?=[A-Z])", "_", match.group(1)).lower()
 
 
@@ -142,7 +143,7 @@ def make_atari_env(
             autoreset_mode="SameStep",
         )
     except Exception as err:  # the ALE says which ROM it lacks
-        raise ValueError(
+        raise ConfigError(
             f"env.name={env_id!r}: the ALE cannot make it ({err})"
         ) from err
     env = GymWrapper(vector)

@@ -35,10 +35,13 @@ from pathlib import Path
 
 import torch
 
+from torchrl_acer.training.refusal import Refusal
+
 __all__ = [
     "FORMAT_VERSION",
     "SAFE_CONFIG_CHANGES",
     "CheckpointError",
+    "CheckpointNotFoundError",
     "CheckpointInfo",
     "check_config",
     "config_differences",
@@ -80,8 +83,12 @@ SAFE_CONFIG_CHANGES = (
 )
 
 
-class CheckpointError(ValueError):
+class CheckpointError(Refusal, ValueError):
     """A checkpoint file that cannot be used; the message names the file."""
+
+
+class CheckpointNotFoundError(Refusal, FileNotFoundError):
+    """No checkpoint file where ``resume`` points."""
 
 
 @dataclass
@@ -241,7 +248,7 @@ def read_header(path: str | os.PathLike, *, verify: bool = True) -> CheckpointIn
     payload. Raises :class:`CheckpointError` naming the file otherwise."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"resume: no checkpoint at {path}")
+        raise CheckpointNotFoundError(f"resume: no checkpoint at {path}")
     size = path.stat().st_size
     with open(path, "rb") as f:
         if f.read(len(MAGIC)) != MAGIC:

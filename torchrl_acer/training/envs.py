@@ -15,11 +15,13 @@ from torchrl.envs.transforms import VecGymEnvTransform
 
 from torchrl_acer.training.cue_recall import ENV_ID as CUE_RECALL
 from torchrl_acer.training.cue_recall import register as register_cue_recall
+from torchrl_acer.training.refusal import ConfigError
 
 __all__ = [
     "SelectObservation",
     "check_env_id",
     "check_spaces",
+    "check_vector_observation",
     "forget_saved_step",
     "is_minatar",
     "make_env",
@@ -37,7 +39,7 @@ def check_env_id(env_id: str) -> None:
         try:
             from minatar.gym import register_envs
         except ImportError as err:
-            raise ValueError(
+            raise ConfigError(
                 f"env.name={env_id!r} needs MinAtar: pip install minatar "
                 f"(or the 'examples' extra)"
             ) from err
@@ -51,13 +53,13 @@ def check_env_id(env_id: str) -> None:
 
             gym.register_envs(ale_py)
         except ImportError as err:
-            raise ValueError(
+            raise ConfigError(
                 f"env.name={env_id!r} needs ale-py: install the 'atari' extra"
             ) from err
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
         hint = f"; did you mean {close}?" if close else ""
-        raise ValueError(f"env.name={env_id!r} is not a registered gymnasium id{hint}")
+        raise ConfigError(f"env.name={env_id!r} is not a registered gymnasium id{hint}")
 
 
 # the example that trains each kind of action space, for the refusal messages
@@ -82,7 +84,7 @@ def check_spaces(
     """
     obs = env.observation_space
     if observation and not isinstance(obs, gym.spaces.Box):
-        raise ValueError(
+        raise ConfigError(
             f"env.name={env_id!r} has the observation space {obs}; ACER's networks "
             f"here take Box observations (vectors or image grids). Flatten or "
             f"one-hot it with a gymnasium wrapper (e.g. FlattenObservation) first"
@@ -103,9 +105,23 @@ def check_spaces(
     )
     if kind != action_space:
         hint = f"; train it with {_EXAMPLE_FOR[kind]}" if kind else ""
-        raise ValueError(
+        raise ConfigError(
             f"env.name={env_id!r} has the action space {act}, but this example "
             f"trains a {action_space} policy{hint}"
+        )
+
+
+def check_vector_observation(env: EnvBase, env_id: str, *, takes: str) -> None:
+    """Refuses, naming ``env_id``, the observation's shape and dtype and what the
+    caller's networks take (``takes``), an ``"observation"`` that is not a float
+    vector per copy: an MLP given images (an Atari game) or integer vectors (its
+    RAM) would fail at its first step, inside the collector."""
+    spec = env.observation_spec["observation"]
+    shape = tuple(spec.shape[env.batch_dims :])
+    if len(shape) != 1 or not spec.dtype.is_floating_point:
+        dtype = str(spec.dtype).removeprefix("torch.")
+        raise ConfigError(
+            f"env.name={env_id!r} observes {dtype} arrays of shape {shape}; {takes}"
         )
 
 
@@ -118,7 +134,7 @@ class SelectObservation(gym.ObservationWrapper):
         super().__init__(env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-            raise ValueError(
+            raise ConfigError(
                 f"env.observation_indices needs a vector observation (a Box of one "
                 f"dimension), got {space}"
             )
@@ -130,7 +146,7 @@ class SelectObservation(gym.ObservationWrapper):
             or len(set(indices.tolist())) != len(indices)
             or ((indices < 0) | (indices >= n)).any()
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"env.observation_indices must be distinct entries of the "
                 f"{n}-entry observation (0 to {n - 1}), got {indices.tolist()}"
             )
@@ -198,7 +214,7 @@ def make_env(
     """
     check_env_id(env_id)
     if num_envs < 1:
-        raise ValueError(f"env.num_envs must be at least 1, got {num_envs}")
+        raise ConfigError(f"env.num_envs must be at least 1, got {num_envs}")
     kwargs = (
         {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import logging
 import math
 import os
 import re
@@ -27,6 +28,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from torchrl.collectors import MultiAsyncCollector
 from torchrl.data import Unbounded
 from torchrl.envs import TensorDictPrimer
+from torchrl.record.loggers import CSVLogger
+from torchrl.record.loggers.csv import CSVExperiment
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
@@ -38,6 +41,7 @@ from torchrl_acer.trainers.hooks import (
 )
 from torchrl_acer.training.checkpoint import read_header
 from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproducedError
+from torchrl_acer.training.refusal import ConfigError
 from torchrl_acer.training.trainer import ACERTrainer, VersionedPolicy
 
 __all__ = [
@@ -47,10 +51,13 @@ __all__ = [
     "collector_workers",
     "cut_csv_logs",
     "final_summary",
+    "frames_to_run",
     "get_device",
     "lock_run_dir",
     "make_collector",
+    "make_logger",
     "make_optimizer",
+    "quiet_torchrl_info",
     "resume",
     "run_dir_for",
     "save_config",
@@ -64,9 +71,9 @@ def get_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name != "cpu" and not re.fullmatch(r"cuda(:\d+)?", name):
-        raise ValueError(f"bad config: device={name!r} must be cpu, cuda or auto")
+        raise ConfigError(f"bad config: device={name!r} must be cpu, cuda or auto")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(
+        raise ConfigError(
             f"bad config: device={name!r} but CUDA is not available "
             f"(device=auto falls back to the CPU)"
         )
@@ -233,7 +240,7 @@ def check_config(cfg: DictConfig) -> None:
 
     def need(condition, message):
         if not condition:
-            raise ValueError(f"bad config: {message}")
+            raise ConfigError(f"bad config: {message}")
 
     for key, setting in _SETTINGS.items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)
@@ -272,6 +279,46 @@ def check_config(cfg: DictConfig) -> None:
             f"replay.start={cfg.replay.start} exceeds replay.capacity="
             f"{cfg.replay.capacity}: replay would never start",
         )
+
+
+def quiet_torchrl_info() -> None:
+    """Turns TorchRL's INFO messages off for this process and the processes it
+    starts, keeping its warnings and errors: a new run would otherwise open with
+    five of them (the info-dict reader's dummy rollout and ``check_env_specs``
+    for each environment built, the replay's storage). ``RL_LOGGING_LEVEL``,
+    TorchRL's own setting, wins when set (``RL_LOGGING_LEVEL=INFO`` shows them)."""
+    level = os.environ.get("RL_LOGGING_LEVEL") or "WARNING"
+    os.environ["RL_LOGGING_LEVEL"] = level  # for the processes it starts
+    logger = logging.getLogger("torchrl")
+    logger.setLevel(level)
+    for handler in logger.handlers:
+        handler.setLevel(level)
+
+
+def frames_to_run(cfg: DictConfig) -> int:
+    """The env steps the run trains for: ``collector.total_frames`` rounded up
+    to whole batches (a batch is ``env.num_envs`` x ``collector.T`` steps, times
+    ``collector.num_workers`` for a synchronous multi-worker collector), saying
+    so when that differs from what was asked."""
+    c = cfg.collector
+    per_batch = c.T * cfg.env.num_envs
+    if c.get("sync") and c.get("backend", "single") in _TORCHRL_BACKENDS:
+        per_batch *= c.num_workers
+    batches = -(-c.total_frames // per_batch)
+    frames = batches * per_batch
+    if frames != c.total_frames:
+        workers = (
+            f" x collector.num_workers={c.num_workers}"
+            if per_batch != c.T * cfg.env.num_envs
+            else ""
+        )
+        print(
+            f"collector.total_frames={c.total_frames} is not a whole number of "
+            f"batches of {per_batch} steps (env.num_envs={cfg.env.num_envs} x "
+            f"collector.T={c.T}{workers}): training runs {batches} batches, "
+            f"{frames} steps"
+        )
+    return frames
 
 
 def run_dir_for(cfg: DictConfig) -> Path:
@@ -344,10 +391,51 @@ def checkpoint_run_dir(checkpoint: str | Path) -> Path:
         return recorded
     if layout is not None:
         return layout
-    raise ValueError(
+    raise ConfigError(
         f"resume={checkpoint}: cannot tell which run directory it belongs to "
         f"(it records none); set logger.run_dir"
     )
+
+
+# the first line of each CSV log the examples write (TorchRL's CSVLogger writes
+# bare rows)
+CSV_HEADER = "step,value\n"
+
+
+def make_logger(backend: str | None, run_dir: Path):
+    """The logger ``logger.backend`` names, writing under ``run_dir/logs``, or
+    ``None`` for none. CSV logs (``logs/scalars/<metric>.csv``) are TorchRL's
+    with a header row, ``step,value``, so that they read as tables (pandas,
+    spreadsheets); :func:`~torchrl_acer.training.plot.read_scalar` and
+    :func:`cut_csv_logs` read them with or without it."""
+    if not backend:
+        return None
+    if backend == "csv":
+        return _CSVLoggerWithHeader(log_dir=str(run_dir), exp_name="logs")
+    from torchrl.record.loggers import get_logger
+
+    return get_logger(backend, logger_name=str(run_dir), experiment_name="logs")
+
+
+class _CSVExperimentWithHeader(CSVExperiment):
+    def add_scalar(self, name, value, global_step=None):
+        path = os.path.join(self.log_dir, "scalars", name + ".csv")
+        if path not in self.files and not (
+            os.path.isfile(path) and os.path.getsize(path)
+        ):  # a new file: its header first (a resumed run's file has one)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(CSV_HEADER)
+        super().add_scalar(name, value, global_step)
+
+
+class _CSVLoggerWithHeader(CSVLogger):
+    def _create_experiment(self):
+        return _CSVExperimentWithHeader(
+            os.path.join(self.log_dir, self.exp_name),
+            video_format=self.video_format,
+            video_fps=self.video_fps,
+        )
 
 
 def cut_csv_logs(logger, frames: int) -> int:
@@ -356,8 +444,6 @@ def cut_csv_logs(logger, frames: int) -> int:
     from a checkpoint at ``frames`` continues its logs with steps that only go
     up. A row cut short by a crash goes too. Other loggers are left alone.
     Returns the number of rows dropped."""
-    from torchrl.record.loggers import CSVLogger
-
     if not isinstance(logger, CSVLogger):
         return 0
     experiment = logger.experiment
@@ -367,7 +453,9 @@ def cut_csv_logs(logger, frames: int) -> int:
     dropped = 0
     for csv in sorted(Path(experiment.log_dir, "scalars").rglob("*.csv")):
         lines = csv.read_text().splitlines(keepends=True)
-        keep = [line for line in lines if _csv_step(line) <= frames]
+        keep = [
+            line for line in lines if line == CSV_HEADER or _csv_step(line) <= frames
+        ]
         if len(keep) < len(lines):
             dropped += len(lines) - len(keep)
             tmp = csv.with_name(csv.name + ".tmp")
@@ -544,7 +632,7 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
             auto_register_policy_transforms=False,
         )
     if backend not in _TORCHRL_BACKENDS:
-        raise ValueError(f"bad config: collector.backend={backend!r}")
+        raise ConfigError(f"bad config: collector.backend={backend!r}")
     if env is not None:
         env.close()
     workers, sync = c.num_workers, c.sync

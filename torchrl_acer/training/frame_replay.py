@@ -39,6 +39,8 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
+from torchrl_acer.training.refusal import ConfigError
+
 __all__ = ["FrameStackReplayBuffer"]
 
 
@@ -439,7 +441,7 @@ class FrameStackReplayBuffer:
             return
         state = _one_worker_state(state) if "num_workers" not in state else state
         if state["num_workers"] != self.num_workers:
-            raise ValueError(
+            raise ConfigError(
                 f"FrameStackReplayBuffer: the checkpoint's replay holds the "
                 f"environments of {state['num_workers']} collector worker(s), this "
                 f"one is for {self.num_workers} (a ring per worker's environment, "

@@ -47,10 +47,12 @@ from torchrl.envs import (
 from torchrl.envs.transforms import VecGymEnvTransform
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from torchrl_acer.training.refusal import Refusal
+
 __all__ = ["GymVectorCollector", "NotReproducedError"]
 
 
-class NotReproducedError(ValueError):
+class NotReproducedError(Refusal, ValueError):
     """An environment or policy :class:`GymVectorCollector` does not reproduce
     TorchRL's ``Collector`` on (raised before it touches the environment)."""
 

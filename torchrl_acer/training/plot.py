@@ -28,9 +28,12 @@ def read_scalar(run_dir, metric="eval/reward"):
     steps, values = [], []
     with open(path) as f:
         for row in csv.reader(f):
-            if len(row) == 2:
-                steps.append(float(row[0]))
-                values.append(float(row[1]))
+            try:  # the header row (``step,value``) is no number
+                step, value = (float(x) for x in row)
+            except ValueError:
+                continue
+            steps.append(step)
+            values.append(value)
     return np.asarray(steps), np.asarray(values)
 
 
