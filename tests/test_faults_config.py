@@ -17,6 +17,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from torchrl_acer.trainers import hooks
 from torchrl_acer.training import experiment
 from torchrl_acer.training.checkpoint import CheckpointError
 from torchrl_acer.training.experiment import (
@@ -307,7 +308,7 @@ def test_a_run_directory_in_use_is_refused_with_its_message_alone(tmp_path):
             cwd=tmp_path,
         )
     finally:
-        os.close(experiment._RUN_DIR_LOCKS.pop(run.resolve()))
+        os.close(hooks._RUN_DIR_LOCKS.pop(run.resolve()))
     assert_refused(out, f"run directory {run.resolve()} is in use")
 
 
