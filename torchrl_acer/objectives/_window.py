@@ -31,8 +31,6 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import (
     ProbabilisticTensorDictModule,
-    ProbabilisticTensorDictSequential,
-    TensorDictModule,
     TensorDictModuleBase,
     TensorDictSequential,
     set_skip_existing,
@@ -221,82 +219,13 @@ def transition_in_keys(obs_keys, keys) -> list:
 
 
 def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDictModule:
-    modules = [actor, *getattr(actor, "_module_iter", lambda: [])()]
-    for module in reversed(modules):
+    for module in reversed(list(actor.modules())):
         if isinstance(module, ProbabilisticTensorDictModule):
             return module
     raise TypeError(
         f"actor_network must be a ProbabilisticActor (or a "
         f"ProbabilisticTensorDictSequential) ending in a probabilistic module, got "
         f"{type(actor).__name__}"
-    )
-
-
-def _plain_modules(module) -> list[TensorDictModule] | None:
-    """``module`` as a list of plain modules, or ``None``.
-
-    Each a :class:`~tensordict.nn.TensorDictModule`.
-
-    Plain: a ``TensorDictModule`` whose ``forward`` is the base class's, reading its
-    ``in_keys`` as positional inputs and writing its ``out_keys`` in place, or a
-    ``TensorDictSequential`` of such modules (nested ones included). Those can run
-    on a dict of tensors, with the result they would write into a tensordict.
-    """
-    if isinstance(module, TensorDictModule):
-        plain = (
-            type(module).forward is TensorDictModule.forward
-            and module._kwargs is None
-            and module.method is None
-            and not module.method_kwargs
-            and not module._get_kwargs
-            and module.inplace is True
-            and isinstance(module.module, torch.nn.Module)
-        )
-        return [module] if plain else None
-    if (
-        isinstance(module, TensorDictSequential)
-        and type(module).forward is TensorDictSequential.forward
-        and not module.partial_tolerant
-    ):
-        return _plain_list(module.module)
-    return None
-
-
-def _plain_list(modules) -> list[TensorDictModule] | None:
-    out = []
-    for module in modules:
-        plain = _plain_modules(module)
-        if plain is None:
-            return None
-        out.extend(plain)
-    return out
-
-
-def _run_plain(modules, values: dict) -> None:
-    """Runs plain ``TensorDictModule`` s on ``values`` (``{key: tensor}``), in place."""
-    for m in modules:
-        out = m.module(*[values[key] for key in m.in_keys])
-        keys = m.out_keys_source
-        if isinstance(out, torch.Tensor):
-            out = (out,)
-        elif isinstance(out, Mapping):
-            out = tuple(out[key] for key in keys)
-        if len(out) != len(keys):
-            raise RuntimeError(
-                f"{type(m.module).__name__} returned {len(out)} tensors for the "
-                f"out_keys {keys}"
-            )
-        for key, value in zip(keys, out, strict=True):
-            if key != "_":
-                values[key] = value
-
-
-def _has_hooks(modules) -> bool:
-    # hooks on the TensorDictModule wrappers would be skipped by calling the
-    # wrapped nn.Modules directly (hooks on those run as usual)
-    return any(
-        m._forward_hooks or m._forward_pre_hooks or m._forward_hooks_with_kwargs
-        for m in modules
     )
 
 
@@ -371,22 +300,8 @@ class PolicyCriticEvaluator:
         self.in_keys = list(
             dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
         )
-        # plain modules run on dicts of tensors, without TensorDict plumbing
-        actor_modules = (
-            _plain_list(list(actor_network.module)[:-1])
-            if isinstance(actor_network, ProbabilisticTensorDictSequential)
-            and list(actor_network.module)[-1] is prob_module
-            and len(actor_network.module) > 1
-            else None
-        )
-        critic_modules = _plain_modules(critic_tail)
-        self._plain = (
-            None
-            if actor_modules is None or critic_modules is None
-            else (actor_modules, critic_modules)
-        )
-        # the averaged policy: a copy of the actor's plain modules holding the
-        # target parameters themselves, see _average_modules
+        # the averaged policy: a copy of the actor holding the target parameters,
+        # see _average_actor
         self._average = None
 
     def __call__(
@@ -406,34 +321,12 @@ class PolicyCriticEvaluator:
         holds are skipped (the policy always runs: the behaviour logits stored
         with the data must never stand in for the current policy's).
         """
-        if (
-            self._plain is not None
-            and not skip_existing
-            and not is_compiling()
-            and self._is_own(actor_params, self.actor_network)
-            and self._is_own(critic_params, self.critic_network)
-            and not _has_hooks(self._plain[0])
-            and not _has_hooks(self._plain[1])
-        ):
-            # the same module calls as below, on a dict: no TensorDict plumbing
-            actor_modules, critic_modules = self._plain
-            if not isinstance(inputs, TensorDictBase):
-                values = dict(inputs)
-                _run_plain(actor_modules, values)
-                params = {
-                    name: values[key] for name, key in self.dist_param_keys.items()
-                }
-                if detach_shared:
-                    for key in self.shared_out_keys:
-                        values[key] = values[key].detach()
-                _run_plain(critic_modules, values)
-                return params, values[output_key]
-        data = _as_tensordict(inputs).copy()
+        data = _as_tensordict(inputs)
         with (
             self.params_context(actor_params, self.actor_network),
             _skip_existing_set_to(False),
         ):
-            self.actor_network.get_dist_params(data)
+            self.actor_network.det_part(data)
         params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
         if detach_shared:
             for key in self.shared_out_keys:
@@ -451,73 +344,43 @@ class PolicyCriticEvaluator:
         params: TensorDictBase | None = None,
     ) -> dict[str, torch.Tensor]:
         """The policy's distribution parameters alone (the averaged policy's pass)."""
-        if (
-            self._plain is not None
-            and not isinstance(inputs, TensorDictBase)
-            and not is_compiling()
-        ):
-            modules = (
-                self._plain[0]
-                if self._is_own(params, self.actor_network)
-                else self._average_modules(params)
-            )
-            if modules is not None and not _has_hooks(modules):
-                values = dict(inputs)
-                _run_plain(modules, values)
-                return {name: values[key] for name, key in self.dist_param_keys.items()}
-        data = _as_tensordict(inputs).copy()
-        with (
-            self.params_context(params, self.actor_network),
-            _skip_existing_set_to(False),
-        ):
-            self.actor_network.get_dist_params(data)
+        data = _as_tensordict(inputs)
+        if is_compiling():  # a traced swap, TorchRL's way
+            with (
+                self.params_context(params, self.actor_network),
+                _skip_existing_set_to(False),
+            ):
+                self.actor_network.det_part(data)
+        else:
+            with _skip_existing_set_to(False):
+                self._average_actor(params).det_part(data)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
-    def _average_modules(self, params) -> list[TensorDictModule] | None:
-        """The actor's plain modules holding ``params``, the averaged policy's.
+    def _average_actor(self, params):
+        """The actor, or a copy of it holding ``params`` (the averaged policy's).
 
-        Without swapping the parameters in and out of the actor.
-
-        A copy of the actor, made once, whose parameter slots hold the very tensors
-        of ``params``: ``SoftUpdate`` and ``load_state_dict`` update those in
-        place, so the copy follows them. The copy is not a submodule of anything
-        (state dicts do not change) and is made again when ``params`` is another
-        container or its tensors were replaced (``loss.to(...)`` does that).
-        ``None`` if ``params`` does not fit the actor.
+        Swapping parameters in and out of the actor at every call costs more than
+        a small network's forward. The copy, made once per ``params`` container,
+        holds its very tensors (as buffers): ``SoftUpdate``, ``load_state_dict``
+        and moves of the loss (``.to``, ``.float()``, which keep the tensors'
+        identity) change them in place, so the copy follows. It is not a
+        submodule of anything: state dicts do not change.
         """
-        if not isinstance(params, TensorDictBase):
-            return None
-        # TensorDictParams swaps its tensordict for a copy when its tensors move
-        inner = getattr(params, "_param_td", params)
+        if self._is_own(params, self.actor_network):
+            return self.actor_network
         cached = self._average
-        if cached is not None and cached[0]() is params and cached[1]() is inner:
-            copy_root, modules = cached[2], cached[3]
-        else:
-            copy_root = copy.deepcopy(self.actor_network)
+        if cached is None or cached[0]() is not params:
+            actor = copy.deepcopy(self.actor_network)
             for key, value in params.items(True, True):
                 *path, name = key if isinstance(key, tuple) else (key,)
-                try:
-                    owner = copy_root.get_submodule(".".join(path))
-                except AttributeError:
-                    return None
-                if name in owner._parameters:
-                    owner._parameters[name] = value
-                elif name in owner._buffers:
-                    owner._buffers[name] = value
-                else:
-                    return None
-            modules = _plain_list(list(copy_root.module)[:-1])
-            if modules is None:
-                return None
-            self._average = (
-                weakref.ref(params),
-                weakref.ref(inner),
-                copy_root,
-                modules,
-            )
-        if copy_root.training is not self.actor_network.training:
-            copy_root.train(self.actor_network.training)
-        return modules
+                owner = actor.get_submodule(".".join(path))
+                delattr(owner, name)
+                owner.register_buffer(name, value)
+            cached = self._average = (weakref.ref(params), actor)
+        actor = cached[1]
+        if actor.training is not self.actor_network.training:
+            actor.train(self.actor_network.training)
+        return actor
 
     def _is_own(self, params, module) -> bool:
         """Whether ``params`` are ``module``'s own tensors (or ``None``)."""
@@ -555,7 +418,7 @@ class PolicyCriticEvaluator:
 
 def _as_tensordict(inputs) -> TensorDictBase:
     if isinstance(inputs, TensorDictBase):
-        return inputs
+        return inputs.copy()
     size = next(iter(inputs.values())).shape[0]
     return TensorDict(dict(inputs), [size])
 
