@@ -44,8 +44,8 @@ def general(loss: ACERLoss) -> ACERLoss:
 
 
 def evaluators(loss: ACERLoss):
-    # the estimator's (policy and critic) and the loss's own (averaged policy)
-    return loss.value_estimator.evaluator, loss._evaluator
+    # the estimator's: policy, critic and averaged policy
+    return (loss.value_estimator.evaluator,)
 
 
 def run(loss, data):

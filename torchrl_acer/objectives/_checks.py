@@ -65,45 +65,6 @@ def check_finite(value: torch.Tensor, name: str, owner: str, what: str) -> None:
         )
 
 
-class ValueChecks:
-    """Value checks read back from the device once, together.
-
-    Each check adds a 0-dim boolean "something is wrong" and the function that
-    raises its error. :meth:`run` reads all the flags in one read-back (one
-    synchronisation on GPU instead of one per check); if any is set, the checks
-    run again one by one, in the order they were added, so the error raised is
-    the one the first failing check raises alone.
-    """
-
-    def __init__(self):
-        self._flags = []
-        self._raisers = []
-
-    def add(self, bad: torch.Tensor, raiser) -> None:
-        self._flags.append(bad)
-        self._raisers.append(raiser)
-
-    def finite(self, value: torch.Tensor, name: str, owner: str, what: str) -> None:
-        """:func:`check_finite`, deferred to :meth:`run`."""
-        self.add(
-            ~torch.isfinite(value).all(),
-            lambda: check_finite(value, name, owner, what),
-        )
-
-    def run(self) -> None:
-        if not self._flags:
-            return
-        flags, raisers = self._flags, self._raisers
-        self._flags, self._raisers = [], []
-        if len(flags) == 1:
-            failed = bool(flags[0])
-        else:
-            failed = bool(torch.stack(flags).any())
-        if failed:
-            for raiser in raisers:
-                raiser()
-
-
 def check_not_empty(tensordict: TensorDictBase, owner: str) -> None:
     """Raises ``ValueError`` for a batch with no row or no step."""
     if 0 in tensordict.batch_size:  # TensorDict.numel() is at least 1
@@ -157,13 +118,11 @@ def action_index(
     one_hot: bool,
     owner: str,
     check_values: bool,
-    checks: ValueChecks | None = None,
 ) -> torch.Tensor:
     """Returns the stored discrete actions as ``[*batch_shape]`` indices.
 
     ``one_hot`` actions are ``[*batch_shape, num_actions]``; index actions are
-    ``[*batch_shape]`` or ``[*batch_shape, 1]``. With ``checks``, the value checks
-    are added to it instead of run.
+    ``[*batch_shape]`` or ``[*batch_shape, 1]``.
     """
     batch = tuple(batch_shape)
     if one_hot:
@@ -173,23 +132,13 @@ def action_index(
                 f"{(*batch, num_actions)} for a batch {batch} and {num_actions} actions"
             )
         if check_values:
-
-            def check_one_hot():
-                ones = (action == 1).sum(-1)
-                zeros = (action == 0).sum(-1)
-                if not ((ones == 1) & (zeros == num_actions - 1)).all():
-                    raise ValueError(
-                        f"{owner}: one-hot action holds rows that are not one-hot "
-                        f"(exactly one 1 and {num_actions - 1} zeros)"
-                    )
-
-            if checks is None:
-                check_one_hot()
-            else:
-                # a row is one-hot when its entries are 0 or 1 and sum to 1
-                binary = (action == 0) | (action == 1)
-                bad = ~binary.all() | (action.sum(-1) != 1).any()
-                checks.add(bad, check_one_hot)
+            ones = (action == 1).sum(-1)
+            zeros = (action == 0).sum(-1)
+            if not ((ones == 1) & (zeros == num_actions - 1)).all():
+                raise ValueError(
+                    f"{owner}: one-hot action holds rows that are not one-hot "
+                    f"(exactly one 1 and {num_actions - 1} zeros)"
+                )
         return action.argmax(-1)
     if tuple(action.shape) == (*batch, 1):
         action = action.squeeze(-1)
@@ -203,11 +152,5 @@ def action_index(
             f"{owner}: action has dtype {action.dtype}, expected integer indices"
         )
     if check_values:
-        if checks is None:
-            check_action_range(action, num_actions, owner)
-        else:
-            checks.add(
-                ((action < 0) | (action >= num_actions)).any(),
-                lambda: check_action_range(action, num_actions, owner),
-            )
+        check_action_range(action, num_actions, owner)
     return action.long()

@@ -26,7 +26,6 @@ from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_acer.objectives._checks import check_finite, get_entry
 from torchrl_acer.objectives._value_estimators import ValueEstimators
-from torchrl_acer.objectives._window import transition_in_keys
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
     TRUST_REGION_STATS,
@@ -436,23 +435,14 @@ class ACERLoss(LossModule):
             ),
             persistent=False,
         )
-        # the estimator validates the policy and finds its keys; the loss uses its
-        # network evaluation so both see the same window
-        probe = RetraceEstimator(
-            gamma=0.99,
-            actor_network=actor_network,
-            value_network=critic_network,
-            recurrent_state=recurrent_state,
-            burn_in=burn_in,
-        )
-        self._evaluator = probe.evaluator
-        self._family = probe.family
         self.recurrent_state = recurrent_state
         self.burn_in = burn_in
-        self._recurrent = probe._recurrent
+        # the default estimator, built now: it validates the networks and finds
+        # the distribution's keys, which name the behaviour policy's entries
+        self.make_value_estimator()
         behavior = {
             f"behavior_{name}": key
-            for name, key in probe.evaluator.dist_param_keys.items()
+            for name, key in self.value_estimator.evaluator.dist_param_keys.items()
         }
         self.set_keys(
             **behavior,
@@ -468,14 +458,13 @@ class ACERLoss(LossModule):
     @property
     def in_keys(self):
         keys = self.tensor_keys
+        gaussian = self.value_estimator.family == "gaussian"
         behavior = (
             [keys.behavior_loc, keys.behavior_scale]
-            if self._family == "gaussian"
+            if gaussian
             else [keys.behavior_logits]
         )
-        if self._recurrent is not None:
-            return [*self._recurrent.in_keys(keys), *behavior]
-        return [*transition_in_keys(self._evaluator.in_keys, keys), *behavior]
+        return [*self.value_estimator.in_keys, *behavior]
 
     @property
     def out_keys(self):
@@ -555,29 +544,27 @@ class ACERLoss(LossModule):
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         estimator = self.value_estimator
-        time_dim = estimator._get_time_dim(None, tensordict)
+        time_dim = estimator.time_dim
+        if time_dim is None:
+            names = tensordict.names
+            time_dim = names.index("time") if "time" in names else tensordict.ndim - 1
+        time_dim %= tensordict.ndim
         last = tensordict.ndim - 1
         data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
-        categorical = self._family != "gaussian"
-        entries = {}
+        categorical = estimator.family != "gaussian"
         full, prefix = data, None
-        if estimator._recurrent is not None:
+        if estimator.recurrent is not None:
             # burn-in steps only warm the recurrent state: no loss terms on them
-            prefix, data = estimator._recurrent.split_burn_in(data, type(self).__name__)
+            prefix, data = estimator.recurrent.split_burn_in(data, type(self).__name__)
         steps = estimator.evaluate(
             data,
             actor_params=self.actor_network_params,
             critic_params=self.critic_network_params,
             detach_shared=self.separate_losses,
-            read_entries=(
-                (lambda checks, shape: self._read_entries(data, shape, checks, entries))
-                if categorical
-                else None
-            ),
             prefix=prefix,
         )
-        if estimator._recurrent is not None:
-            average = estimator._recurrent.average_dist_params(
+        if estimator.recurrent is not None:
+            average = estimator.recurrent.average_dist_params(
                 full,
                 estimator.done_flags(full)[0],
                 self.target_actor_network_params,
@@ -585,16 +572,14 @@ class ACERLoss(LossModule):
             )
         else:
             with torch.no_grad():
-                average = self._evaluator.dist_params_only(
+                average = estimator.evaluator.dist_params_only(
                     {
                         key: steps.window.current_tensors[key]
                         for key in self.actor_network.in_keys
                     },
                     self.target_actor_network_params,
                 )
-        log_mu = entries.get("log_mu")
-        if log_mu is None:
-            log_mu = estimator.behaviour_log_prob(data)
+        log_mu = estimator.behaviour_log_prob(data)
         # the per-step losses are reduced below: the reduction tells the trust-region
         # hook how each step's gradient is scaled when it reaches the policy
         masked = self._has_loss_mask(data)
@@ -609,25 +594,10 @@ class ACERLoss(LossModule):
             scale = float(valid.numel()) if self.reduction == "mean" else 1.0
         hook = (valid, scale)
         if categorical:
-            terms = self._categorical_terms(data, steps, average, log_mu, hook, entries)
+            terms = self._categorical_terms(data, steps, average, log_mu, hook)
         else:
             terms = self._gaussian_terms(data, steps, average, log_mu, hook)
         return self._outputs(terms, data, time_dim, last, masked)
-
-    def _read_entries(self, data, logits_shape, checks, entries) -> None:
-        """Reads the behaviour policy's entries in the order errors are reported.
-
-        Adds their value checks to ``checks`` (``None`` without ``check_values``) so
-        that all are read back at once.
-        """
-        estimator = self.value_estimator
-        entries["log_mu"] = log_mu = estimator.behaviour_log_prob(data)
-        entries["behaviour_log_probs"] = self._behaviour_log_probs(
-            data, logits_shape, checks
-        )
-        if checks is not None:
-            estimator.add_value_checks(checks, data, log_mu)
-            entries["checked"] = True
 
     def _has_loss_mask(self, data) -> bool:
         """Whether ``_reduce_loss`` would mask ``data``'s steps."""
@@ -643,11 +613,11 @@ class ACERLoss(LossModule):
             return value.sum()
         return value
 
-    def _categorical_terms(self, data, steps, average, log_mu, hook, entries):
+    def _categorical_terms(self, data, steps, average, log_mu, hook):
         """Per-step terms for a categorical policy (the sum over actions is exact)."""
         estimator = self.value_estimator
         avg_logits = average["logits"].reshape(steps.logits.shape)
-        behaviour_log_probs = entries["behaviour_log_probs"]
+        behaviour_log_probs = self._behaviour_log_probs(data, steps.logits.shape)
         log_probs = self._policy_log_probs(steps.logits, avg_logits, *hook)
         probs = log_probs.detach().exp()
         q = steps.q.detach()
@@ -660,7 +630,6 @@ class ACERLoss(LossModule):
                 action_value=steps.action_value.detach(),
                 next_state_value=steps.next_state_value.detach(),
                 log_mu=log_mu,
-                checked=entries.get("checked", False),
             )
             c = self.ratio_clip
             rho = (log_pi.detach() - log_mu).exp()
@@ -706,7 +675,7 @@ class ACERLoss(LossModule):
             drawn = loc + scale * noise
             sampled = drawn[0]
         actions = torch.cat([steps.action[None], drawn], 0)
-        with self._evaluator.params_context(self.critic_network_params, sdn):
+        with estimator.evaluator.params_context(self.critic_network_params, sdn):
             advantages = sdn.advantages(
                 steps.observations, actions.flatten(1, -2)
             ).unflatten(1, steps.loc.shape[:-1])
@@ -811,7 +780,7 @@ class ACERLoss(LossModule):
             "explained_variance": 1 - residual.var() / target.var(),
         }
 
-    def _behaviour_log_probs(self, data, shape, checks=None):
+    def _behaviour_log_probs(self, data, shape):
         key = self.tensor_keys.behavior_logits
         owner = type(self).__name__
         logits = get_entry(
@@ -829,11 +798,9 @@ class ACERLoss(LossModule):
         if self.value_estimator.check_values:
             # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
             # correction would silently switch off
-            what = "the behaviour policy's logits are corrupted"
-            if checks is None:
-                check_finite(logits, repr(key), owner, what)
-            else:
-                checks.finite(logits, repr(key), owner, what)
+            check_finite(
+                logits, repr(key), owner, "the behaviour policy's logits are corrupted"
+            )
         return logits.log_softmax(-1)
 
     def _behaviour_gaussian(self, data, shape):
