@@ -68,6 +68,8 @@ from torchrl_acer.objectives._window import (
     _next,
     _probabilistic_module,
     _skip_existing_set_to,
+    policy_modules,
+    submodules,
     transition_in_keys,
 )
 
@@ -300,13 +302,13 @@ class RecurrentEvaluator:
         pieces = () if states else self.modules
         with set_recurrent_mode(True), _skip_existing_set_to(False):
             with ev.params_context(actor_params, ev.actor_network):
-                run_in_pieces(ev.actor_network.det_part, inputs, pieces)
+                run_in_pieces(policy_modules(ev.actor_network), inputs, pieces)
             params = {name: inputs.get(key) for name, key in ev.dist_param_keys.items()}
             if detach_shared:
                 for key in (*ev.shared_out_keys, *self.features):
                     inputs.set(key, inputs.get(key).detach())
             with ev.params_context(critic_params, ev.critic_network):
-                run_in_pieces(ev.critic_tail, inputs, pieces)
+                run_in_pieces(ev.critic_modules, inputs, pieces)
         return params, inputs.get(output_key)
 
     def window(
@@ -396,7 +398,7 @@ class RecurrentEvaluator:
             _skip_existing_set_to(False),
             ev.params_context(params, ev.actor_network),
         ):
-            run_in_pieces(ev.actor_network.det_part, inputs, self.actor_modules)
+            run_in_pieces(policy_modules(ev.actor_network), inputs, self.actor_modules)
         k = self.burn_in
         return {
             name: window.current(inputs.get(key))[..., k:, :]
@@ -404,30 +406,32 @@ class RecurrentEvaluator:
         }
 
 
-def run_in_pieces(module, tensordict: TensorDictBase, pieces) -> None:
-    """Calls ``module`` on ``tensordict``, the recurrent modules in ``pieces`` run
-    by :func:`forward_in_pieces`.
+def run_in_pieces(modules, tensordict: TensorDictBase, pieces) -> None:
+    """Calls each of ``modules`` on ``tensordict``, the recurrent modules in
+    ``pieces`` run by :func:`forward_in_pieces`.
 
-    ``TensorDictSequential`` s holding one of them are walked module by module
+    A ``TensorDictSequential`` holding one of them is walked module by module
     (each module writes into ``tensordict``, which the next reads); any other
     module is called as it is. Left out of ``pieces``: a bidirectional RNN
     (padding would reach its outputs) and a module set to TorchRL's ``"scan"``
     or ``"triton"`` backend (the user's choice), which run their own forward.
     """
-    if isinstance(module, (LSTMModule, GRUModule)) and any(module is m for m in pieces):
-        if not module_rnn(module).bidirectional and module.recurrent_backend in (
-            "auto",
-            "pad",
+    for module in modules:
+        if isinstance(module, (LSTMModule, GRUModule)) and any(
+            module is m for m in pieces
         ):
-            forward_in_pieces(module, tensordict)
-            return
-    elif isinstance(module, TensorDictSequential) and any(
-        m is p for m in module.modules() for p in pieces
-    ):
-        for sub in module.module:
-            run_in_pieces(sub, tensordict, pieces)
-        return
-    module(tensordict)
+            if not module_rnn(module).bidirectional and module.recurrent_backend in (
+                "auto",
+                "pad",
+            ):
+                forward_in_pieces(module, tensordict)
+                continue
+        elif isinstance(module, TensorDictSequential) and any(
+            m is p for m in module.modules() for p in pieces
+        ):
+            run_in_pieces(submodules(module), tensordict, pieces)
+            continue
+        module(tensordict)
 
 
 def forward_in_pieces(

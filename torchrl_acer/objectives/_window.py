@@ -282,7 +282,9 @@ class PolicyCriticEvaluator:
         critic_head = critic_network if critic_head is None else critic_head
         actor_modules = {id(m) for m in actor_network.modules()}
         shared = []
-        critic_tail = critic_head
+        # the critic's modules that run after the actor's pass (all of them,
+        # unless it starts with the actor's own trunk)
+        self.critic_modules = [critic_head]
         if isinstance(critic_head, TensorDictSequential):
             modules = list(critic_head.module)
             while modules and id(modules[0]) in actor_modules:
@@ -292,10 +294,7 @@ class PolicyCriticEvaluator:
                     raise ValueError(
                         "critic_network is made only of modules of the actor network"
                     )
-                critic_tail = (
-                    modules[0] if len(modules) == 1 else TensorDictSequential(*modules)
-                )
-        self.critic_tail = critic_tail
+                self.critic_modules = modules
         self.shared_out_keys = [key for m in shared for key in m.out_keys]
         self.in_keys = list(
             dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
@@ -326,7 +325,7 @@ class PolicyCriticEvaluator:
             self.params_context(actor_params, self.actor_network),
             _skip_existing_set_to(False),
         ):
-            self.actor_network.det_part(data)
+            run_modules(policy_modules(self.actor_network), data)
         params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
         if detach_shared:
             for key in self.shared_out_keys:
@@ -335,7 +334,8 @@ class PolicyCriticEvaluator:
             self.params_context(critic_params, self.critic_network),
             _skip_existing_set_to(skip_existing),
         ):
-            out = self.critic_tail(data).get(output_key)
+            run_modules(self.critic_modules, data)
+        out = data.get(output_key)
         return params, out
 
     def dist_params_only(
@@ -350,10 +350,10 @@ class PolicyCriticEvaluator:
                 self.params_context(params, self.actor_network),
                 _skip_existing_set_to(False),
             ):
-                self.actor_network.det_part(data)
+                run_modules(policy_modules(self.actor_network), data)
         else:
             with _skip_existing_set_to(False):
-                self._average_actor(params).det_part(data)
+                run_modules(policy_modules(self._average_actor(params)), data)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
     def _average_actor(self, params):
@@ -414,6 +414,30 @@ class PolicyCriticEvaluator:
         if self._is_own(params, module):
             return contextlib.nullcontext()
         return params.to_module(module, preserve_module_state=False)
+
+
+def policy_modules(actor) -> list:
+    """The modules of ``actor`` before its distribution (its ``det_part``'s)."""
+    return submodules(actor.det_part)
+
+
+def submodules(sequence: TensorDictSequential) -> list:
+    """The modules a ``TensorDictSequential`` runs, in order."""
+    modules = sequence.module
+    return list(
+        modules.values() if isinstance(modules, torch.nn.ModuleDict) else modules
+    )
+
+
+def run_modules(modules, tensordict: TensorDictBase) -> None:
+    """Calls each of ``modules`` on ``tensordict`` in turn, as a sequence would.
+
+    One by one rather than as the actor's ``det_part`` (a ``TensorDictSequential``
+    the actor made), whose own call costs about as much as a small network's
+    forward.
+    """
+    for module in modules:
+        module(tensordict)
 
 
 def _as_tensordict(inputs) -> TensorDictBase:

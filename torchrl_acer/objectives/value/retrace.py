@@ -10,7 +10,6 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import composite_lp_aggregate, dispatch, skip_existing
 from tensordict.utils import NestedKey, unravel_key
 from torch import distributions as D
-from torchrl._utils import is_compiling
 from torchrl.modules import GRUModule, IndependentNormal, LSTMModule
 from torchrl.objectives.utils import register_value_estimator
 from torchrl.objectives.value.advantages import ValueEstimatorBase
@@ -706,7 +705,7 @@ class RetraceEstimator(ValueEstimatorBase):
         if check:
             check_finite(reward, *self._reward_check(owner))
         done, terminated = self.done_flags(tensordict)
-        gamma, lmbda, c_thresh = self._hyperparameters(action_value.dtype)
+        gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
         if unit_traces:
             # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1); the
             # behaviour policy does not enter
@@ -748,28 +747,6 @@ class RetraceEstimator(ValueEstimatorBase):
             "a behaviour log-probability of -inf or NaN for an action that "
             "was taken means corrupted data; it is not clipped",
         )
-
-    def _hyperparameters(self, dtype: torch.dtype):
-        """``gamma``, ``lmbda`` and ``c_thresh`` in ``dtype``.
-
-        Cast once per dtype and value (each cast is a kernel launch, every call).
-        """
-        buffers = (self.gamma, self.lmbda, self.c_thresh)
-        if is_compiling():
-            return tuple(b.to(dtype) for b in buffers)
-        # the buffers themselves (held, so their ids cannot be reused) and their
-        # versions: new tensors and in-place changes both invalidate the cast
-        versions = tuple(b._version for b in buffers)
-        cached = self.__dict__.get("_cast_hyperparameters")
-        if (
-            cached is None
-            or cached[0] != dtype
-            or cached[2] != versions
-            or any(a is not b for a, b in zip(cached[1], buffers, strict=True))
-        ):
-            cached = (dtype, buffers, versions, tuple(b.to(dtype) for b in buffers))
-            self.__dict__["_cast_hyperparameters"] = cached
-        return cached[3]
 
 
 class DiscreteSteps:
