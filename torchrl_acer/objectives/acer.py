@@ -589,9 +589,9 @@ class ACERLoss(LossModule):
             ).detach()
             scale = valid.sum().clamp_min(1) if self.reduction == "mean" else 1.0
         else:
-            valid = torch.ones_like(log_mu)
+            valid = None  # every step counts
             # the count of steps is shape metadata: no reduction, no read-back
-            scale = float(valid.numel()) if self.reduction == "mean" else 1.0
+            scale = float(log_mu.numel()) if self.reduction == "mean" else 1.0
         hook = (valid, scale)
         if categorical:
             terms = self._categorical_terms(data, steps, average, log_mu, hook)
@@ -618,8 +618,10 @@ class ACERLoss(LossModule):
         estimator = self.value_estimator
         avg_logits = average["logits"].reshape(steps.logits.shape)
         behaviour_log_probs = self._behaviour_log_probs(data, steps.logits.shape)
-        log_probs = self._policy_log_probs(steps.logits, avg_logits, *hook)
-        probs = log_probs.detach().exp()
+        avg_probs = avg_logits.softmax(-1)
+        log_probs = self._policy_log_probs(steps.logits, avg_probs, *hook)
+        pi = log_probs.exp()
+        probs = pi.detach()
         q = steps.q.detach()
         value = state_value(probs, q)
         log_pi = taken(log_probs, steps.action)
@@ -636,14 +638,13 @@ class ACERLoss(LossModule):
             rho_all = (log_probs.detach() - behaviour_log_probs).exp()
             correction = torch.where(rho_all > c, 1 - c / rho_all, 0.0)
             correction_weight = correction * probs * (q - value)
-            avg_log_probs = avg_logits.log_softmax(-1)
-            kl_avg = (avg_log_probs.exp() * (avg_log_probs - log_probs)).sum(
+            kl_avg = (avg_probs * (avg_logits.log_softmax(-1) - log_probs)).sum(
                 -1, keepdim=True
             )
         objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
             correction_weight * log_probs
         ).sum(-1, keepdim=True)
-        entropy = -(log_probs.exp() * log_probs).sum(-1, keepdim=True)
+        entropy = -(pi * log_probs).sum(-1, keepdim=True)
         return {
             "objective": objective,
             "entropy": entropy,
@@ -749,9 +750,11 @@ class ACERLoss(LossModule):
         losses["loss_entropy"] = -self.entropy_coeff * terms["entropy"]
         out = {}
         for name, value in losses.items():
-            reduced = self._reduce(value, data, masked).squeeze(-1)
-            if reduced.ndim and time_dim != last:
-                reduced = reduced.transpose(time_dim, last)
+            reduced = self._reduce(value, data, masked)
+            if reduced.ndim:  # reduction="none": [*B, T]
+                reduced = reduced.squeeze(-1)
+                if time_dim != last:
+                    reduced = reduced.transpose(time_dim, last)
             out[name] = reduced
         out.update(self._diagnostics(terms, data, masked))
         return TensorDict(out, [])
@@ -847,7 +850,7 @@ class ACERLoss(LossModule):
                 )
             )
 
-    def _policy_log_probs(self, logits, avg_logits, valid, scale):
+    def _policy_log_probs(self, logits, avg_probs, valid, scale):
         """Log-probabilities of the current policy, through the trust-region hook.
 
         The statistics the trust region acts on are computed from the logits, the
@@ -861,7 +864,7 @@ class ACERLoss(LossModule):
             stats = logits.log_softmax(-1)
         else:
             stats = logits.softmax(-1)
-        k = kl_gradient(space, stats.detach(), avg_logits.softmax(-1))
+        k = kl_gradient(space, stats.detach(), avg_probs)
         self._hook(stats, k, valid, scale)
         if space == "logits":
             return stats.log_softmax(-1)
