@@ -632,6 +632,7 @@ class ACERLoss(LossModule):
                 action_value=steps.action_value.detach(),
                 next_state_value=steps.next_state_value.detach(),
                 log_mu=log_mu,
+                flags=steps.flags,
             )
             c = self.ratio_clip
             rho = (log_pi.detach() - log_mu).exp()
@@ -696,6 +697,7 @@ class ACERLoss(LossModule):
                 "log_pi": log_pi.detach(),
                 "action_value": q_taken.detach(),
                 "next_state_value": steps.next_state_value.detach(),
+                "flags": steps.flags,
             }
             q_ret = estimator.value_estimate(data, trace_power=1.0 / d, **common)
             q_opc = estimator.value_estimate(data, unit_traces=True, **common)

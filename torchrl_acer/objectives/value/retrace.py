@@ -428,6 +428,7 @@ class RetraceEstimator(ValueEstimatorBase):
                     log_pi=taken(log_probs, steps.action),
                     action_value=steps.action_value,
                     next_state_value=steps.next_state_value,
+                    flags=steps.flags,
                 )
                 outputs = {
                     self.tensor_keys.value_target: value_target,
@@ -490,8 +491,11 @@ class RetraceEstimator(ValueEstimatorBase):
                 # the advantage network reads each step's features (from the
                 # actor's pass over the sequences) and observations, flattened
                 observations = window.flat_current(self.value_network.observation_keys)
-                return self._gaussian_steps(data, window, params, out, observations)
-            return self._discrete_steps(data, window, params, out)
+                steps = self._gaussian_steps(data, window, params, out, observations)
+            else:
+                steps = self._discrete_steps(data, window, params, out)
+            steps.flags = done, terminated
+            return steps
         in_keys = self.evaluator.in_keys
         skip = skip_existing() if self.skip_existing is None else self.skip_existing
         # the critic's outputs travel through the window like observations, so the
@@ -526,8 +530,11 @@ class RetraceEstimator(ValueEstimatorBase):
             )
             raise
         if gaussian:
-            return self._gaussian_steps(data, window, params, out, window.current)
-        return self._discrete_steps(data, window, params, out)
+            steps = self._gaussian_steps(data, window, params, out, window.current)
+        else:
+            steps = self._discrete_steps(data, window, params, out)
+        steps.flags = done, terminated
+        return steps
 
     def _run_recurrent(self, data, prefix, *, done, terminated, output_key, **kwargs):
         """Runs recurrent networks over the segment's sequences (``_recurrent.py``)."""
@@ -605,6 +612,7 @@ class RetraceEstimator(ValueEstimatorBase):
             action_value=q_taken,
             next_state_value=steps.next_state_value,
             trace_power=1.0 / d,
+            flags=steps.flags,
         )
         q_opc = self.value_estimate(
             data,
@@ -612,6 +620,7 @@ class RetraceEstimator(ValueEstimatorBase):
             action_value=q_taken,
             next_state_value=steps.next_state_value,
             unit_traces=True,
+            flags=steps.flags,
         )
         keys = self.tensor_keys
         return {
@@ -674,6 +683,7 @@ class RetraceEstimator(ValueEstimatorBase):
         trace_power: float = 1.0,
         unit_traces: bool = False,
         log_mu: torch.Tensor | None = None,
+        flags: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         r"""The Retrace target from network outputs already computed.
 
@@ -691,6 +701,8 @@ class RetraceEstimator(ValueEstimatorBase):
             unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
             log_mu: :meth:`behaviour_log_prob` of ``tensordict``, if the caller
                 has it already.
+            flags: :meth:`done_flags` of ``tensordict``, if the caller has them
+                already (the ``flags`` of :meth:`evaluate`'s steps).
         """
         owner = type(self).__name__
         keys = self.tensor_keys
@@ -704,7 +716,7 @@ class RetraceEstimator(ValueEstimatorBase):
         check = self.check_values
         if check:
             check_finite(reward, *self._reward_check(owner))
-        done, terminated = self.done_flags(tensordict)
+        done, terminated = self.done_flags(tensordict) if flags is None else flags
         gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
         if unit_traces:
             # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1); the
@@ -761,6 +773,7 @@ class DiscreteSteps:
         action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``, in the graph.
         next_state_value: :math:`V(s'_t) = \sum_a \pi(a|s'_t) Q(s'_t, a)` at the
             real next observation, ``[*B, T, 1]``, in the graph.
+        flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
     """
 
     def __init__(self, window, logits, q, action):
@@ -795,6 +808,7 @@ class GaussianSteps:
         observations: what the advantage head reads at each ``s_t`` (the
             observations, and with a recurrent actor the features of its trunk),
             a flat ``[prod(B) T]`` TensorDict.
+        flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
     """
 
     def __init__(self, window, loc, scale, value, action, observations):
