@@ -407,10 +407,10 @@ class RecurrentEvaluator:
 
 
 def run_in_pieces(modules, tensordict: TensorDictBase, pieces) -> None:
-    """Calls each of ``modules`` on ``tensordict``, the recurrent modules in
-    ``pieces`` run by :func:`forward_in_pieces`.
+    """Calls each of ``modules`` on ``tensordict``, those in ``pieces`` in pieces.
 
-    A ``TensorDictSequential`` holding one of them is walked module by module
+    The recurrent modules in ``pieces`` run by :func:`forward_in_pieces`. A
+    ``TensorDictSequential`` holding one of them is walked module by module
     (each module writes into ``tensordict``, which the next reads); any other
     module is called as it is. Left out of ``pieces``: a bidirectional RNN
     (padding would reach its outputs) and a module set to TorchRL's ``"scan"``
