@@ -121,6 +121,13 @@ class ACERLoss(LossModule):
     (clipping), not with a squashed distribution, so log-probabilities stay exact.
     The behaviour policy's ``loc`` and ``scale`` are read from the batch.
 
+    Random draws: with a Gaussian policy each forward draws once, after the
+    networks ran, ``torch.randn(1 + n, *loc.shape, dtype=loc.dtype,
+    device=loc.device)`` from torch's default generator (``n`` the dueling
+    network's ``num_samples``, ``0`` for a plain Q critic); row ``0`` gives
+    :math:`a'_t = \mu_t + \sigma_t \epsilon_{0,t}`, rows ``1 .. n`` the
+    :math:`u_i`. A categorical policy draws nothing.
+
     Each network sees the ``T + 1`` observations of each row once (plus the real next
     observation of mid-row truncations), the averaged actor runs once without
     gradient on the ``T`` observations, and a trunk shared by the actor and the
@@ -673,7 +680,8 @@ class ACERLoss(LossModule):
         mu_loc, mu_scale = self._behaviour_gaussian(data, steps.loc.shape)
         with torch.no_grad():
             # one action a' ~ pi for the bias correction, n for the dueling baseline
-            noise = self._action_noise(loc, 1 + sdn.num_samples * sdn.dueling)
+            n = 1 + sdn.num_samples * sdn.dueling
+            noise = torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
             drawn = loc + scale * noise
             sampled = drawn[0]
         actions = torch.cat([steps.action[None], drawn], 0)
@@ -734,13 +742,6 @@ class ACERLoss(LossModule):
             "value_target": q_ret,
             "action_value": q_taken,
         }
-
-    def _action_noise(self, loc: torch.Tensor, n: int) -> torch.Tensor:
-        """Standard normal noise for the ``n`` actions drawn per step.
-
-        A seam for tests that replay the same draws.
-        """
-        return torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
 
     def _critic_error(self, target, prediction):
         return distance_loss(target, prediction, loss_function=self.loss_critic_type)
