@@ -62,12 +62,13 @@ from tensordict.nn import TensorDictSequential
 from tensordict.utils import NestedKey, unravel_key
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
-from torchrl_acer.objectives._checks import as_step_tensor, get_entry
 from torchrl_acer.objectives._window import (
     PolicyCriticEvaluator,
     _next,
     _probabilistic_module,
     _skip_existing_set_to,
+    as_step_tensor,
+    get_entry,
     policy_modules,
     submodules,
     transition_in_keys,

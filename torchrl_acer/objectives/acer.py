@@ -24,8 +24,8 @@ from torchrl.objectives.utils import (
 )
 from torchrl.objectives.value import ValueEstimatorBase
 
-from torchrl_acer.objectives._checks import check_finite, get_entry
 from torchrl_acer.objectives._value_estimators import ValueEstimators
+from torchrl_acer.objectives._window import check_finite, get_entry
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
     TRUST_REGION_STATS,

@@ -15,20 +15,18 @@ from torchrl.objectives.utils import register_value_estimator
 from torchrl.objectives.value.advantages import ValueEstimatorBase
 
 from torchrl_acer.modules.sdn import StochasticDuelingNetwork
-from torchrl_acer.objectives._checks import (
-    action_index,
-    as_step_tensor,
-    check_finite,
-    check_not_empty,
-    explain_dtype_error,
-    get_entry,
-)
 from torchrl_acer.objectives._recurrent import RECURRENT_STATES, RecurrentEvaluator
 from torchrl_acer.objectives._value_estimators import ValueEstimators
 from torchrl_acer.objectives._window import (
     ObservationWindow,
     PolicyCriticEvaluator,
     _probabilistic_module,
+    action_index,
+    as_step_tensor,
+    check_finite,
+    check_not_empty,
+    explain_dtype_error,
+    get_entry,
     transition_in_keys,
 )
 from torchrl_acer.objectives.value.functional import retrace_lambda_return_estimate
