@@ -644,7 +644,8 @@ class ACERLoss(LossModule):
             c = self.ratio_clip
             rho = (log_pi.detach() - log_mu).exp()
             rho_all = (log_probs.detach() - behaviour_log_probs).exp()
-            correction = torch.where(rho_all > c, 1 - c / rho_all, 0.0)
+            # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
+            correction = (1 - c / rho_all).clamp_min(0)
             correction_weight = correction * probs * (q - value)
             kl_avg = (avg_probs * (avg_logits.log_softmax(-1) - log_probs)).sum(
                 -1, keepdim=True
@@ -713,7 +714,7 @@ class ACERLoss(LossModule):
             rho_sampled = (
                 log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
             ).exp()
-            correction = torch.where(rho_sampled > c, 1 - c / rho_sampled, 0.0)
+            correction = (1 - c / rho_sampled).clamp_min(0)
             kl_avg = D.kl_divergence(
                 _diagonal_normal(avg_loc, avg_scale),
                 _diagonal_normal(loc.detach(), scale.detach()),
