@@ -471,7 +471,7 @@ def bare_recurrent(nets, average, layout):
 def check_recurrent(loss, data, nets, average, layout):
     """The loss's network outputs on ``data`` equal the bare side's."""
     estimator = loss.value_estimator
-    recurrent = estimator._recurrent
+    recurrent = estimator.recurrent
     prefix, rest = recurrent.split_burn_in(data, "bench")
     with torch.no_grad():
         steps = estimator.evaluate(

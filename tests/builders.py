@@ -20,6 +20,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import distributions as D
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torchrl.modules import (
     MLP,
     ActorValueOperator,
@@ -394,8 +395,39 @@ def gaussian_setup(
     move_average(loss, 0.7, seed=seed)
     # the draws a'_t (bias correction) and u_i (dueling baseline), replayed
     noise = torch.randn(1 + critic.num_samples, B, T, d, dtype=torch.float64)
-    loss._action_noise = lambda loc, n: noise
+    replay_draws(loss, noise)
     return loss, batch, ids, policy, v, a, noise
+
+
+class ReplayDraws(TorchFunctionMode):
+    """Answers the loss's one ``torch.randn(1 + n, *loc.shape)`` per forward (the
+    draws its docstring documents) with the first ``1 + n`` rows of ``draws``."""
+
+    def __init__(self, draws):
+        super().__init__()
+        self.draws = draws
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.randn:
+            n, *shape = args
+            assert tuple(shape) == tuple(self.draws.shape[1:]), (args, self.draws.shape)
+            return self.draws[:n].to(kwargs.get("device"), kwargs.get("dtype"))
+        return func(*args, **kwargs)
+
+
+def replay_draws(loss, draws) -> None:
+    """Makes every forward of ``loss`` draw ``draws`` (public hooks, no seam)."""
+    mode = ReplayDraws(draws)
+
+    def enter(*_):
+        mode.__enter__()  # a hook's return value would replace the inputs
+
+    def leave(*_):
+        mode.__exit__(None, None, None)
+
+    loss.register_forward_pre_hook(enter)
+    loss.register_forward_hook(leave, always_call=True)  # also after an error
 
 
 def bandit_loss(actor, critic, ratio_clip):

@@ -124,6 +124,25 @@ def test_a_hook_on_an_inner_module_is_not_skipped():
     assert_same(out, ref)
 
 
+def test_a_sampling_generator_is_used_as_the_probabilistic_actor_uses_it():
+    net = MLP(in_features=4, out_features=3, num_cells=[16])
+    samples = []
+    # other global seeds: the same actions only if generator=7 drives the draws
+    for seed, cls in ((0, CategoricalActor), (1, ProbabilisticActor)):
+        actor = cls(
+            TensorDictModule(net, ["observation"], ["logits"]),
+            in_keys=["logits"],
+            distribution_class=OneHotCategorical,
+            return_log_prob=True,
+            generator=7,
+        )
+        torch.manual_seed(seed)
+        with set_interaction_type(InteractionType.RANDOM), torch.no_grad():
+            out = actor(TensorDict({"observation": torch.ones(64, 4)}, [64]))
+        samples.append(out)
+    assert_same(*samples)
+
+
 def test_nan_logits_fail_as_the_distribution_does():
     lean, reference = actors(OneHotCategorical)
     td = TensorDict({"observation": torch.full((3, 4), float("nan"))}, [3])

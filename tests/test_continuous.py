@@ -16,6 +16,7 @@ from builders import (
     gaussian_table_batch,
     make_loss,
     move_average,
+    replay_draws,
     table_gaussian_sdn,
 )
 from reference import (
@@ -58,7 +59,7 @@ def test_plain_q_gradients_match_plain_reference(delta, fixed_scale):
     )
     move_average(loss, 0.7)
     noise = torch.randn(1, B, T, d, dtype=torch.float64)  # a' alone
-    loss._action_noise = lambda loc, n: noise[:n]
+    replay_draws(loss, noise)
 
     q_ref = [p.detach().clone().requires_grad_() for p in q.parameters()]
     q_fn = plain_mlp(q, q_ref, torch.eye(S, dtype=torch.float64))

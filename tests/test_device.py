@@ -19,7 +19,7 @@ import os
 
 import pytest
 import torch
-from builders import random_batch
+from builders import random_batch, replay_draws
 from torch import distributions as D
 from torchrl.collectors import Collector
 from torchrl.objectives import SoftUpdate
@@ -233,16 +233,8 @@ def test_gaussian_sdn_loss_matches_cpu(device):
     )
     # the draws a' (bias correction) and u_i (dueling baseline), the same on both
     noise = torch.randn(1 + n, B, T, d, generator=torch.Generator().manual_seed(3))
-
-    def replay(draws):
-        def action_noise(loc, count):
-            assert count == len(draws) and loc.device == draws.device
-            return draws
-
-        return action_noise
-
-    cpu._action_noise = replay(noise)
-    dev._action_noise = replay(noise.to(device))
+    replay_draws(cpu, noise)
+    replay_draws(dev, noise.to(device))
     assert_same_update(cpu, dev, gaussian_batch(B, T, obs_dim, d), device)
 
 

@@ -41,8 +41,9 @@ class CategoricalActor(ProbabilisticActor):
     so its actions, log-probabilities and the random state it leaves are those of
     the ``ProbabilisticActor`` it replaces, bit for bit. Every other call
     (deterministic or mode evaluation, ``tensordict_out``, skip-existing, NaN
-    logits, another structure) runs ``ProbabilisticActor.forward``. Hooks on the
-    actor run as usual.
+    logits, a sampling ``generator=``, another structure) runs
+    ``ProbabilisticActor.forward``. The network runs through its own call: hooks
+    on it and on the actor run as usual.
 
     Examples:
         >>> import torch
@@ -65,10 +66,13 @@ class CategoricalActor(ProbabilisticActor):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._lean = self._lean_plan()
+        # a sampling generator (ProbabilisticTensorDictModule's generator=) is
+        # routed by the distribution machinery: that actor samples its own way
+        seeded = kwargs.get("generator") is not None
+        self._lean = None if seeded else self._lean_plan()
 
     def _lean_plan(self) -> tuple | None:
-        """``(network, in_key, logits_key, action_key, log_prob_key, one_hot)``
+        """``(network, logits_key, action_key, log_prob_key, one_hot)``
         when the structure allows sampling with plain tensors, else ``None``."""
         modules = list(self.module)
         if len(modules) != 2:
@@ -83,8 +87,6 @@ class CategoricalActor(ProbabilisticActor):
             and not head.distribution_kwargs
             and head.num_samples is None
             and not getattr(head, "safe", False)
-            and getattr(head, "_generator", None) is None
-            and getattr(head, "_generator_key", None) is None
             and list(head.in_keys) == list(net.out_keys)
             and len(net.out_keys) == 1
             and head.dist_params_keys == ["logits"]
@@ -93,8 +95,7 @@ class CategoricalActor(ProbabilisticActor):
         if not lean_head:
             return None
         return (
-            net.module,
-            net.in_keys[0],
+            net,
             net.out_keys[0],
             head.dist_sample_keys[0],
             head.log_prob_key,
@@ -114,11 +115,11 @@ class CategoricalActor(ProbabilisticActor):
             or kwargs
             or interaction_type() is not InteractionType.RANDOM
             or skip_existing()
-            or self._has_inner_hooks()
         ):
             return super().forward(tensordict, tensordict_out, **kwargs)
-        network, in_key, logits_key, action_key, log_prob_key, one_hot = plan
-        logits = network(tensordict.get(in_key))
+        network, logits_key, action_key, log_prob_key, one_hot = plan
+        # the network through its own call (its hooks run), writing the logits
+        logits = network(tensordict).get(logits_key)
         n = logits.shape[-1]
         # a single action or NaN logits: the distribution's own path (and errors)
         if n < 2 or torch.isnan(logits).any():
@@ -128,15 +129,8 @@ class CategoricalActor(ProbabilisticActor):
         index = torch.multinomial(probs.reshape(-1, n), 1, True).T
         index = index.reshape(logits.shape[:-1])
         log_prob = normalized.gather(-1, index.unsqueeze(-1)).squeeze(-1)
-        tensordict.set(logits_key, logits)
         tensordict.set(
             action_key, torch.nn.functional.one_hot(index, n) if one_hot else index
         )
         tensordict.set(log_prob_key, log_prob)
         return tensordict
-
-    def _has_inner_hooks(self) -> bool:
-        # hooks on the inner modules would be skipped by the plain-tensor path
-        return any(
-            m._forward_hooks or m._forward_pre_hooks for m in self.module.children()
-        )

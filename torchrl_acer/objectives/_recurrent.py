@@ -53,23 +53,24 @@ forward and backward 1.2 to 1.7 times slower on a CPU once rows held resets
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
 from collections.abc import Sequence
-from contextvars import ContextVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictSequential
 from tensordict.utils import NestedKey, unravel_key
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
-from torchrl_acer.objectives._checks import as_step_tensor, get_entry
 from torchrl_acer.objectives._window import (
     PolicyCriticEvaluator,
     _next,
     _probabilistic_module,
     _skip_existing_set_to,
+    as_step_tensor,
+    get_entry,
+    policy_modules,
+    submodules,
     transition_in_keys,
 )
 
@@ -299,19 +300,16 @@ class RecurrentEvaluator:
         states after each sequence, else they run in pieces (:func:`run_in_pieces`).
         """
         ev = self.evaluator
-        with (
-            set_recurrent_mode(True),
-            _skip_existing_set_to(False),
-            run_in_pieces(() if states else self.modules),
-        ):
+        pieces = () if states else self.modules
+        with set_recurrent_mode(True), _skip_existing_set_to(False):
             with ev.params_context(actor_params, ev.actor_network):
-                ev.actor_network.get_dist_params(inputs)
+                run_in_pieces(policy_modules(ev.actor_network), inputs, pieces)
             params = {name: inputs.get(key) for name, key in ev.dist_param_keys.items()}
             if detach_shared:
                 for key in (*ev.shared_out_keys, *self.features):
                     inputs.set(key, inputs.get(key).detach())
             with ev.params_context(critic_params, ev.critic_network):
-                ev.critic_tail(inputs)
+                run_in_pieces(ev.critic_modules, inputs, pieces)
         return params, inputs.get(output_key)
 
     def window(
@@ -399,10 +397,9 @@ class RecurrentEvaluator:
             torch.no_grad(),
             set_recurrent_mode(True),
             _skip_existing_set_to(False),
-            run_in_pieces(self.actor_modules),
             ev.params_context(params, ev.actor_network),
         ):
-            ev.actor_network.get_dist_params(inputs)
+            run_in_pieces(policy_modules(ev.actor_network), inputs, self.actor_modules)
         k = self.burn_in
         return {
             name: window.current(inputs.get(key))[..., k:, :]
@@ -410,45 +407,32 @@ class RecurrentEvaluator:
         }
 
 
-#: ids of the recurrent modules that run in pieces in the current context (thread)
-_IN_PIECES: ContextVar[frozenset[int]] = ContextVar("_in_pieces", default=frozenset())
+def run_in_pieces(modules, tensordict: TensorDictBase, pieces) -> None:
+    """Calls each of ``modules`` on ``tensordict``, those in ``pieces`` in pieces.
 
-
-@contextlib.contextmanager
-def run_in_pieces(modules):
-    """Runs ``modules`` in pieces (:func:`forward_in_pieces`) within it.
-
-    In this thread, each of ``modules`` called in recurrent mode on ``[R, L]`` rows
-    computes :func:`forward_in_pieces` instead of its forward.
-
-    Left out: a bidirectional RNN (padding would reach its outputs) and a module
-    set to TorchRL's ``"scan"`` or ``"triton"`` backend (the user's choice). The
-    modules' ``forward`` is replaced for the duration only; other threads calling
-    them meanwhile get their own forward.
+    The recurrent modules in ``pieces`` run by :func:`forward_in_pieces`. A
+    ``TensorDictSequential`` holding one of them is walked module by module
+    (each module writes into ``tensordict``, which the next reads); any other
+    module is called as it is. Left out of ``pieces``: a bidirectional RNN
+    (padding would reach its outputs) and a module set to TorchRL's ``"scan"``
+    or ``"triton"`` backend (the user's choice), which run their own forward.
     """
-    modules = [
-        m
-        for m in modules
-        if not module_rnn(m).bidirectional and m.recurrent_backend in ("auto", "pad")
-    ]
-    installed = []
     for module in modules:
-        if "forward" not in vars(module):  # not already there (another thread)
-            module.forward = functools.partial(_dispatch_forward, module)
-            installed.append(module)
-    token = _IN_PIECES.set(_IN_PIECES.get() | {id(m) for m in modules})
-    try:
-        yield
-    finally:
-        _IN_PIECES.reset(token)
-        for module in installed:
-            del module.forward
-
-
-def _dispatch_forward(module, tensordict: TensorDictBase) -> TensorDictBase:
-    if id(module) in _IN_PIECES.get() and module.recurrent_mode:
-        return forward_in_pieces(module, tensordict)
-    return type(module).forward(module, tensordict)
+        if isinstance(module, (LSTMModule, GRUModule)) and any(
+            module is m for m in pieces
+        ):
+            if not module_rnn(module).bidirectional and module.recurrent_backend in (
+                "auto",
+                "pad",
+            ):
+                forward_in_pieces(module, tensordict)
+                continue
+        elif isinstance(module, TensorDictSequential) and any(
+            m is p for m in module.modules() for p in pieces
+        ):
+            run_in_pieces(submodules(module), tensordict, pieces)
+            continue
+        module(tensordict)
 
 
 def forward_in_pieces(
@@ -473,7 +457,7 @@ def forward_in_pieces(
     first = entry[starts]  # each piece's first entry
     count = len(first)
     if count == R:  # no reset after a row's first entry: nothing to cut
-        return type(module).forward(module, tensordict)
+        return module(tensordict)
     lengths, order = torch.diff(first, append=entry[-1:] + 1).sort(
         descending=True, stable=True
     )

@@ -17,6 +17,9 @@ observations, still in one call.
 
 Networks holding TorchRL's recurrent modules cannot take independent observations;
 the estimator runs them over sequences instead (``_recurrent.py``).
+
+The input checks the estimator and the loss share (keys, shapes, finite values)
+are here too.
 """
 
 from __future__ import annotations
@@ -31,8 +34,6 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import (
     ProbabilisticTensorDictModule,
-    ProbabilisticTensorDictSequential,
-    TensorDictModule,
     TensorDictModuleBase,
     TensorDictSequential,
     set_skip_existing,
@@ -42,7 +43,152 @@ from tensordict.utils import NestedKey
 from torchrl._utils import is_compiling
 from torchrl.modules import GRUModule, LSTMModule
 
-from torchrl_acer.objectives._checks import get_entry
+# -- input validation, shared by the estimator and the loss: structural checks
+# (keys, shapes) read metadata only; value checks (finite values, actions in
+# range) reduce over the data and run only with check_values
+
+
+class MissingKeyError(KeyError):
+    """A ``KeyError`` whose message prints as written (no repr quoting)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def get_entry(
+    tensordict: TensorDictBase, key: NestedKey, owner: str, what: str
+) -> torch.Tensor:
+    """Reads ``key``, raising a ``KeyError`` that names it and says what it should hold."""
+    value = tensordict.get(key, None)
+    if value is None:
+        raise MissingKeyError(
+            f"{owner}: the input tensordict has no entry {key!r}, expected {what}. "
+            f"Its keys are {sorted(map(str, tensordict.keys(True, True)))}; "
+            f"use set_keys(...) if the entry has another name."
+        )
+    return value
+
+
+def as_step_tensor(
+    value: torch.Tensor, batch_shape: torch.Size, name: str, owner: str
+) -> torch.Tensor:
+    """Returns a per-step entry as ``[*batch_shape, 1]``.
+
+    Accepts ``[*batch_shape]`` (TorchRL's log-probabilities) and
+    ``[*batch_shape, 1]`` (rewards and done flags).
+    """
+    shape = tuple(value.shape)
+    batch = tuple(batch_shape)
+    if shape == batch:
+        return value.unsqueeze(-1)
+    if shape == (*batch, 1):
+        return value
+    raise ValueError(
+        f"{owner}: {name} has shape {shape}, expected {batch} or {(*batch, 1)} "
+        f"(one value per step of the [*B, T] batch)"
+    )
+
+
+def check_finite(value: torch.Tensor, name: str, owner: str, what: str) -> None:
+    """Raises ``ValueError`` naming ``name`` if ``value`` holds NaN or infinities."""
+    bad = ~torch.isfinite(value)
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{owner}: {name} holds {bad.sum().item()} non-finite values (first at "
+            f"index {index}: {value[index].item()}); {what}"
+        )
+
+
+def check_not_empty(tensordict: TensorDictBase, owner: str) -> None:
+    """Raises ``ValueError`` for a batch with no row or no step."""
+    if 0 in tensordict.batch_size:  # TensorDict.numel() is at least 1
+        raise ValueError(
+            f"{owner}: got an empty batch (batch_size "
+            f"{tuple(tensordict.batch_size)}); a [*B, T] batch needs at least one row "
+            f"and one step"
+        )
+
+
+def explain_dtype_error(
+    error: RuntimeError, inputs: TensorDictBase, networks, owner: str
+) -> None:
+    """Re-raises torch's dtype clash between the data and a network, naming both.
+
+    Called only after a network call failed, so the check costs nothing on the
+    normal path.
+    """
+    param_dtypes = {
+        p.dtype for net in networks for p in net.parameters() if p.is_floating_point()
+    }
+    clashes = {
+        key: value.dtype
+        for key, value in inputs.items(True, True)
+        if value.is_floating_point() and value.dtype not in param_dtypes
+    }
+    if param_dtypes and clashes:
+        raise ValueError(
+            f"{owner}: the inputs {clashes} do not have the networks' parameter dtype "
+            f"{sorted(map(str, param_dtypes))}; cast the data (e.g. TorchRL's "
+            f"DoubleToFloat transform) or the networks (.to(dtype))"
+        ) from error
+
+
+def check_action_range(action_index: torch.Tensor, num_actions: int, owner: str):
+    """Raises ``ValueError`` naming the first action index outside the policy's."""
+    bad = (action_index < 0) | (action_index >= num_actions)
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{owner}: action {action_index[index].item()} at index {index} is out "
+            f"of range for the {num_actions} actions of the policy"
+        )
+
+
+def action_index(
+    action: torch.Tensor,
+    batch_shape: torch.Size,
+    num_actions: int,
+    *,
+    one_hot: bool,
+    owner: str,
+    check_values: bool,
+) -> torch.Tensor:
+    """Returns the stored discrete actions as ``[*batch_shape]`` indices.
+
+    ``one_hot`` actions are ``[*batch_shape, num_actions]``; index actions are
+    ``[*batch_shape]`` or ``[*batch_shape, 1]``.
+    """
+    batch = tuple(batch_shape)
+    if one_hot:
+        if tuple(action.shape) != (*batch, num_actions):
+            raise ValueError(
+                f"{owner}: one-hot action has shape {tuple(action.shape)}, expected "
+                f"{(*batch, num_actions)} for a batch {batch} and {num_actions} actions"
+            )
+        if check_values:
+            ones = (action == 1).sum(-1)
+            zeros = (action == 0).sum(-1)
+            if not ((ones == 1) & (zeros == num_actions - 1)).all():
+                raise ValueError(
+                    f"{owner}: one-hot action holds rows that are not one-hot "
+                    f"(exactly one 1 and {num_actions - 1} zeros)"
+                )
+        return action.argmax(-1)
+    if tuple(action.shape) == (*batch, 1):
+        action = action.squeeze(-1)
+    if tuple(action.shape) != batch:
+        raise ValueError(
+            f"{owner}: action has shape {tuple(action.shape)}, expected {batch} or "
+            f"{(*batch, 1)} (action indices for a Categorical policy)"
+        )
+    if action.is_floating_point():
+        raise ValueError(
+            f"{owner}: action has dtype {action.dtype}, expected integer indices"
+        )
+    if check_values:
+        check_action_range(action, num_actions, owner)
+    return action.long()
 
 
 class ObservationWindow:
@@ -221,82 +367,13 @@ def transition_in_keys(obs_keys, keys) -> list:
 
 
 def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDictModule:
-    modules = [actor, *getattr(actor, "_module_iter", lambda: [])()]
-    for module in reversed(modules):
+    for module in reversed(list(actor.modules())):
         if isinstance(module, ProbabilisticTensorDictModule):
             return module
     raise TypeError(
         f"actor_network must be a ProbabilisticActor (or a "
         f"ProbabilisticTensorDictSequential) ending in a probabilistic module, got "
         f"{type(actor).__name__}"
-    )
-
-
-def _plain_modules(module) -> list[TensorDictModule] | None:
-    """``module`` as a list of plain modules, or ``None``.
-
-    Each a :class:`~tensordict.nn.TensorDictModule`.
-
-    Plain: a ``TensorDictModule`` whose ``forward`` is the base class's, reading its
-    ``in_keys`` as positional inputs and writing its ``out_keys`` in place, or a
-    ``TensorDictSequential`` of such modules (nested ones included). Those can run
-    on a dict of tensors, with the result they would write into a tensordict.
-    """
-    if isinstance(module, TensorDictModule):
-        plain = (
-            type(module).forward is TensorDictModule.forward
-            and module._kwargs is None
-            and module.method is None
-            and not module.method_kwargs
-            and not module._get_kwargs
-            and module.inplace is True
-            and isinstance(module.module, torch.nn.Module)
-        )
-        return [module] if plain else None
-    if (
-        isinstance(module, TensorDictSequential)
-        and type(module).forward is TensorDictSequential.forward
-        and not module.partial_tolerant
-    ):
-        return _plain_list(module.module)
-    return None
-
-
-def _plain_list(modules) -> list[TensorDictModule] | None:
-    out = []
-    for module in modules:
-        plain = _plain_modules(module)
-        if plain is None:
-            return None
-        out.extend(plain)
-    return out
-
-
-def _run_plain(modules, values: dict) -> None:
-    """Runs plain ``TensorDictModule`` s on ``values`` (``{key: tensor}``), in place."""
-    for m in modules:
-        out = m.module(*[values[key] for key in m.in_keys])
-        keys = m.out_keys_source
-        if isinstance(out, torch.Tensor):
-            out = (out,)
-        elif isinstance(out, Mapping):
-            out = tuple(out[key] for key in keys)
-        if len(out) != len(keys):
-            raise RuntimeError(
-                f"{type(m.module).__name__} returned {len(out)} tensors for the "
-                f"out_keys {keys}"
-            )
-        for key, value in zip(keys, out, strict=True):
-            if key != "_":
-                values[key] = value
-
-
-def _has_hooks(modules) -> bool:
-    # hooks on the TensorDictModule wrappers would be skipped by calling the
-    # wrapped nn.Modules directly (hooks on those run as usual)
-    return any(
-        m._forward_hooks or m._forward_pre_hooks or m._forward_hooks_with_kwargs
-        for m in modules
     )
 
 
@@ -353,7 +430,9 @@ class PolicyCriticEvaluator:
         critic_head = critic_network if critic_head is None else critic_head
         actor_modules = {id(m) for m in actor_network.modules()}
         shared = []
-        critic_tail = critic_head
+        # the critic's modules that run after the actor's pass (all of them,
+        # unless it starts with the actor's own trunk)
+        self.critic_modules = [critic_head]
         if isinstance(critic_head, TensorDictSequential):
             modules = list(critic_head.module)
             while modules and id(modules[0]) in actor_modules:
@@ -363,30 +442,13 @@ class PolicyCriticEvaluator:
                     raise ValueError(
                         "critic_network is made only of modules of the actor network"
                     )
-                critic_tail = (
-                    modules[0] if len(modules) == 1 else TensorDictSequential(*modules)
-                )
-        self.critic_tail = critic_tail
+                self.critic_modules = modules
         self.shared_out_keys = [key for m in shared for key in m.out_keys]
         self.in_keys = list(
             dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
         )
-        # plain modules run on dicts of tensors, without TensorDict plumbing
-        actor_modules = (
-            _plain_list(list(actor_network.module)[:-1])
-            if isinstance(actor_network, ProbabilisticTensorDictSequential)
-            and list(actor_network.module)[-1] is prob_module
-            and len(actor_network.module) > 1
-            else None
-        )
-        critic_modules = _plain_modules(critic_tail)
-        self._plain = (
-            None
-            if actor_modules is None or critic_modules is None
-            else (actor_modules, critic_modules)
-        )
-        # the averaged policy: a copy of the actor's plain modules holding the
-        # target parameters themselves, see _average_modules
+        # the averaged policy: a copy of the actor holding the target parameters,
+        # see _average_actor
         self._average = None
 
     def __call__(
@@ -406,34 +468,12 @@ class PolicyCriticEvaluator:
         holds are skipped (the policy always runs: the behaviour logits stored
         with the data must never stand in for the current policy's).
         """
-        if (
-            self._plain is not None
-            and not skip_existing
-            and not is_compiling()
-            and self._is_own(actor_params, self.actor_network)
-            and self._is_own(critic_params, self.critic_network)
-            and not _has_hooks(self._plain[0])
-            and not _has_hooks(self._plain[1])
-        ):
-            # the same module calls as below, on a dict: no TensorDict plumbing
-            actor_modules, critic_modules = self._plain
-            if not isinstance(inputs, TensorDictBase):
-                values = dict(inputs)
-                _run_plain(actor_modules, values)
-                params = {
-                    name: values[key] for name, key in self.dist_param_keys.items()
-                }
-                if detach_shared:
-                    for key in self.shared_out_keys:
-                        values[key] = values[key].detach()
-                _run_plain(critic_modules, values)
-                return params, values[output_key]
-        data = _as_tensordict(inputs).copy()
+        data = _as_tensordict(inputs)
         with (
             self.params_context(actor_params, self.actor_network),
             _skip_existing_set_to(False),
         ):
-            self.actor_network.get_dist_params(data)
+            run_modules(policy_modules(self.actor_network), data)
         params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
         if detach_shared:
             for key in self.shared_out_keys:
@@ -442,7 +482,8 @@ class PolicyCriticEvaluator:
             self.params_context(critic_params, self.critic_network),
             _skip_existing_set_to(skip_existing),
         ):
-            out = self.critic_tail(data).get(output_key)
+            run_modules(self.critic_modules, data)
+        out = data.get(output_key)
         return params, out
 
     def dist_params_only(
@@ -451,73 +492,43 @@ class PolicyCriticEvaluator:
         params: TensorDictBase | None = None,
     ) -> dict[str, torch.Tensor]:
         """The policy's distribution parameters alone (the averaged policy's pass)."""
-        if (
-            self._plain is not None
-            and not isinstance(inputs, TensorDictBase)
-            and not is_compiling()
-        ):
-            modules = (
-                self._plain[0]
-                if self._is_own(params, self.actor_network)
-                else self._average_modules(params)
-            )
-            if modules is not None and not _has_hooks(modules):
-                values = dict(inputs)
-                _run_plain(modules, values)
-                return {name: values[key] for name, key in self.dist_param_keys.items()}
-        data = _as_tensordict(inputs).copy()
-        with (
-            self.params_context(params, self.actor_network),
-            _skip_existing_set_to(False),
-        ):
-            self.actor_network.get_dist_params(data)
+        data = _as_tensordict(inputs)
+        if is_compiling():  # a traced swap, TorchRL's way
+            with (
+                self.params_context(params, self.actor_network),
+                _skip_existing_set_to(False),
+            ):
+                run_modules(policy_modules(self.actor_network), data)
+        else:
+            with _skip_existing_set_to(False):
+                run_modules(policy_modules(self._average_actor(params)), data)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
-    def _average_modules(self, params) -> list[TensorDictModule] | None:
-        """The actor's plain modules holding ``params``, the averaged policy's.
+    def _average_actor(self, params):
+        """The actor, or a copy of it holding ``params`` (the averaged policy's).
 
-        Without swapping the parameters in and out of the actor.
-
-        A copy of the actor, made once, whose parameter slots hold the very tensors
-        of ``params``: ``SoftUpdate`` and ``load_state_dict`` update those in
-        place, so the copy follows them. The copy is not a submodule of anything
-        (state dicts do not change) and is made again when ``params`` is another
-        container or its tensors were replaced (``loss.to(...)`` does that).
-        ``None`` if ``params`` does not fit the actor.
+        Swapping parameters in and out of the actor at every call costs more than
+        a small network's forward. The copy, made once per ``params`` container,
+        holds its very tensors (as buffers): ``SoftUpdate``, ``load_state_dict``
+        and moves of the loss (``.to``, ``.float()``, which keep the tensors'
+        identity) change them in place, so the copy follows. It is not a
+        submodule of anything: state dicts do not change.
         """
-        if not isinstance(params, TensorDictBase):
-            return None
-        # TensorDictParams swaps its tensordict for a copy when its tensors move
-        inner = getattr(params, "_param_td", params)
+        if self._is_own(params, self.actor_network):
+            return self.actor_network
         cached = self._average
-        if cached is not None and cached[0]() is params and cached[1]() is inner:
-            copy_root, modules = cached[2], cached[3]
-        else:
-            copy_root = copy.deepcopy(self.actor_network)
+        if cached is None or cached[0]() is not params:
+            actor = copy.deepcopy(self.actor_network)
             for key, value in params.items(True, True):
                 *path, name = key if isinstance(key, tuple) else (key,)
-                try:
-                    owner = copy_root.get_submodule(".".join(path))
-                except AttributeError:
-                    return None
-                if name in owner._parameters:
-                    owner._parameters[name] = value
-                elif name in owner._buffers:
-                    owner._buffers[name] = value
-                else:
-                    return None
-            modules = _plain_list(list(copy_root.module)[:-1])
-            if modules is None:
-                return None
-            self._average = (
-                weakref.ref(params),
-                weakref.ref(inner),
-                copy_root,
-                modules,
-            )
-        if copy_root.training is not self.actor_network.training:
-            copy_root.train(self.actor_network.training)
-        return modules
+                owner = actor.get_submodule(".".join(path))
+                delattr(owner, name)
+                owner.register_buffer(name, value)
+            cached = self._average = (weakref.ref(params), actor)
+        actor = cached[1]
+        if actor.training is not self.actor_network.training:
+            actor.train(self.actor_network.training)
+        return actor
 
     def _is_own(self, params, module) -> bool:
         """Whether ``params`` are ``module``'s own tensors (or ``None``)."""
@@ -553,9 +564,33 @@ class PolicyCriticEvaluator:
         return params.to_module(module, preserve_module_state=False)
 
 
+def policy_modules(actor) -> list:
+    """The modules of ``actor`` before its distribution (its ``det_part``'s)."""
+    return submodules(actor.det_part)
+
+
+def submodules(sequence: TensorDictSequential) -> list:
+    """The modules a ``TensorDictSequential`` runs, in order."""
+    modules = sequence.module
+    return list(
+        modules.values() if isinstance(modules, torch.nn.ModuleDict) else modules
+    )
+
+
+def run_modules(modules, tensordict: TensorDictBase) -> None:
+    """Calls each of ``modules`` on ``tensordict`` in turn, as a sequence would.
+
+    One by one rather than as the actor's ``det_part`` (a ``TensorDictSequential``
+    the actor made), whose own call costs about as much as a small network's
+    forward.
+    """
+    for module in modules:
+        module(tensordict)
+
+
 def _as_tensordict(inputs) -> TensorDictBase:
     if isinstance(inputs, TensorDictBase):
-        return inputs
+        return inputs.copy()
     size = next(iter(inputs.values())).shape[0]
     return TensorDict(dict(inputs), [size])
 

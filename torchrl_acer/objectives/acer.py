@@ -24,9 +24,8 @@ from torchrl.objectives.utils import (
 )
 from torchrl.objectives.value import ValueEstimatorBase
 
-from torchrl_acer.objectives._checks import check_finite, get_entry
 from torchrl_acer.objectives._value_estimators import ValueEstimators
-from torchrl_acer.objectives._window import transition_in_keys
+from torchrl_acer.objectives._window import check_finite, get_entry
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
     TRUST_REGION_STATS,
@@ -121,6 +120,13 @@ class ACERLoss(LossModule):
     Gaussian KL gradient, per step as above. Bound actions in the environment
     (clipping), not with a squashed distribution, so log-probabilities stay exact.
     The behaviour policy's ``loc`` and ``scale`` are read from the batch.
+
+    Random draws: with a Gaussian policy each forward draws once, after the
+    networks ran, ``torch.randn(1 + n, *loc.shape, dtype=loc.dtype,
+    device=loc.device)`` from torch's default generator (``n`` the dueling
+    network's ``num_samples``, ``0`` for a plain Q critic); row ``0`` gives
+    :math:`a'_t = \mu_t + \sigma_t \epsilon_{0,t}`, rows ``1 .. n`` the
+    :math:`u_i`. A categorical policy draws nothing.
 
     Each network sees the ``T + 1`` observations of each row once (plus the real next
     observation of mid-row truncations), the averaged actor runs once without
@@ -436,23 +442,14 @@ class ACERLoss(LossModule):
             ),
             persistent=False,
         )
-        # the estimator validates the policy and finds its keys; the loss uses its
-        # network evaluation so both see the same window
-        probe = RetraceEstimator(
-            gamma=0.99,
-            actor_network=actor_network,
-            value_network=critic_network,
-            recurrent_state=recurrent_state,
-            burn_in=burn_in,
-        )
-        self._evaluator = probe.evaluator
-        self._family = probe.family
         self.recurrent_state = recurrent_state
         self.burn_in = burn_in
-        self._recurrent = probe._recurrent
+        # the default estimator, built now: it validates the networks and finds
+        # the distribution's keys, which name the behaviour policy's entries
+        self.make_value_estimator()
         behavior = {
             f"behavior_{name}": key
-            for name, key in probe.evaluator.dist_param_keys.items()
+            for name, key in self.value_estimator.evaluator.dist_param_keys.items()
         }
         self.set_keys(
             **behavior,
@@ -468,14 +465,13 @@ class ACERLoss(LossModule):
     @property
     def in_keys(self):
         keys = self.tensor_keys
+        gaussian = self.value_estimator.family == "gaussian"
         behavior = (
             [keys.behavior_loc, keys.behavior_scale]
-            if self._family == "gaussian"
+            if gaussian
             else [keys.behavior_logits]
         )
-        if self._recurrent is not None:
-            return [*self._recurrent.in_keys(keys), *behavior]
-        return [*transition_in_keys(self._evaluator.in_keys, keys), *behavior]
+        return [*self.value_estimator.in_keys, *behavior]
 
     @property
     def out_keys(self):
@@ -555,29 +551,27 @@ class ACERLoss(LossModule):
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         estimator = self.value_estimator
-        time_dim = estimator._get_time_dim(None, tensordict)
+        time_dim = estimator.time_dim
+        if time_dim is None:
+            names = tensordict.names
+            time_dim = names.index("time") if "time" in names else tensordict.ndim - 1
+        time_dim %= tensordict.ndim
         last = tensordict.ndim - 1
         data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
-        categorical = self._family != "gaussian"
-        entries = {}
+        categorical = estimator.family != "gaussian"
         full, prefix = data, None
-        if estimator._recurrent is not None:
+        if estimator.recurrent is not None:
             # burn-in steps only warm the recurrent state: no loss terms on them
-            prefix, data = estimator._recurrent.split_burn_in(data, type(self).__name__)
+            prefix, data = estimator.recurrent.split_burn_in(data, type(self).__name__)
         steps = estimator.evaluate(
             data,
             actor_params=self.actor_network_params,
             critic_params=self.critic_network_params,
             detach_shared=self.separate_losses,
-            read_entries=(
-                (lambda checks, shape: self._read_entries(data, shape, checks, entries))
-                if categorical
-                else None
-            ),
             prefix=prefix,
         )
-        if estimator._recurrent is not None:
-            average = estimator._recurrent.average_dist_params(
+        if estimator.recurrent is not None:
+            average = estimator.recurrent.average_dist_params(
                 full,
                 estimator.done_flags(full)[0],
                 self.target_actor_network_params,
@@ -585,16 +579,14 @@ class ACERLoss(LossModule):
             )
         else:
             with torch.no_grad():
-                average = self._evaluator.dist_params_only(
+                average = estimator.evaluator.dist_params_only(
                     {
                         key: steps.window.current_tensors[key]
                         for key in self.actor_network.in_keys
                     },
                     self.target_actor_network_params,
                 )
-        log_mu = entries.get("log_mu")
-        if log_mu is None:
-            log_mu = estimator.behaviour_log_prob(data)
+        log_mu = estimator.behaviour_log_prob(data)
         # the per-step losses are reduced below: the reduction tells the trust-region
         # hook how each step's gradient is scaled when it reaches the policy
         masked = self._has_loss_mask(data)
@@ -604,30 +596,15 @@ class ACERLoss(LossModule):
             ).detach()
             scale = valid.sum().clamp_min(1) if self.reduction == "mean" else 1.0
         else:
-            valid = torch.ones_like(log_mu)
+            valid = None  # every step counts
             # the count of steps is shape metadata: no reduction, no read-back
-            scale = float(valid.numel()) if self.reduction == "mean" else 1.0
+            scale = float(log_mu.numel()) if self.reduction == "mean" else 1.0
         hook = (valid, scale)
         if categorical:
-            terms = self._categorical_terms(data, steps, average, log_mu, hook, entries)
+            terms = self._categorical_terms(data, steps, average, log_mu, hook)
         else:
             terms = self._gaussian_terms(data, steps, average, log_mu, hook)
         return self._outputs(terms, data, time_dim, last, masked)
-
-    def _read_entries(self, data, logits_shape, checks, entries) -> None:
-        """Reads the behaviour policy's entries in the order errors are reported.
-
-        Adds their value checks to ``checks`` (``None`` without ``check_values``) so
-        that all are read back at once.
-        """
-        estimator = self.value_estimator
-        entries["log_mu"] = log_mu = estimator.behaviour_log_prob(data)
-        entries["behaviour_log_probs"] = self._behaviour_log_probs(
-            data, logits_shape, checks
-        )
-        if checks is not None:
-            estimator.add_value_checks(checks, data, log_mu)
-            entries["checked"] = True
 
     def _has_loss_mask(self, data) -> bool:
         """Whether ``_reduce_loss`` would mask ``data``'s steps."""
@@ -643,13 +620,15 @@ class ACERLoss(LossModule):
             return value.sum()
         return value
 
-    def _categorical_terms(self, data, steps, average, log_mu, hook, entries):
+    def _categorical_terms(self, data, steps, average, log_mu, hook):
         """Per-step terms for a categorical policy (the sum over actions is exact)."""
         estimator = self.value_estimator
         avg_logits = average["logits"].reshape(steps.logits.shape)
-        behaviour_log_probs = entries["behaviour_log_probs"]
-        log_probs = self._policy_log_probs(steps.logits, avg_logits, *hook)
-        probs = log_probs.detach().exp()
+        behaviour_log_probs = self._behaviour_log_probs(data, steps.logits.shape)
+        avg_probs = avg_logits.softmax(-1)
+        log_probs = self._policy_log_probs(steps.logits, avg_probs, *hook)
+        pi = log_probs.exp()
+        probs = pi.detach()
         q = steps.q.detach()
         value = state_value(probs, q)
         log_pi = taken(log_probs, steps.action)
@@ -660,21 +639,21 @@ class ACERLoss(LossModule):
                 action_value=steps.action_value.detach(),
                 next_state_value=steps.next_state_value.detach(),
                 log_mu=log_mu,
-                checked=entries.get("checked", False),
+                flags=steps.flags,
             )
             c = self.ratio_clip
             rho = (log_pi.detach() - log_mu).exp()
             rho_all = (log_probs.detach() - behaviour_log_probs).exp()
-            correction = torch.where(rho_all > c, 1 - c / rho_all, 0.0)
+            # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
+            correction = (1 - c / rho_all).clamp_min(0)
             correction_weight = correction * probs * (q - value)
-            avg_log_probs = avg_logits.log_softmax(-1)
-            kl_avg = (avg_log_probs.exp() * (avg_log_probs - log_probs)).sum(
+            kl_avg = (avg_probs * (avg_logits.log_softmax(-1) - log_probs)).sum(
                 -1, keepdim=True
             )
         objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
             correction_weight * log_probs
         ).sum(-1, keepdim=True)
-        entropy = -(log_probs.exp() * log_probs).sum(-1, keepdim=True)
+        entropy = -(pi * log_probs).sum(-1, keepdim=True)
         return {
             "objective": objective,
             "entropy": entropy,
@@ -702,11 +681,12 @@ class ACERLoss(LossModule):
         mu_loc, mu_scale = self._behaviour_gaussian(data, steps.loc.shape)
         with torch.no_grad():
             # one action a' ~ pi for the bias correction, n for the dueling baseline
-            noise = self._action_noise(loc, 1 + sdn.num_samples * sdn.dueling)
+            n = 1 + sdn.num_samples * sdn.dueling
+            noise = torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
             drawn = loc + scale * noise
             sampled = drawn[0]
         actions = torch.cat([steps.action[None], drawn], 0)
-        with self._evaluator.params_context(self.critic_network_params, sdn):
+        with estimator.evaluator.params_context(self.critic_network_params, sdn):
             advantages = sdn.advantages(
                 steps.observations, actions.flatten(1, -2)
             ).unflatten(1, steps.loc.shape[:-1])
@@ -726,6 +706,7 @@ class ACERLoss(LossModule):
                 "log_pi": log_pi.detach(),
                 "action_value": q_taken.detach(),
                 "next_state_value": steps.next_state_value.detach(),
+                "flags": steps.flags,
             }
             q_ret = estimator.value_estimate(data, trace_power=1.0 / d, **common)
             q_opc = estimator.value_estimate(data, unit_traces=True, **common)
@@ -733,7 +714,7 @@ class ACERLoss(LossModule):
             rho_sampled = (
                 log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
             ).exp()
-            correction = torch.where(rho_sampled > c, 1 - c / rho_sampled, 0.0)
+            correction = (1 - c / rho_sampled).clamp_min(0)
             kl_avg = D.kl_divergence(
                 _diagonal_normal(avg_loc, avg_scale),
                 _diagonal_normal(loc.detach(), scale.detach()),
@@ -763,13 +744,6 @@ class ACERLoss(LossModule):
             "action_value": q_taken,
         }
 
-    def _action_noise(self, loc: torch.Tensor, n: int) -> torch.Tensor:
-        """Standard normal noise for the ``n`` actions drawn per step.
-
-        A seam for tests that replay the same draws.
-        """
-        return torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
-
     def _critic_error(self, target, prediction):
         return distance_loss(target, prediction, loss_function=self.loss_critic_type)
 
@@ -780,9 +754,11 @@ class ACERLoss(LossModule):
         losses["loss_entropy"] = -self.entropy_coeff * terms["entropy"]
         out = {}
         for name, value in losses.items():
-            reduced = self._reduce(value, data, masked).squeeze(-1)
-            if reduced.ndim and time_dim != last:
-                reduced = reduced.transpose(time_dim, last)
+            reduced = self._reduce(value, data, masked)
+            if reduced.ndim:  # reduction="none": [*B, T]
+                reduced = reduced.squeeze(-1)
+                if time_dim != last:
+                    reduced = reduced.transpose(time_dim, last)
             out[name] = reduced
         out.update(self._diagnostics(terms, data, masked))
         return TensorDict(out, [])
@@ -811,7 +787,7 @@ class ACERLoss(LossModule):
             "explained_variance": 1 - residual.var() / target.var(),
         }
 
-    def _behaviour_log_probs(self, data, shape, checks=None):
+    def _behaviour_log_probs(self, data, shape):
         key = self.tensor_keys.behavior_logits
         owner = type(self).__name__
         logits = get_entry(
@@ -829,11 +805,9 @@ class ACERLoss(LossModule):
         if self.value_estimator.check_values:
             # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
             # correction would silently switch off
-            what = "the behaviour policy's logits are corrupted"
-            if checks is None:
-                check_finite(logits, repr(key), owner, what)
-            else:
-                checks.finite(logits, repr(key), owner, what)
+            check_finite(
+                logits, repr(key), owner, "the behaviour policy's logits are corrupted"
+            )
         return logits.log_softmax(-1)
 
     def _behaviour_gaussian(self, data, shape):
@@ -880,7 +854,7 @@ class ACERLoss(LossModule):
                 )
             )
 
-    def _policy_log_probs(self, logits, avg_logits, valid, scale):
+    def _policy_log_probs(self, logits, avg_probs, valid, scale):
         """Log-probabilities of the current policy, through the trust-region hook.
 
         The statistics the trust region acts on are computed from the logits, the
@@ -894,7 +868,7 @@ class ACERLoss(LossModule):
             stats = logits.log_softmax(-1)
         else:
             stats = logits.softmax(-1)
-        k = kl_gradient(space, stats.detach(), avg_logits.softmax(-1))
+        k = kl_gradient(space, stats.detach(), avg_probs)
         self._hook(stats, k, valid, scale)
         if space == "logits":
             return stats.log_softmax(-1)

@@ -114,9 +114,8 @@ def _project(g, k, delta):
     k_dot_g = (k * g).sum(-1, keepdim=True)
     k_sq = (k * k).sum(-1, keepdim=True)
     excess = (k_dot_g - delta).clamp_min(0)
-    coefficient = torch.where(
-        k_sq > 0, excess / torch.where(k_sq > 0, k_sq, 1), torch.zeros_like(k_sq)
-    )
+    nonzero = k_sq > 0
+    coefficient = torch.where(nonzero, excess / torch.where(nonzero, k_sq, 1), 0.0)
     return g - coefficient * k, coefficient, k_dot_g, k_sq
 
 
@@ -139,7 +138,7 @@ class TrustRegionHook:
         delta: :math:`\delta`.
         scale: ``s``.
         valid: ``[..., 1]`` weights of the steps that count (1 valid, 0 padding),
-            for the statistics only.
+            for the statistics only; ``None``: every step counts.
         stats_out: a ``[3]`` tensor of the statistics' dtype that receives
             ``(active_fraction, k_norm, k_dot_g)``: the share of valid steps whose
             constraint was active, the mean :math:`\|k_t\|` and the mean
@@ -160,7 +159,10 @@ class TrustRegionHook:
             per_step = torch.cat(
                 [(coefficient > 0).to(g.dtype), k_sq.sqrt(), k_dot_g], -1
             )
-            # one weighted sum for the three means
-            sums = (per_step * self.valid).reshape(-1, len(TRUST_REGION_STATS)).sum(0)
-            self.stats_out.copy_(sums / self.valid.sum().clamp_min(1))
+            per_step = per_step.reshape(-1, len(TRUST_REGION_STATS))
+            if self.valid is None:
+                self.stats_out.copy_(per_step.mean(0))
+            else:  # one weighted sum for the three means
+                sums = (per_step * self.valid.reshape(-1, 1)).sum(0)
+                self.stats_out.copy_(sums / self.valid.sum().clamp_min(1))
         return -z / self.scale

@@ -242,11 +242,13 @@ def retrace_lambda_return_estimate(
                 f"gamma, lmbda and c_thresh must be scalars or have the shape "
                 f"{tuple(shape)} of the other inputs, got {tuple(x.shape)}"
             )
-        return x.to(dtype).reshape(())
+        # a scalar tensor takes the inputs' dtype in the arithmetic (a float64
+        # gamma does not promote float32 inputs): no cast needed
+        return x.reshape(()) if x.is_floating_point() else x.to(dtype).reshape(())
 
     gamma, lmbda, c_thresh = (
-        time_first(x).to(dtype) if isinstance(x, torch.Tensor) else x
-        for x in (gamma, lmbda, c_thresh)
+        x.to(dtype) if isinstance(x, torch.Tensor) and x.ndim else x
+        for x in map(time_first, (gamma, lmbda, c_thresh))
     )
     log_rho = time_first(log_pi).to(dtype) - time_first(log_mu).to(dtype)
     q = time_first(action_value)

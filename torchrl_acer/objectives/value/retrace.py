@@ -10,27 +10,23 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import composite_lp_aggregate, dispatch, skip_existing
 from tensordict.utils import NestedKey, unravel_key
 from torch import distributions as D
-from torchrl._utils import is_compiling
 from torchrl.modules import GRUModule, IndependentNormal, LSTMModule
 from torchrl.objectives.utils import register_value_estimator
 from torchrl.objectives.value.advantages import ValueEstimatorBase
 
 from torchrl_acer.modules.sdn import StochasticDuelingNetwork
-from torchrl_acer.objectives._checks import (
-    ValueChecks,
-    action_index,
-    as_step_tensor,
-    check_finite,
-    check_not_empty,
-    explain_dtype_error,
-    get_entry,
-)
 from torchrl_acer.objectives._recurrent import RECURRENT_STATES, RecurrentEvaluator
 from torchrl_acer.objectives._value_estimators import ValueEstimators
 from torchrl_acer.objectives._window import (
     ObservationWindow,
     PolicyCriticEvaluator,
     _probabilistic_module,
+    action_index,
+    as_step_tensor,
+    check_finite,
+    check_not_empty,
+    explain_dtype_error,
+    get_entry,
     transition_in_keys,
 )
 from torchrl_acer.objectives.value.functional import retrace_lambda_return_estimate
@@ -282,7 +278,7 @@ class RetraceEstimator(ValueEstimatorBase):
                 actor_network, value_network, ("logits",)
             )
         self.__dict__["actor_network"] = actor_network
-        self._recurrent = self._recurrent_evaluator(recurrent_state, burn_in)
+        self.recurrent = self._recurrent_evaluator(recurrent_state, burn_in)
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
             # float64 buffers: the target is computed in the data's dtype, and a
             # float32 0.99 would cap float64 data at float32 precision
@@ -364,8 +360,8 @@ class RetraceEstimator(ValueEstimatorBase):
 
     @property
     def in_keys(self):
-        if self._recurrent is not None:
-            return self._recurrent.in_keys(self.tensor_keys)
+        if self.recurrent is not None:
+            return self.recurrent.in_keys(self.tensor_keys)
         return transition_in_keys(self.evaluator.in_keys, self.tensor_keys)
 
     @property
@@ -414,8 +410,8 @@ class RetraceEstimator(ValueEstimatorBase):
             actor_params = _detached(actor_params, self.actor_network)
             params = _detached(params, self.value_network)
         prefix = None
-        if self._recurrent is not None:
-            prefix, data = self._recurrent.split_burn_in(data, type(self).__name__)
+        if self.recurrent is not None:
+            prefix, data = self.recurrent.split_burn_in(data, type(self).__name__)
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
             steps = self.evaluate(
                 data, actor_params=actor_params, critic_params=params, prefix=prefix
@@ -430,6 +426,7 @@ class RetraceEstimator(ValueEstimatorBase):
                     log_pi=taken(log_probs, steps.action),
                     action_value=steps.action_value,
                     next_state_value=steps.next_state_value,
+                    flags=steps.flags,
                 )
                 outputs = {
                     self.tensor_keys.value_target: value_target,
@@ -460,19 +457,12 @@ class RetraceEstimator(ValueEstimatorBase):
         actor_params: TensorDictBase | None = None,
         critic_params: TensorDictBase | None = None,
         detach_shared: bool = False,
-        read_entries=None,
         prefix: TensorDictBase | None = None,
     ) -> DiscreteSteps | GaussianSteps:
         """Runs the networks once over ``data`` (``[*B, T]``, time last).
 
         Returns the per-step quantities Retrace and ACER need, see
         :class:`DiscreteSteps` and :class:`GaussianSteps`.
-
-        ``read_entries(checks, logits_shape)`` (categorical policies) is called
-        after the action is read, for a caller's own entries: with
-        ``check_values`` it adds their value checks to ``checks`` (a
-        :class:`ValueChecks` holding the action's check first, else ``None``),
-        and all are read back at once, before the actions are used.
 
         With recurrent networks, ``prefix`` holds the burn-in steps that come
         before ``data`` (see :class:`RetraceEstimator`), or ``None``.
@@ -484,7 +474,7 @@ class RetraceEstimator(ValueEstimatorBase):
         output_key = (
             self.value_network.value_key if gaussian else self.tensor_keys.action_value
         )
-        if self._recurrent is not None:
+        if self.recurrent is not None:
             window, params, out = self._run_recurrent(
                 data,
                 prefix,
@@ -499,8 +489,11 @@ class RetraceEstimator(ValueEstimatorBase):
                 # the advantage network reads each step's features (from the
                 # actor's pass over the sequences) and observations, flattened
                 observations = window.flat_current(self.value_network.observation_keys)
-                return self._gaussian_steps(data, window, params, out, observations)
-            return self._discrete_steps(data, window, params, out, read_entries)
+                steps = self._gaussian_steps(data, window, params, out, observations)
+            else:
+                steps = self._discrete_steps(data, window, params, out)
+            steps.flags = done, terminated
+            return steps
         in_keys = self.evaluator.in_keys
         skip = skip_existing() if self.skip_existing is None else self.skip_existing
         # the critic's outputs travel through the window like observations, so the
@@ -535,14 +528,17 @@ class RetraceEstimator(ValueEstimatorBase):
             )
             raise
         if gaussian:
-            return self._gaussian_steps(data, window, params, out, window.current)
-        return self._discrete_steps(data, window, params, out, read_entries)
+            steps = self._gaussian_steps(data, window, params, out, window.current)
+        else:
+            steps = self._discrete_steps(data, window, params, out)
+        steps.flags = done, terminated
+        return steps
 
     def _run_recurrent(self, data, prefix, *, done, terminated, output_key, **kwargs):
         """Runs recurrent networks over the segment's sequences (``_recurrent.py``)."""
         owner = type(self).__name__
         prefix_done = None if prefix is None else self.done_flags(prefix)[0]
-        window = self._recurrent.window(
+        window = self.recurrent.window(
             data,
             prefix,
             done=done,
@@ -551,11 +547,11 @@ class RetraceEstimator(ValueEstimatorBase):
             output_key=output_key,
             actor_params=kwargs["actor_params"],
             critic_params=kwargs["critic_params"],
-            like=self._recurrent.parameter(),
+            like=self.recurrent.parameter(),
             owner=owner,
         )
         try:
-            params, out = self._recurrent.run(
+            params, out = self.recurrent.run(
                 window.inputs, output_key=output_key, **kwargs
             )
         except RuntimeError as error:
@@ -565,7 +561,7 @@ class RetraceEstimator(ValueEstimatorBase):
             raise
         return window, params, out
 
-    def _discrete_steps(self, data, window, params, out, read_entries):
+    def _discrete_steps(self, data, window, params, out):
         """Checks the categorical outputs and the stored actions; the steps."""
         owner = type(self).__name__
         action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
@@ -576,9 +572,6 @@ class RetraceEstimator(ValueEstimatorBase):
                 f"{tuple(out.shape)} where the policy's logits have "
                 f"{tuple(logits.shape)}; the critic must output one value per action"
             )
-        checks = (
-            ValueChecks() if read_entries is not None and self.check_values else None
-        )
         action = action_index(
             action,
             data.batch_size,
@@ -586,12 +579,7 @@ class RetraceEstimator(ValueEstimatorBase):
             one_hot=self.one_hot,
             owner=owner,
             check_values=self.check_values,
-            checks=checks,
         )
-        if read_entries is not None:
-            read_entries(checks, (*data.batch_size, logits.shape[-1]))
-            if checks is not None:
-                checks.run()
         return DiscreteSteps(window, logits, out, action)
 
     def _gaussian_steps(self, data, window, params, out, observations):
@@ -622,6 +610,7 @@ class RetraceEstimator(ValueEstimatorBase):
             action_value=q_taken,
             next_state_value=steps.next_state_value,
             trace_power=1.0 / d,
+            flags=steps.flags,
         )
         q_opc = self.value_estimate(
             data,
@@ -629,6 +618,7 @@ class RetraceEstimator(ValueEstimatorBase):
             action_value=q_taken,
             next_state_value=steps.next_state_value,
             unit_traces=True,
+            flags=steps.flags,
         )
         keys = self.tensor_keys
         return {
@@ -691,7 +681,7 @@ class RetraceEstimator(ValueEstimatorBase):
         trace_power: float = 1.0,
         unit_traces: bool = False,
         log_mu: torch.Tensor | None = None,
-        checked: bool = False,
+        flags: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         r"""The Retrace target from network outputs already computed.
 
@@ -709,8 +699,8 @@ class RetraceEstimator(ValueEstimatorBase):
             unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
             log_mu: :meth:`behaviour_log_prob` of ``tensordict``, if the caller
                 has it already.
-            checked: the reward and ``log_mu`` were value-checked already
-                (:meth:`add_value_checks`).
+            flags: :meth:`done_flags` of ``tensordict``, if the caller has them
+                already (the ``flags`` of :meth:`evaluate`'s steps).
         """
         owner = type(self).__name__
         keys = self.tensor_keys
@@ -721,11 +711,11 @@ class RetraceEstimator(ValueEstimatorBase):
             return as_step_tensor(value, batch, str(key), owner)
 
         reward = step_entry(("next", keys.reward), "the reward of each step")
-        check = self.check_values and not checked
+        check = self.check_values
         if check:
             check_finite(reward, *self._reward_check(owner))
-        done, terminated = self.done_flags(tensordict)
-        gamma, lmbda, c_thresh = self._hyperparameters(action_value.dtype)
+        done, terminated = self.done_flags(tensordict) if flags is None else flags
+        gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
         if unit_traces:
             # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1); the
             # behaviour policy does not enter
@@ -768,45 +758,6 @@ class RetraceEstimator(ValueEstimatorBase):
             "was taken means corrupted data; it is not clipped",
         )
 
-    def add_value_checks(
-        self, checks: ValueChecks, tensordict: TensorDictBase, log_mu: torch.Tensor
-    ) -> None:
-        """Adds :meth:`value_estimate`'s checks to ``checks``.
-
-        Finite rewards and behaviour log-probabilities; pass ``checked=True`` to it
-        then.
-        """
-        if not self.check_values:
-            return
-        owner = type(self).__name__
-        key = ("next", self.tensor_keys.reward)
-        reward = get_entry(tensordict, key, owner, "the reward of each step")
-        reward = as_step_tensor(reward, tensordict.batch_size, str(key), owner)
-        checks.finite(reward, *self._reward_check(owner))
-        checks.finite(log_mu, *self._log_mu_check(owner))
-
-    def _hyperparameters(self, dtype: torch.dtype):
-        """``gamma``, ``lmbda`` and ``c_thresh`` in ``dtype``.
-
-        Cast once per dtype and value (each cast is a kernel launch, every call).
-        """
-        buffers = (self.gamma, self.lmbda, self.c_thresh)
-        if is_compiling():
-            return tuple(b.to(dtype) for b in buffers)
-        # the buffers themselves (held, so their ids cannot be reused) and their
-        # versions: new tensors and in-place changes both invalidate the cast
-        versions = tuple(b._version for b in buffers)
-        cached = self.__dict__.get("_cast_hyperparameters")
-        if (
-            cached is None
-            or cached[0] != dtype
-            or cached[2] != versions
-            or any(a is not b for a, b in zip(cached[1], buffers, strict=True))
-        ):
-            cached = (dtype, buffers, versions, tuple(b.to(dtype) for b in buffers))
-            self.__dict__["_cast_hyperparameters"] = cached
-        return cached[3]
-
 
 class DiscreteSteps:
     r"""Per-step network outputs of a ``[*B, T]`` window (time last).
@@ -820,6 +771,7 @@ class DiscreteSteps:
         action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``, in the graph.
         next_state_value: :math:`V(s'_t) = \sum_a \pi(a|s'_t) Q(s'_t, a)` at the
             real next observation, ``[*B, T, 1]``, in the graph.
+        flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
     """
 
     def __init__(self, window, logits, q, action):
@@ -854,6 +806,7 @@ class GaussianSteps:
         observations: what the advantage head reads at each ``s_t`` (the
             observations, and with a recurrent actor the features of its trunk),
             a flat ``[prod(B) T]`` TensorDict.
+        flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
     """
 
     def __init__(self, window, loc, scale, value, action, observations):
