@@ -279,3 +279,30 @@ def test_greedy_evaluation_on_a_frame_schedule_and_at_the_end(tmp_path):
     rows = (tmp_path / "logs" / "eval" / "scalars" / "eval" / "reward.csv").read_text()
     assert [int(float(line.split(",")[0])) for line in rows.split()] == calls
     pieces.close()
+
+
+def test_save_every_minutes_saves_between_batches(tmp_path, monkeypatch):
+    """With a clock that moves a minute a batch, a save every 2 minutes lands
+    after every second batch, each holding the frames trained so far."""
+    from torchrl_acer.trainers import checkpoint as module
+
+    clock = [0.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    saved = []
+
+    def run(trainer):
+        module.SaveEvery(2).register(trainer)
+        trainer.register_op(
+            "pre_steps_log", lambda batch: clock.__setitem__(0, clock[0] + 60)
+        )
+        original = trainer.checkpoint.save
+
+        def save(*args, **kwargs):
+            saved.append(trainer.collected_frames)
+            return original(*args, **kwargs)
+
+        trainer.checkpoint.save = save
+
+    run_resumable(tmp_path, 50, save=tmp_path / "ckpt", hooks=[run])
+    # batches of 10 frames: due at 20 and 40 frames, and the end's own save at 50
+    assert saved == [20, 40, 50]

@@ -44,6 +44,7 @@ import copy
 import hashlib
 import json
 import os
+import time
 import uuid
 import zipfile
 from collections.abc import Collection, Mapping
@@ -62,6 +63,7 @@ from torchrl.checkpoint import (
     StateDictCheckpointAdapter,
 )
 from torchrl.checkpoint import CheckpointError as _TorchRLCheckpointError
+from torchrl.trainers import Trainer, TrainerHookBase
 
 from torchrl_acer.trainers.hooks import first_few
 from torchrl_acer.training import checkpoint as _single_file
@@ -72,6 +74,7 @@ __all__ = [
     "FORMAT_VERSION",
     "FiniteStateDictAdapter",
     "NonFiniteCheckpointError",
+    "SaveEvery",
 ]
 
 #: Version of what :class:`ACERCheckpoint` adds to TorchRL's manifest (the
@@ -750,3 +753,34 @@ def _optimizer_mismatches(saved, optimizer: torch.optim.Optimizer, name: str):
                         f"the checkpoint, parameter {tuple(param.shape)} here"
                     )
     return problems
+
+
+class SaveEvery(TrainerHookBase):
+    """Saves the trainer every ``minutes``, so that a crash loses bounded work.
+
+    TorchRL's ``Trainer`` saves every ``save_trainer_interval`` frames; frames
+    come at very different rates (a MinAtar step against an Atari one, a loaded
+    machine), so the work a crash can lose is bounded in time here. Registered at
+    ``post_steps`` (between batches, where the trainer's state is whole); the
+    clock starts at registration and after each of its saves.
+
+    Args:
+        minutes (float): time between two saves.
+    """
+
+    def __init__(self, minutes: float) -> None:
+        if not minutes > 0:
+            raise ValueError(f"minutes must be > 0, got {minutes}")
+        self.minutes = minutes
+        self._last = time.monotonic()
+        self._trainer: Trainer | None = None
+
+    def __call__(self) -> None:
+        if time.monotonic() - self._last >= 60 * self.minutes:
+            self._trainer.save_trainer(force_save=True)
+            self._last = time.monotonic()
+
+    def register(self, trainer: Trainer, name: str = "save_every") -> None:
+        self._trainer = trainer
+        self._last = time.monotonic()
+        trainer.register_op("post_steps", self)
