@@ -1,8 +1,7 @@
 """The loss's per-call shortcuts give the results of the general path.
 
 ACERLoss evaluates the averaged policy on a persistent copy holding the target
-parameters, folds its
-value checks into one read-back, and solves short Retrace windows in matrix form;
+parameters and solves short Retrace windows in matrix form;
 under ``torch.compile`` it pads the mid-row truncations to a static bound. Each
 shortcut is compared here with the path it replaces, and the compiled loss is
 checked to be one graph.
@@ -160,8 +159,8 @@ def test_hyperparameters_changed_in_place_are_used():
 
 
 class TestFoldedChecks:
-    """One read-back for the value checks; the error is the one the first failing
-    check raises alone, in the order action, behaviour logits, reward, behaviour
+    """With several faults, the error is the one the first failing check raises
+    alone, in the order action, behaviour logits, reward, behaviour
     log-probability."""
 
     def setup_method(self):

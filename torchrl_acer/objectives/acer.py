@@ -131,9 +131,8 @@ class ACERLoss(LossModule):
     Each network sees the ``T + 1`` observations of each row once (plus the real next
     observation of mid-row truncations), the averaged actor runs once without
     gradient on the ``T`` observations, and a trunk shared by the actor and the
-    critic (``ActorValueOperator``) runs once. Networks made of plain
-    ``TensorDictModule`` s are called on plain tensors, and the averaged actor runs
-    on a copy of the actor holding the target parameters (not a submodule: the
+    critic (``ActorValueOperator``) runs once. The averaged actor runs on a copy
+    of the actor holding the target parameters themselves (not a submodule: the
     state dict is unchanged), without swapping parameters in and out.
 
     **Recurrent networks** (TorchRL's :class:`~torchrl.modules.LSTMModule` and
