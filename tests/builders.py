@@ -6,6 +6,7 @@ what that uses) into the upstream copies of those tests.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -527,7 +528,7 @@ def gym_config(settings: dict, **overrides):
     ``overrides`` (dotted keys) applied."""
     from omegaconf import OmegaConf
 
-    cfg = load_script("bench/_common.py").example_config("config_gym")
+    cfg = example_config("config_gym")
     for key, value in {**settings, **overrides}.items():
         OmegaConf.update(cfg, key, value)
     return cfg
@@ -541,6 +542,17 @@ def snapshot(directory) -> dict:
         for p in sorted(Path(directory).rglob("*"))
         if p.is_file()
     }
+
+
+def example_config(name: str):
+    """``examples/<name>.yaml`` as Hydra composes it (``bench/_common.py``'s, its
+    module loaded once)."""
+    return _bench_common().example_config(name)
+
+
+@functools.cache
+def _bench_common():
+    return load_script("bench/_common.py")
 
 
 def load_script(path: str):

@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from builders import load_script, run_example
+from builders import example_config, run_example
 from omegaconf import OmegaConf
 from test_frame_replay import assert_rebuilt_as_collected
 
@@ -119,7 +119,7 @@ def test_two_async_worker_processes_train_with_the_frame_replay(tmp_path):
     each goes to its worker's rows of the frame-lean replay, and every segment
     it can sample (its rings wrap around) rebuilds the frame stacks its worker's
     environment produced; the trainer makes replayed updates."""
-    cfg = load_script("bench/_common.py").example_config("config_atari")
+    cfg = example_config("config_atari")
     for key, value in {
         "env.num_envs": 2,
         "collector.T": 10,

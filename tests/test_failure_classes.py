@@ -8,7 +8,14 @@ import sys
 
 import pytest
 from builders import snapshot
-from test_faults import EXAMPLE_ARGS, ROOT, batches, build, start_example, wait_for
+from test_faults import (
+    EXAMPLE_ARGS,
+    ROOT,
+    batches,
+    build,
+    signal_when_there,
+    start_example,
+)
 
 from torchrl_acer.training.checkpoint import read_checkpoint
 
@@ -53,14 +60,9 @@ def test_sighup_stops_with_a_checkpoint_and_the_resume_hint(tmp_path):
     what was trained, the hint, status 128 + 1 (it used to kill the run)."""
     checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
     process = start_example(tmp_path, "plain", "checkpoint.interval=50")
-    try:
-        started = wait_for(checkpoint, process)
-        process.send_signal(signal.SIGHUP)
-        out, err = process.communicate(timeout=240)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    started, out, err = signal_when_there(
+        process, checkpoint, signal.SIGHUP, timeout=240
+    )
     assert started, err[-3000:]
     assert process.returncode == 128 + signal.SIGHUP, err[-3000:]
     frames = read_checkpoint(checkpoint)[0]["frames"]

@@ -555,6 +555,22 @@ def wait_for(path, process, timeout=240):
     return True
 
 
+def signal_when_there(process, path, signum, timeout):
+    """Sends ``signum`` to ``process`` once ``path`` exists and waits for it to
+    end (``timeout`` seconds); a process left running is killed. Returns whether
+    ``path`` appeared, and the process's stdout and stderr."""
+    try:
+        reached = wait_for(path, process)
+        if reached:
+            process.send_signal(signum)
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return reached, out, err
+
+
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory):
     """The example stopped by SIGTERM, with a second signal (SIGINT) arriving
@@ -623,15 +639,9 @@ def test_kill_9_during_a_save_keeps_the_previous_checkpoint(tmp_path):
     # checkpoints every 0.3 s (by time: no frame interval); the second is killed
     # half-written
     process = start_example(tmp_path, "hang", "checkpoint.every_minutes=0.005")
-    try:
-        reached = wait_for(tmp_path / "marker", process)
-        if reached:
-            process.send_signal(signal.SIGKILL)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    reached, out, err = signal_when_there(
+        process, tmp_path / "marker", signal.SIGKILL, timeout=60
+    )
     assert reached, err[-3000:]
     assert process.returncode == -signal.SIGKILL
     checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"

@@ -82,6 +82,22 @@ def check_update_schedule(
         raise ValueError(f"replay_start must be >= 0, got {replay_start}")
 
 
+def replay_keys(loss_module: LossModule, replay_buffer) -> list:
+    """What replay keeps of a batch: what the loss reads (as its keys are set now,
+    so that ``set_keys`` after building the trainer is honoured) and what the
+    replay reads itself (a frame-stacking replay's frames and game ends). The
+    rest of a batch (episode returns, trajectory ids, root-level flags, a shared
+    trunk's features) would cost memory and the time to store and sample it."""
+    return [*loss_module.in_keys, *getattr(replay_buffer, "required_keys", ())]
+
+
+def module_device(module) -> torch.device | None:
+    """The device of a module's first parameter (``None`` without parameters)."""
+    parameters = module.parameters() if hasattr(module, "parameters") else ()
+    first = next(iter(parameters), None)
+    return None if first is None else first.device
+
+
 def as_segments(batch: TensorDictBase) -> TensorDictBase:
     """A collected batch as ``[num_segments, T]``: ``[T]`` from one environment
     gains a leading dim, ``[workers, num_envs, T]`` from a synchronous
@@ -395,9 +411,9 @@ class ACERTrainer(Trainer):
             replay_ratio=replay_ratio,
             replay_start=replay_start,
             on_policy_updates=on_policy_updates,
-            replay_keys=partial(self._replay_keys, replay_buffer),
+            replay_keys=partial(replay_keys, loss_module, replay_buffer),
             accept=accept,
-            device=_module_device(loss_module),
+            device=module_device(loss_module),
             seed=0 if seed is None else seed,
         )
         self.schedule.register(self)
@@ -412,23 +428,9 @@ class ACERTrainer(Trainer):
         )
         self.register_op("post_steps", update_weights)
 
-    def _replay_keys(self, replay_buffer) -> list:
-        # what the loss reads, as its keys are set now, and what the replay reads
-        # itself (a frame-stacking replay's frames and game ends)
-        return [
-            *self.loss_module.in_keys,
-            *getattr(replay_buffer, "required_keys", ()),
-        ]
-
 
 class _DetachingStepper(DefaultOptimizationStepper):
     # TorchRL's stepper returns the loss terms still attached to their graph,
     # which the trainer then keeps in its running average of the batch's losses
     def step(self, trainer: Trainer, sub_batch: TensorDictBase) -> TensorDictBase:
         return super().step(trainer, sub_batch).detach()
-
-
-def _module_device(module: torch.nn.Module) -> torch.device | None:
-    for tensor in module.parameters():
-        return tensor.device
-    return None

@@ -7,7 +7,13 @@ from typing import Any
 
 from torchrl.trainers.trainers import Trainer, TrainerHookBase
 
-__all__ = ["Evaluation"]
+__all__ = ["Evaluation", "next_multiple"]
+
+
+def next_multiple(frames: int, interval: int) -> int:
+    """The first multiple of ``interval`` after ``frames``: a schedule on multiples
+    holds whatever the batch size, and across a resume."""
+    return (frames // interval + 1) * interval
 
 
 class Evaluation(TrainerHookBase):
@@ -68,8 +74,7 @@ class Evaluation(TrainerHookBase):
     def __call__(self, batch=None) -> None:
         frames = self._trainer.collected_frames
         if self.next_frames is not None and frames >= self.next_frames:
-            # the next multiple of the interval, so that the schedule holds on resume
-            self.next_frames = (frames // self.interval + 1) * self.interval
+            self.next_frames = next_multiple(frames, self.interval)
             self._run()
 
     def _final(self) -> None:

@@ -49,9 +49,13 @@ from torchrl.objectives import SoftUpdate
 
 from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.trainers.acer import (
+    as_segments,
     check_update_schedule,
     make_segment_replay_buffer,
+    module_device,
+    replay_keys,
 )
+from torchrl_acer.trainers.evaluation import next_multiple
 from torchrl_acer.trainers.hooks import (
     STOP_SIGNALS,
     NonFiniteTrainingError,
@@ -209,7 +213,7 @@ class GreedyEvaluator:
         n = self.env.batch_size.numel()
         episode_returns = torch.zeros(n)
         finished = torch.zeros(n, dtype=torch.bool)
-        policy_device = _module_device(self.policy)
+        policy_device = module_device(self.policy)
         env_device = self.env.device or torch.device("cpu")
         with set_exploration_type(ExplorationType.DETERMINISTIC):
             td = reset_every_copy(self.env)
@@ -240,7 +244,7 @@ class GreedyEvaluator:
         obs_dtype = self.env.observation_spec["observation"].dtype
         sum_dtype = self.env.observation_spec[self.return_key[1:]].dtype
         np_sum_dtype = torch.empty((), dtype=sum_dtype).numpy().dtype
-        policy_device = _module_device(self.policy)
+        policy_device = module_device(self.policy)
         returns = np.zeros(n, dtype=np_sum_dtype)
         episode_returns = np.zeros(n, dtype=np_sum_dtype)
         finished = np.zeros(n, dtype=bool)
@@ -322,17 +326,6 @@ def _as_tuple(key) -> tuple:
     return (key,) if isinstance(key, str) else tuple(key)
 
 
-def _module_device(module) -> torch.device | None:
-    """The device of a module's first parameter (``None`` without parameters)."""
-    parameters = module.parameters() if hasattr(module, "parameters") else ()
-    first = next(iter(parameters), None)
-    return None if first is None else first.device
-
-
-def _next_multiple(frames: int, interval: int) -> int:
-    return (frames // interval + 1) * interval
-
-
 def _resumed_schedule(
     saved: int | None, frames: int, interval: int | None, *, keep_due: bool = False
 ):
@@ -345,10 +338,10 @@ def _resumed_schedule(
         return None
     if saved is not None and saved % interval == 0:
         if frames < saved:
-            return min(saved, _next_multiple(frames, interval))
+            return min(saved, next_multiple(frames, interval))
         if keep_due:
             return saved
-    return _next_multiple(frames, interval)
+    return next_multiple(frames, interval)
 
 
 class CollectorWorkerError(RuntimeError):
@@ -600,7 +593,7 @@ class ACERTrainer:
         self.seed = seed
         self._rng = torch.Generator().manual_seed(seed)
         self._params = [p for p in loss_module.parameters() if p.requires_grad]
-        self.device = _module_device(loss_module) or torch.device("cpu")
+        self.device = module_device(loss_module) or torch.device("cpu")
 
         self.frames = 0
         self.updates = 0
@@ -924,18 +917,6 @@ class ACERTrainer:
         ):
             raise KeyboardInterrupt
 
-    def _replay_keys(self) -> list:
-        """What the replay keeps: what the loss reads (as its keys are set now, so
-        that ``set_keys`` after building the trainer is honoured) and what the
-        replay reads itself (:class:`FrameStackReplayBuffer`: frames, game ends).
-        The rest of a batch (episode returns, trajectory ids, root-level flags, a
-        shared trunk's features) would cost memory and the time to store and
-        sample it."""
-        return [
-            *self.loss_module.in_keys,
-            *getattr(self.replay_buffer, "required_keys", ()),
-        ]
-
     def train_on_batch(self, batch: TensorDictBase) -> None:
         """One iteration: an on-policy update, storage, replayed updates, logging.
 
@@ -944,10 +925,7 @@ class ACERTrainer:
         so does one beyond :attr:`max_policy_lag`. Every
         :attr:`weight_update_interval` batches the policy's weights go to the
         collector's workers."""
-        if batch.ndim == 1:
-            batch = batch.unsqueeze(0)
-        elif batch.ndim > 2:  # [workers, num_envs, T] from a synchronous collector
-            batch = batch.reshape(-1, batch.shape[-1])
+        batch = as_segments(batch)
         if self.segment_length is None:
             self.segment_length = batch.shape[-1]
         # a signal here waits for the end of the iteration's updates and storage
@@ -982,7 +960,10 @@ class ACERTrainer:
             if self.replay_buffer is not None:
                 if fresh:
                     self.replay_buffer.extend(
-                        batch.select(*self._replay_keys(), strict=False)
+                        batch.select(
+                            *replay_keys(self.loss_module, self.replay_buffer),
+                            strict=False,
+                        )
                     )
                 if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
                     rate = torch.tensor(float(self.replay_ratio))
@@ -997,15 +978,13 @@ class ACERTrainer:
             # schedules run on multiples of their interval, whatever the batch size
             if self.frames >= self._next_log:
                 self._log_training()
-                self._next_log = _next_multiple(self.frames, self.log_interval)
+                self._next_log = next_multiple(self.frames, self.log_interval)
         self._evaluate_if_due()
         save = False
         if self._next_checkpoint is not None and self.frames >= self._next_checkpoint:
             # advanced first, so that the checkpoint holds the next one to write
             # (otherwise a resumed run would rewrite this one at once)
-            self._next_checkpoint = _next_multiple(
-                self.frames, self.checkpoint_interval
-            )
+            self._next_checkpoint = next_multiple(self.frames, self.checkpoint_interval)
             save = True
         if (
             self.checkpoint_every_minutes is not None
@@ -1219,7 +1198,7 @@ class ACERTrainer:
         whatever the batch size), then moves the schedule on."""
         if self._next_eval is not None and self.frames >= self._next_eval:
             self._evaluate()
-            self._next_eval = _next_multiple(self.frames, self.eval_interval)
+            self._next_eval = next_multiple(self.frames, self.eval_interval)
 
     def _evaluate(self):
         with self._policy_acting("evaluating"):
