@@ -9,7 +9,7 @@ repository, such as ``git archive COMMIT | tar -x -C DIR``) is timed the same wa
 with its own ``examples/`` and package, in interleaved rounds, so that a change
 is measured against the same load.
 
-Evaluation: seconds per call of :class:`~torchrl_acer.training.trainer.GreedyEvaluator`
+Evaluation: seconds per call of :class:`~torchrl_acer.trainers.evaluation.GreedyEvaluator`
 on the example's evaluation environments (``--episodes`` CartPole copies, one
 thread) with the example's MLP set by hand to balance the pole (as a trained
 policy does: episodes of up to 500 steps, and an evaluation's cost grows with
@@ -39,7 +39,7 @@ EVAL = """
 import json, statistics, sys, time, torch
 sys.path.insert(0, sys.argv[1] + "/examples")
 torch.set_num_threads(1)
-from torchrl_acer.training.trainer import GreedyEvaluator
+from torchrl_acer.trainers.evaluation import GreedyEvaluator
 from utils_gym import make_env, make_models
 from omegaconf import OmegaConf
 cfg = OmegaConf.load(sys.argv[1] + "/examples/config_gym.yaml")
