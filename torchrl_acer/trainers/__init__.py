@@ -5,9 +5,13 @@ run-directory ownership) are :class:`~torchrl.trainers.TrainerHookBase` s that a
 TorchRL :class:`~torchrl.trainers.Trainer` can register.
 """
 
-from torchrl_acer.trainers.acer import ACERTrainer, ACERUpdateSchedule
-from torchrl_acer.trainers.checkpoint import ACERCheckpoint
-from torchrl_acer.trainers.evaluation import Evaluation
+from torchrl_acer.trainers.acer import (
+    ACERTrainer,
+    ACERUpdateSchedule,
+    make_segment_replay_buffer,
+)
+from torchrl_acer.trainers.checkpoint import ACERCheckpoint, SaveEvery
+from torchrl_acer.trainers.evaluation import Evaluation, GreedyEvaluator
 from torchrl_acer.trainers.hooks import (
     FailureCheckpoint,
     GracefulStop,
@@ -15,6 +19,7 @@ from torchrl_acer.trainers.hooks import (
     PolicyVersion,
     RunDirectoryLock,
 )
+from torchrl_acer.trainers.progress import TrainingLog
 
 __all__ = [
     "ACERCheckpoint",
@@ -23,7 +28,11 @@ __all__ = [
     "Evaluation",
     "FailureCheckpoint",
     "GracefulStop",
+    "GreedyEvaluator",
     "NonFiniteGuard",
     "PolicyVersion",
     "RunDirectoryLock",
+    "SaveEvery",
+    "TrainingLog",
+    "make_segment_replay_buffer",
 ]

@@ -381,6 +381,8 @@ class ACERCheckpoint(Checkpoint):
         self.allow_config_change = tuple(allow_config_change)
         self.force = force
         self._nonfinite: list[str] = []
+        #: the config differences the last :meth:`load` let through
+        self.config_changes: list = []
         super().__init__(**kwargs)
 
     def register(
@@ -603,6 +605,7 @@ class ACERCheckpoint(Checkpoint):
             strict=strict,
         )
         result.comparison["config_changes"] = changed
+        self.config_changes = changed  # for Trainer.load_from_file's callers
         return result
 
     def _check_config(self, source, manifest, allow, force) -> list:

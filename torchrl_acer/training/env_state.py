@@ -191,18 +191,62 @@ def load_collector_state_dict(collector, state: dict) -> None:
 
 
 class CollectorState:
-    """A collector's environments mid-episode, as a checkpoint component (with
-    ``state_dict`` / ``load_state_dict``, for :class:`torchrl.checkpoint.Checkpoint`):
-    :func:`collector_state_dict` and :func:`load_collector_state_dict`."""
+    """A collector's (or an environment's) environments mid-episode, as a
+    checkpoint component (``state_dict`` / ``load_state_dict``, for
+    :class:`torchrl.checkpoint.Checkpoint`).
 
-    def __init__(self, collector):
-        self.collector = collector
+    Where the state can be saved (:func:`collector_state_dict`,
+    :func:`env_state_dict`), loading it continues the saved episodes. Where it
+    could not be (or does not fit: other environments), loading starts fresh
+    episodes seeded with :func:`resume_seed` from ``seed``, the frames at the save
+    and ``stream``. Each outcome is appended to :attr:`notes`, for the run to say.
+
+    Args:
+        target: a collector, or an environment (an evaluator's).
+
+    Keyword Args:
+        name (str): what the notes call these environments. Defaults to
+            ``"training"``.
+        seed (int): the run's seed. Defaults to 0.
+        stream (int): another stream of fresh-episode seeds for each target.
+        frames (callable): the frames trained so far, stored with the state.
+    """
+
+    def __init__(self, target, *, name="training", seed=0, stream=0, frames=lambda: 0):
+        self.target, self.name = target, name
+        self.seed, self.stream, self.frames = seed, stream, frames
+        self.notes: list[str] = []
 
     def state_dict(self) -> dict:
-        return collector_state_dict(self.collector)
+        if isinstance(self.target, EnvBase):
+            state = env_state_dict(self.target)
+        else:
+            state = collector_state_dict(self.target)
+        return {**state, "at_frames": self.frames()}
 
     def load_state_dict(self, state: dict) -> None:
-        load_collector_state_dict(self.collector, state)
+        reason = state.get("reason")
+        if state["saved"]:
+            try:  # checked before anything changes
+                if isinstance(self.target, EnvBase):
+                    load_env_state_dict(self.target, state)
+                else:
+                    load_collector_state_dict(self.target, state)
+            except ValueError as err:  # other environments than the saved ones
+                reason = str(err)
+            else:
+                self.notes.append(
+                    f"{self.name} environments: state restored ({state['kind']} of "
+                    f"{state['num_envs']}), episodes continue"
+                )
+                return
+        frames = state.get("at_frames", 0)
+        seed = resume_seed(self.seed, frames, self.stream)
+        restart_episodes(self.target, seed)
+        self.notes.append(
+            f"{self.name} environments: state not saved ({reason}); fresh episodes "
+            f"seeded with {seed}, derived from seed={self.seed} and frames={frames}"
+        )
 
 
 def resume_seed(seed: int, frames: int, stream: int = 0) -> int:

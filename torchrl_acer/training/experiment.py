@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from torchrl.checkpoint import GlobalRNGState
 from torchrl.collectors import MultiAsyncCollector
 from torchrl.data import Unbounded
 from torchrl.envs import TensorDictPrimer
@@ -33,34 +34,42 @@ from torchrl.record.loggers.csv import CSVExperiment
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
+from torchrl_acer.trainers.acer import ACERTrainer
+from torchrl_acer.trainers.checkpoint import (
+    ACERCheckpoint,
+    FiniteStateDictAdapter,
+    SaveEvery,
+)
+from torchrl_acer.trainers.evaluation import Evaluation
 from torchrl_acer.trainers.hooks import (
     STOP_SIGNALS,
-    RunDirectoryOwnedError,
-    RunDirInUseError,
-    lock_run_dir,
+    FailureCheckpoint,
+    GracefulStop,
+    PolicyVersion,
+    RunDirectoryLock,
+    VersionedPolicy,
 )
-from torchrl_acer.training.checkpoint import read_header
+from torchrl_acer.trainers.progress import TrainingLog
+from torchrl_acer.training.env_state import CollectorState
 from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproducedError
 from torchrl_acer.training.refusal import ConfigError
-from torchrl_acer.training.trainer import ACERTrainer, VersionedPolicy
 
 __all__ = [
-    "RunDirInUseError",
     "check_config",
     "checkpoint_run_dir",
     "collector_workers",
     "cut_csv_logs",
-    "final_summary",
     "frames_to_run",
     "get_device",
-    "lock_run_dir",
     "make_collector",
     "make_logger",
     "make_optimizer",
+    "make_trainer",
     "quiet_torchrl_info",
     "resume",
     "run_dir_for",
     "save_config",
+    "train",
 ]
 
 
@@ -332,9 +341,7 @@ def run_dir_for(cfg: DictConfig) -> Path:
     exists, even for another process). Nothing is created for the other two; the
     examples then take the directory with :func:`lock_run_dir`."""
     if cfg.logger.run_dir:
-        run_dir = Path(cfg.logger.run_dir)
-        check_run_dir_owner(run_dir, cfg.resume)
-        return run_dir
+        return Path(cfg.logger.run_dir)
     if cfg.resume:
         return checkpoint_run_dir(cfg.resume)
     env = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.env.name)
@@ -349,52 +356,6 @@ def run_dir_for(cfg: DictConfig) -> Path:
         except FileExistsError:
             n += 1
             run_dir = base.with_name(f"{base.name}-{n}")
-
-
-def check_run_dir_owner(run_dir: Path, resume: str | None) -> None:
-    """Refuses a run directory that holds another run's checkpoint, unless the run
-    resumes that checkpoint: a new run there would write its logs into the other's
-    and its checkpoints over the other's, losing what it trained."""
-    existing = run_dir / "checkpoints" / "last.pt"
-    if not existing.exists():
-        return
-    if resume and Path(resume).resolve() == existing.resolve():
-        return
-    try:
-        frames = f" ({read_header(existing, verify=False).header['frames']} frames)"
-    except Exception:  # a damaged file is still another run's
-        frames = ""
-    resumed = f" while resuming {resume}" if resume else ""
-    raise RunDirectoryOwnedError(
-        f"run directory {run_dir} holds another run's checkpoint {existing}"
-        f"{frames}; a new run there{resumed} would write over its logs and "
-        f"checkpoints. Resume it with resume={existing}, or pass another "
-        f"logger.run_dir"
-    )
-
-
-def checkpoint_run_dir(checkpoint: str | Path) -> Path:
-    """The run directory a checkpoint belongs to, wherever the file now lies.
-
-    The checkpoint's header records the directory it was written to (the run's
-    ``checkpoints/``); its parent is the run, if it still exists. A run moved as
-    a whole is found from the file's own place, ``<run>/checkpoints/<file>``.
-    Only the header is read.
-    """
-    path = Path(checkpoint)
-    if path.is_dir():
-        path = path / "last.pt"
-    recorded = read_header(path, verify=False).header.get("checkpoint_dir")
-    recorded = Path(recorded).parent if recorded else None
-    layout = path.parent.parent if path.parent.name == "checkpoints" else None
-    if recorded is not None and (recorded.is_dir() or layout is None):
-        return recorded
-    if layout is not None:
-        return layout
-    raise ConfigError(
-        f"resume={checkpoint}: cannot tell which run directory it belongs to "
-        f"(it records none); set logger.run_dir"
-    )
 
 
 # the first line of each CSV log the examples write (TorchRL's CSVLogger writes
@@ -757,41 +718,142 @@ def make_optimizer(optim: DictConfig, params) -> torch.optim.Optimizer:
     )
 
 
+def checkpoint_run_dir(checkpoint: str | Path) -> Path:
+    """The run directory a checkpoint belongs to: ``<run>/checkpoints/<name>``
+    (where :func:`make_trainer` saves) gives ``<run>``, wherever the run now lies."""
+    path = Path(checkpoint)
+    if path.parent.name == "checkpoints":
+        return path.parent.parent
+    raise ConfigError(
+        f"resume={checkpoint}: cannot tell which run directory it belongs to (it "
+        f"is not in a run's checkpoints/ folder); set logger.run_dir"
+    )
+
+
+def make_trainer(
+    cfg: DictConfig,
+    run_dir: Path,
+    *,
+    collector,
+    loss: ACERLoss,
+    optimizer: torch.optim.Optimizer,
+    replay,
+    evaluator,
+    logger,
+) -> ACERTrainer:
+    """:class:`~torchrl_acer.trainers.ACERTrainer` over the example's pieces, with
+    the hooks the run settings (``examples/run/default.yaml``) ask for.
+
+    - checkpoints: an :class:`~torchrl_acer.trainers.ACERCheckpoint` of
+      everything the trainer holds, the environments mid-episode
+      (:class:`~torchrl_acer.training.env_state.CollectorState`, training and
+      evaluation) and every random state, with the resolved config, written to
+      ``run_dir/checkpoints/last`` every ``checkpoint.interval`` frames,
+      every ``checkpoint.every_minutes`` (:class:`SaveEvery`), at the end, on a
+      stop signal (:class:`GracefulStop`) and after a failure
+      (:class:`FailureCheckpoint`);
+    - the run directory owned by this run (:class:`RunDirectoryLock`);
+    - policy versions and lag (:class:`PolicyVersion`) for collectors whose
+      workers act with their own copy of the policy;
+    - the training log (:class:`TrainingLog`) and greedy evaluation
+      (:class:`Evaluation`), to ``logger``.
+    """
+
+    def frames() -> int:  # stored with the environments' state
+        return trainer.collected_frames
+
+    checkpoint = ACERCheckpoint(
+        config=OmegaConf.to_container(cfg, resolve=True),
+        allow_config_change=cfg.resume_allow_config_change or (),
+        force=cfg.resume_force,
+    )
+    envs_adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
+    environments = [CollectorState(collector, seed=cfg.seed, frames=frames)]
+    eval_env = getattr(evaluator, "env", None)
+    if eval_env is not None:
+        environments.append(
+            CollectorState(
+                eval_env, name="evaluation", seed=cfg.seed, stream=1, frames=frames
+            )
+        )
+    # under "collector", which the trainer then leaves alone: the collector's
+    # counters and carried step with its environments' state
+    for name, state in zip(("collector", "eval_envs"), environments):
+        checkpoint.register(name, state, adapter=envs_adapter)
+    checkpoint.register("rng", GlobalRNGState())
+    trainer = ACERTrainer(
+        collector=collector,
+        total_frames=frames_to_run(cfg),
+        loss_module=loss,
+        optimizer=optimizer,
+        replay_buffer=replay,
+        replay_ratio=cfg.replay.ratio,
+        replay_start=cfg.replay.start,
+        on_policy_updates=cfg.replay.on_policy_updates,
+        alpha=cfg.loss.alpha,
+        weight_update_interval=cfg.collector.weight_update_interval,
+        check_health=cfg.health.check,
+        max_nonfinite_in_a_row=cfg.health.max_nonfinite_in_a_row,
+        logger=logger,
+        clip_grad_norm=cfg.optim.max_grad_norm is not None,
+        clip_norm=cfg.optim.max_grad_norm,
+        progress_bar=cfg.logger.progress_bar,
+        seed=cfg.seed,
+        log_interval=cfg.logger.log_interval,
+        save_trainer_file=run_dir / "checkpoints" / "last",
+        save_trainer_interval=cfg.checkpoint.interval or 2**62,
+        checkpoint=checkpoint,
+    )
+    trainer.environments = environments
+    RunDirectoryLock(run_dir, resume=bool(cfg.resume)).register(trainer)
+    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
+        PolicyVersion(cfg.collector.max_policy_lag).register(trainer)
+    TrainingLog().register(trainer)
+    trainer.evaluation = Evaluation(evaluator, cfg.eval.interval)
+    trainer.evaluation.register(trainer)
+    if cfg.checkpoint.every_minutes:
+        SaveEvery(cfg.checkpoint.every_minutes).register(trainer)
+    FailureCheckpoint().register(trainer)  # before GracefulStop: see its docs
+    trainer.stop = GracefulStop()
+    trainer.stop.register(trainer)
+    return trainer
+
+
 def resume(trainer: ACERTrainer, checkpoint: str | Path) -> None:
-    """Restores ``trainer`` from ``checkpoint`` and says where it resumes.
+    """Restores ``trainer`` from ``checkpoint`` (a run's ``checkpoints/last``)
+    and says where it resumes.
 
     The checkpoint's config must match the run's, except for the settings safe to
     change (:data:`~torchrl_acer.training.checkpoint.SAFE_CONFIG_CHANGES`); the
     config's ``resume_allow_config_change`` (a list of dotted keys or patterns)
     allows others, ``resume_force: true`` any.
 
-    The run continues the same run: the trainer restores its environments where
-    their state was saved (else starts fresh episodes, and it says so), and the
+    The run continues the same run: the environments continue their episodes
+    where their state was saved (else start fresh ones, and it says so), and the
     CSV logs lose the rows written after the checkpoint (:func:`cut_csv_logs`).
     A finished run (``frames >= total_frames``) is left as it is: this says so
     and exits with status 0."""
-    config = trainer.config or {}
-    trainer.load_checkpoint(
-        checkpoint,
-        allow_config_change=config.get("resume_allow_config_change") or (),
-        force=bool(config.get("resume_force")),
-    )
-    if trainer.frames >= trainer.total_frames:
+    trainer.load_from_file(checkpoint)
+    for key, saved, current in trainer.checkpoint.config_changes:
+        print(f"resume: {key} changed since the checkpoint: {saved!r} -> {current!r}")
+    frames = trainer.collected_frames
+    if frames >= trainer.total_frames:
         # nothing to train: no checkpoint, config, log or summary is touched
         print(
-            f"resume: {checkpoint} is a finished run ({trainer.frames} frames, "
+            f"resume: {checkpoint} is a finished run ({frames} frames, "
             f"collector.total_frames={trainer.total_frames}); nothing to do, "
             f"nothing changed. Raise collector.total_frames to train on."
         )
-        trainer.close()
+        trainer.collector.shutdown()
         sys.exit(0)
     # rows logged after the checkpoint (a run killed past it) would repeat steps
-    dropped = cut_csv_logs(trainer.logger, trainer.frames)
-    print(f"resumed from {checkpoint} at {trainer.frames} frames")
+    dropped = cut_csv_logs(trainer.logger, frames)
+    print(f"resumed from {checkpoint} at {frames} frames")
     if dropped:
-        print(f"resume: dropped {dropped} log rows written after {trainer.frames}")
-    for note in trainer.resume_notes:
-        print(f"resume: {note}")
+        print(f"resume: dropped {dropped} log rows written after {frames}")
+    for state in trainer.environments:
+        for note in state.notes:
+            print(f"resume: {note}")
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
@@ -800,42 +862,56 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
 
-def final_summary(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
-    """After training: writes ``summary.json`` and prints the final greedy
-    evaluation and where the logs, the plot and the checkpoint are. A run stopped
-    by a signal (Ctrl-C, SIGTERM, SIGHUP, ...: ``STOP_SIGNALS``) prints how to
-    resume it instead and exits with status 128 + the signal's number (130 for
-    SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
-    if trainer.interrupted:
-        signum = trainer.stop_signal or signal.SIGINT
+def train(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
+    """Resumes (``cfg.resume``), trains, then writes ``summary.json`` and prints
+    the final greedy evaluation and where the logs, the plot and the checkpoint
+    are. A run stopped by a signal (Ctrl-C, SIGTERM, SIGHUP, ...: ``STOP_SIGNALS``)
+    prints how to resume it instead and exits with status 128 + the signal's
+    number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
+    if cfg.resume:
+        resume(trainer, cfg.resume)
+    save_config(cfg, run_dir)
+    evaluator = trainer.evaluation.evaluate
+    try:
+        trainer.train()
+    finally:
+        bar = getattr(trainer, "_pbar", None)  # TorchRL's, left open
+        if bar is not None:
+            bar.close()
+        trainer.collector.shutdown()
+        if hasattr(evaluator, "close"):
+            evaluator.close()
+    checkpoint = trainer.save_trainer_file
+    frames = trainer.collected_frames
+    if trainer.stop.signum is not None:
         # stopped and saved: a signal during the exit (whose hooks may take
         # seconds) would only print a traceback over the resume hint
         for other in STOP_SIGNALS:
             signal.signal(other, signal.SIG_IGN)
+        name = signal.Signals(trainer.stop.signum).name
         print(
-            f"interrupted ({signal.Signals(signum).name}) at {trainer.frames} frames; "
-            f"checkpoint written to {trainer.last_checkpoint}\n"
-            f"resume with: resume={trainer.last_checkpoint}",
+            f"interrupted ({name}) at {frames} frames; checkpoint written to "
+            f"{checkpoint}\nresume with: resume={checkpoint}",
             flush=True,
         )
-        sys.exit(128 + signum)
+        sys.exit(trainer.stop.exit_code)
+    last = trainer.evaluation.last
     summary = {
-        "frames": trainer.frames,
-        "updates": trainer.updates,
-        "final_eval": trainer.last_eval,
+        "frames": frames,
+        "updates": trainer._optim_count,
+        "final_eval": last,
         "run_dir": str(run_dir),
-        "checkpoint": str(trainer.last_checkpoint),
+        "checkpoint": str(checkpoint),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
-        f"final greedy evaluation ({cfg.eval.episodes} episodes) after "
-        f"{trainer.frames} env steps: mean return {trainer.last_eval['reward']:.1f} "
-        f"(min {trainer.last_eval['reward_min']:.1f}, "
-        f"max {trainer.last_eval['reward_max']:.1f})"
+        f"final greedy evaluation ({cfg.eval.episodes} episodes) after {frames} env "
+        f"steps: mean return {last['reward']:.1f} (min {last['reward_min']:.1f}, "
+        f"max {last['reward_max']:.1f})"
     )
     if cfg.logger.backend == "csv":
         from torchrl_acer.training.plot import plot_runs
 
         plot = plot_runs([run_dir], run_dir / "eval_reward.png", title=cfg.env.name)
         print(f"logs: {run_dir / 'logs'}\nplot: {plot}")
-    print(f"checkpoint: {trainer.last_checkpoint}")
+    print(f"checkpoint: {checkpoint}")
