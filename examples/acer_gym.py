@@ -3,18 +3,19 @@
     python examples/acer_gym.py                                # CartPole-v1
     python examples/acer_gym.py env.name=Acrobot-v1 seed=3
     python examples/acer_gym.py env.name=MinAtar/Breakout-v1 collector.total_frames=1_000_000
-    python examples/acer_gym.py resume=runs/CartPole-v1/seed0-.../checkpoints/last.pt
+    python examples/acer_gym.py resume=runs/CartPole-v1/seed0-.../checkpoints/last
 
 Settings are in ``config_gym.yaml`` (with the run settings all examples share in
 ``run/default.yaml``); the environments and networks in
 ``utils_gym.py``. Vector observations get MLPs; MinAtar's 10x10xC grids get the
 MinAtar paper's small conv net with a policy head and a Q head.
 
-The script builds each piece in turn (environment, networks, loss, averaged policy
-and optimizer, collector, replay, evaluator, logger) and hands them to
-:class:`torchrl_acer.training.trainer.ACERTrainer`, which runs ACER's loop and
-writes the logs and checkpoints. The run directory, resume and the final summary
-are shared with the other examples (:mod:`torchrl_acer.training.experiment`).
+The script builds each piece in turn (environment, networks, loss, optimizer,
+collector, replay, evaluator, logger) and hands them to
+:class:`torchrl_acer.trainers.ACERTrainer`, TorchRL's ``Trainer`` wired for ACER's
+loop. What all examples add around it (checkpoints, the guards, evaluation and
+logs as trainer hooks; the run directory, resume and the final summary) is
+:mod:`torchrl_acer.training.experiment`'s ``make_trainer`` and ``train``.
 """
 
 import functools

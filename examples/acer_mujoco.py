@@ -15,42 +15,35 @@ The policy is a Gaussian MLP whose mean is squashed into the action bounds
 (:class:`torchrl_acer.StochasticDuelingNetwork`); actions are clipped to the
 action bounds by the environment, so the policy's log-probabilities stay exact.
 
-The script builds each piece in turn (environment, networks, loss, averaged policy
-and optimizer, collector, replay, evaluator, logger) and hands them to
-:class:`torchrl_acer.training.trainer.ACERTrainer`, which runs ACER's loop and
-writes the logs and checkpoints. The run directory, resume and the final summary
-are shared with the other examples (:mod:`torchrl_acer.training.experiment`).
+The script builds each piece in turn (environment, networks, loss, optimizer,
+collector, replay, evaluator, logger) and hands them to
+:class:`torchrl_acer.trainers.ACERTrainer`, TorchRL's ``Trainer`` wired for ACER's
+loop. What all examples add around it (checkpoints, the guards, evaluation and
+logs as trainer hooks; the run directory, resume and the final summary) is
+:mod:`torchrl_acer.training.experiment`'s ``make_trainer`` and ``train``.
 """
 
 import functools
 
 import hydra
 import torch
-from omegaconf import DictConfig, OmegaConf
-from torchrl.objectives import SoftUpdate
+from omegaconf import DictConfig
 from utils_mujoco import make_env, make_models
 
+from torchrl_acer.trainers import GreedyEvaluator, make_segment_replay_buffer
 from torchrl_acer.training.experiment import (
     check_config,
-    final_summary,
-    frames_to_run,
     get_device,
-    lock_run_dir,
     make_collector,
     make_logger,
     make_loss,
     make_optimizer,
+    make_trainer,
     quiet_torchrl_info,
-    resume,
     run_dir_for,
-    save_config,
+    train,
 )
 from torchrl_acer.training.refusal import report_refusals
-from torchrl_acer.training.trainer import (
-    ACERTrainer,
-    GreedyEvaluator,
-    make_segment_replay_buffer,
-)
 
 
 @hydra.main(config_path=".", config_name="config_mujoco", version_base="1.3")
@@ -60,7 +53,6 @@ def main(cfg: DictConfig) -> None:
     quiet_torchrl_info()  # TorchRL's INFO lines off (RL_LOGGING_LEVEL=INFO: on)
     check_config(cfg)
     run_dir = run_dir_for(cfg)  # logs, checkpoints, config.yaml, summary.json
-    lock_run_dir(run_dir)  # a second process on this run stops here, touching nothing
 
     # -- device, seeds, threads ------------------------------------------------------
     device = get_device(cfg.device)  # networks, loss and optimizer; envs on the CPU
@@ -80,9 +72,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.compile:
         loss.compile()  # its forward only: parameters and checkpoints stay as they are
 
-    # -- averaged policy and optimizer -----------------------------------------------
-    # after each optimizer step, theta_avg <- alpha theta_avg + (1 - alpha) theta
-    target_updater = SoftUpdate(loss, eps=cfg.loss.alpha)
+    # -- optimizer (the trainer keeps the averaged policy: SoftUpdate, loss.alpha) ---
     optimizer = make_optimizer(cfg.optim, loss.parameters())
 
     # -- collector: [num_envs, T] batches, with the behaviour log-probabilities ------
@@ -109,43 +99,20 @@ def main(cfg: DictConfig) -> None:
     )
     logger = make_logger(cfg.logger.backend, run_dir)  # csv: step,value rows
 
-    # -- the loop: ACER's replay schedule, evaluation, logs, checkpoints -------------
-    trainer = ACERTrainer(
+    # -- the loop: ACERTrainer with the run settings' hooks (checkpoints, guards,
+    # evaluation, logs), then the final summary: summary.json, the last greedy
+    # evaluation, the plot
+    trainer = make_trainer(
+        cfg,
+        run_dir,
         collector=collector,
-        loss_module=loss,
+        loss=loss,
         optimizer=optimizer,
-        target_updater=target_updater,
-        total_frames=frames_to_run(cfg),  # whole batches (a note if rounded)
-        replay_buffer=replay,
-        replay_ratio=cfg.replay.ratio,
-        on_policy_updates=cfg.replay.on_policy_updates,
-        replay_start=cfg.replay.start,
-        max_grad_norm=cfg.optim.max_grad_norm,
+        replay=replay,
         evaluator=evaluator,
-        eval_interval=cfg.eval.interval,
         logger=logger,
-        log_interval=cfg.logger.log_interval,
-        checkpoint_dir=run_dir / "checkpoints",
-        checkpoint_interval=cfg.checkpoint.interval,
-        checkpoint_every_minutes=cfg.checkpoint.every_minutes,
-        progress_bar=cfg.logger.progress_bar,
-        seed=cfg.seed,
-        check_health=cfg.health.check,  # skip and count non-finite updates
-        max_nonfinite_in_a_row=cfg.health.max_nonfinite_in_a_row,
-        config=OmegaConf.to_container(cfg, resolve=True),  # in each checkpoint
-        weight_update_interval=cfg.collector.weight_update_interval,
-        max_policy_lag=cfg.collector.max_policy_lag,  # drop batches staler than this
     )
-    if cfg.resume:
-        resume(trainer, cfg.resume)
-    save_config(cfg, run_dir)
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
-
-    # -- final summary: summary.json, the last greedy evaluation, the plot -----------
-    final_summary(trainer, cfg, run_dir)
+    train(trainer, cfg, run_dir)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torchrl.checkpoint import GlobalRNGState
 from torchrl.collectors import MultiAsyncCollector
-from torchrl.data import Unbounded
+from torchrl.data import ReplayBuffer, Unbounded
 from torchrl.envs import TensorDictPrimer
 from torchrl.record.loggers import CSVLogger
 from torchrl.record.loggers.csv import CSVExperiment
@@ -781,6 +781,9 @@ def make_trainer(
     for name, state in zip(("collector", "eval_envs"), environments):
         checkpoint.register(name, state, adapter=envs_adapter)
     checkpoint.register("rng", GlobalRNGState())
+    if replay is not None and not isinstance(replay, ReplayBuffer):
+        # a replay of its own (Atari's frames): its state dict as one torch file
+        checkpoint.register("replay_buffer", replay, adapter=envs_adapter)
     trainer = ACERTrainer(
         collector=collector,
         total_frames=frames_to_run(cfg),
