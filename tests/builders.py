@@ -7,6 +7,7 @@ what that uses) into the upstream copies of those tests.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
 import shutil
@@ -618,3 +619,79 @@ def run_patched_torchrl_tests(tmp_path, files, *pytest_args):
         cwd=tests, capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
+
+
+# the gym example's config, scaled down to seconds: 2 envs, T=5, 100 frames
+SMALL_GYM = {
+    "env.num_envs": 2,
+    "collector.T": 5,
+    "collector.total_frames": 100,
+    "replay.ratio": 2.0,
+    "replay.start": 0,
+    "replay.capacity": 200,
+    "eval.interval": 50,
+    "eval.episodes": 2,
+    "eval.max_steps": 30,
+    "logger.backend": None,
+    "logger.progress_bar": False,
+    "checkpoint.every_minutes": None,
+    "model.num_cells": [16],
+}
+
+
+def small_gym_config(**overrides):
+    """``examples/config_gym.yaml`` with :data:`SMALL_GYM` and ``overrides``."""
+    return gym_config(SMALL_GYM, **overrides)
+
+
+def small_trainer(run_dir, cfg=None, **overrides):
+    """What ``examples/acer_gym.py`` builds, from :func:`small_gym_config` (or
+    ``cfg``): the new ``ACERTrainer`` with the run settings' hooks
+    (``experiment.make_trainer``), writing to ``run_dir``. The example's own
+    builders (``examples/utils_gym.py``) make the environments and networks."""
+    from torchrl_acer.trainers import GreedyEvaluator, make_segment_replay_buffer
+    from torchrl_acer.training import experiment
+
+    cfg = small_gym_config(**overrides) if cfg is None else cfg
+    experiment.check_config(cfg)
+    torch.manual_seed(cfg.seed)
+    utils_gym = load_example_module("utils_gym")
+    env = utils_gym.make_env(cfg, cfg.env.num_envs, seed=cfg.seed)
+    actor, critic = utils_gym.make_models(cfg, env)
+    loss = experiment.make_loss(cfg.loss, actor, critic)
+    replay = None
+    if cfg.replay.ratio > 0:
+        replay = make_segment_replay_buffer(
+            cfg.replay.capacity,
+            cfg.collector.T,
+            cfg.replay.batch_segments or cfg.env.num_envs,
+        )
+    run_dir = Path(run_dir)
+    return experiment.make_trainer(
+        cfg,
+        run_dir,
+        collector=experiment.make_collector(
+            cfg,
+            functools.partial(utils_gym.make_env, cfg),
+            actor,
+            device="cpu",
+            env=env,
+        ),
+        loss=loss,
+        optimizer=experiment.make_optimizer(cfg.optim, loss.parameters()),
+        replay=replay,
+        evaluator=GreedyEvaluator(
+            utils_gym.make_env(cfg, cfg.eval.episodes, seed=cfg.seed + 10_000),
+            actor,
+            max_steps=cfg.eval.max_steps,
+        ),
+        logger=experiment.make_logger(cfg.logger.backend, run_dir),
+    )
+
+
+def load_example_module(name: str):
+    """``examples/<name>.py`` imported as a module (the examples' ``utils_*``)."""
+    examples = str(Path(__file__).parents[1] / "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    return importlib.import_module(name)
