@@ -768,7 +768,10 @@ def make_trainer(
         force=cfg.resume_force,
     )
     envs_adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
+    # under "collector", which the trainer then leaves alone: the collector's
+    # counters and carried step with its environments' state
     environments = [CollectorState(collector, seed=cfg.seed, frames=frames)]
+    checkpoint.register("collector", environments[0], adapter=envs_adapter)
     eval_env = getattr(evaluator, "env", None)
     if eval_env is not None:
         environments.append(
@@ -776,10 +779,7 @@ def make_trainer(
                 eval_env, name="evaluation", seed=cfg.seed, stream=1, frames=frames
             )
         )
-    # under "collector", which the trainer then leaves alone: the collector's
-    # counters and carried step with its environments' state
-    for name, state in zip(("collector", "eval_envs"), environments):
-        checkpoint.register(name, state, adapter=envs_adapter)
+        checkpoint.register("eval_envs", environments[1], adapter=envs_adapter)
     checkpoint.register("rng", GlobalRNGState())
     if replay is not None and not isinstance(replay, ReplayBuffer):
         # a replay of its own (Atari's frames): its state dict as one torch file
