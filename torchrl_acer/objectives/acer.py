@@ -25,7 +25,6 @@ from torchrl.objectives.utils import (
 from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_acer.objectives._value_estimators import ValueEstimators
-from torchrl_acer.objectives._window import check_finite, get_entry
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
     TRUST_REGION_STATS,
@@ -35,7 +34,9 @@ from torchrl_acer.objectives.trust_region import (
 )
 from torchrl_acer.objectives.value.retrace import (
     RetraceEstimator,
+    check_finite,
     gaussian_log_prob,
+    get_entry,
     state_value,
     taken,
 )

@@ -1,34 +1,108 @@
-"""RetraceEstimator: the Retrace(lambda) target as a TorchRL value estimator."""
+r"""RetraceEstimator: the Retrace(lambda) target as a TorchRL value estimator.
+
+Besides the estimator, this module holds how it runs the policy and the critic once
+over a window of transitions, and the input checks it shares with the loss.
+
+**Feed-forward networks.** Retrace and ACER need the networks at every ``s_t`` of a ``[*B, T]`` batch and at
+every real next observation ``s'_t``. Inside an episode ``s'_t == s_{t+1}``, so the
+``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of a row cover both. The only
+``s'_t`` they miss are the mid-row truncations (``done`` and not ``terminated``
+before the last step): those are bootstrapped from ``V(s'_t)`` and ``s'_t`` is not
+the next row entry (a reset observation is). They are appended as extra inputs, so
+the networks see ``B (T + 1) + K`` observations in one call, ``K`` the number of
+mid-row truncations, instead of ``2 B T``. Mid-row terminations need no extra
+input: their next value is multiplied by zero. This is TorchRL's ``shifted=True``
+(one call over the shifted observations), exact for any number of resets in a row.
+
+With ``shifted=False`` (TorchRL's default meaning) the window makes no assumption
+about ``s'_t``: the networks see the ``B T`` observations and the ``B T`` next
+observations, still in one call.
+
+**Recurrent networks** (replayed ``[*B, T]`` segments). A network holding TorchRL's :class:`~torchrl.modules.LSTMModule` or
+:class:`~torchrl.modules.GRUModule` cannot see a segment as independent
+observations (the feed-forward window above): it must run over each row
+in order, from a hidden state, resetting at episode starts. Here each row is one
+sequence, run in TorchRL's recurrent mode (:class:`~torchrl.modules.set_recurrent_mode`)
+in one call per network:
+
+- the state entering step ``0`` is the state stored with the segment's first step
+  (``recurrent_state="stored"``, the state the behaviour policy had there) or zero
+  (``"zero"``, OpenAI baselines' replay); either is zeroed if the step starts an
+  episode;
+- the state is reset to zero at every step ``t`` that starts an episode:
+  ``is_init_t`` (TorchRL's :class:`~torchrl.envs.InitTracker`) or ``done_{t-1}``;
+- the next observation :math:`s'_t` of a mid-row truncation (``done`` and not
+  ``terminated`` before the last step) is inserted in the row right after
+  :math:`s_t`, so it is evaluated with the state after step ``t``; the reset at
+  :math:`s_{t+1}` then discards whatever it did to the state. The last next
+  observation :math:`s'_{T-1}` follows :math:`s_{T-1}`. Rows get ``T + 1 + K_b``
+  entries (``K_b`` mid-row truncations of row ``b``), padded to the longest after
+  their end, where padding cannot reach any output that is read;
+- with a burn-in of ``k`` steps (R2D2, Kapturowski et al., ICLR 2019) the networks
+  first run without gradient over steps ``0 .. k-1`` from the state above; the
+  states after step ``k-1`` start the window over steps ``k .. T-1``.
+
+Every recurrent module of the actor and of the critic is run this way (a trunk they
+share runs once); the averaged policy runs over the whole segment, burn-in
+included, from the same stored states with its own parameters.
+
+A critic may also read the actor's features by key rather than share its modules:
+a Gaussian policy's :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`,
+whose feed-forward value and advantage networks read the output of the actor's
+recurrent trunk (an ``LSTMModule``'s ``out_key``), possibly with observations. Those
+entries (:attr:`RecurrentEvaluator.features`) are not read from the data: they are
+the actor's outputs on the sequences, at each ``s_t`` and ``s'_t``, and the value
+network runs on them like a shared trunk's head; the advantage network, called on
+several actions per step, runs on the steps' entries, flattened
+(:meth:`SequenceWindow.flat_current`).
+
+Where only the networks' outputs are read (the window and the averaged policy; the
+burn-in reads the states after its last step), the recurrent modules do not run
+their own forward but :func:`forward_in_pieces`: their RNN (``module.lstm`` /
+``module.gru``, on their parameters) over the same pieces of the rows between
+resets, padded, in a few calls, with the same outputs; the rest of the network runs
+on the rows as they are. TorchRL's recurrent mode packs the pieces, and
+``torch.nn.LSTM`` / ``GRU`` run a ``PackedSequence`` step by step in small
+operations (no oneDNN kernel takes one on a CPU: a ``[32, 21]`` LSTM's forward and
+backward are 3 235 ATen operations packed, 77 padded), which made the loss's
+forward and backward 1.2 to 1.7 times slower on a CPU once rows held resets
+(issue #18).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
+import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import composite_lp_aggregate, dispatch, skip_existing
+from tensordict.nn import (
+    ProbabilisticTensorDictModule,
+    TensorDictModuleBase,
+    TensorDictSequential,
+    composite_lp_aggregate,
+    dispatch,
+    set_skip_existing,
+    skip_existing,
+)
 from tensordict.utils import NestedKey, unravel_key
 from torch import distributions as D
-from torchrl.modules import GRUModule, IndependentNormal, LSTMModule
+from torchrl._utils import is_compiling
+from torchrl.modules import (
+    GRUModule,
+    IndependentNormal,
+    LSTMModule,
+    set_recurrent_mode,
+)
 from torchrl.objectives.utils import register_value_estimator
 from torchrl.objectives.value.advantages import ValueEstimatorBase
 
 from torchrl_acer.modules.sdn import StochasticDuelingNetwork
-from torchrl_acer.objectives._recurrent import RECURRENT_STATES, RecurrentEvaluator
 from torchrl_acer.objectives._value_estimators import ValueEstimators
-from torchrl_acer.objectives._window import (
-    ObservationWindow,
-    PolicyCriticEvaluator,
-    _probabilistic_module,
-    action_index,
-    as_step_tensor,
-    check_finite,
-    check_not_empty,
-    explain_dtype_error,
-    get_entry,
-    transition_in_keys,
-)
 from torchrl_acer.objectives.value.functional import retrace_lambda_return_estimate
 
 __all__ = ["RetraceEstimator"]
@@ -535,7 +609,7 @@ class RetraceEstimator(ValueEstimatorBase):
         return steps
 
     def _run_recurrent(self, data, prefix, *, done, terminated, output_key, **kwargs):
-        """Runs recurrent networks over the segment's sequences (``_recurrent.py``)."""
+        """Runs recurrent networks over the segment's sequences."""
         owner = type(self).__name__
         prefix_done = None if prefix is None else self.done_flags(prefix)[0]
         window = self.recurrent.window(
@@ -872,3 +946,1127 @@ def check_gaussian(action, loc, scale, batch_shape, owner, check_values):
             f"{owner}: the policy's scale holds values that are not positive (or "
             f"NaN); min {scale.min().item()}"
         )
+
+
+# -- input validation, shared by the estimator and the loss: structural checks
+# (keys, shapes) read metadata only; value checks (finite values, actions in
+# range) reduce over the data and run only with check_values
+
+
+class MissingKeyError(KeyError):
+    """A ``KeyError`` whose message prints as written (no repr quoting)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def get_entry(
+    tensordict: TensorDictBase, key: NestedKey, owner: str, what: str
+) -> torch.Tensor:
+    """Reads ``key``, raising a ``KeyError`` that names it and says what it should hold."""
+    value = tensordict.get(key, None)
+    if value is None:
+        raise MissingKeyError(
+            f"{owner}: the input tensordict has no entry {key!r}, expected {what}. "
+            f"Its keys are {sorted(map(str, tensordict.keys(True, True)))}; "
+            f"use set_keys(...) if the entry has another name."
+        )
+    return value
+
+
+def as_step_tensor(
+    value: torch.Tensor, batch_shape: torch.Size, name: str, owner: str
+) -> torch.Tensor:
+    """Returns a per-step entry as ``[*batch_shape, 1]``.
+
+    Accepts ``[*batch_shape]`` (TorchRL's log-probabilities) and
+    ``[*batch_shape, 1]`` (rewards and done flags).
+    """
+    shape = tuple(value.shape)
+    batch = tuple(batch_shape)
+    if shape == batch:
+        return value.unsqueeze(-1)
+    if shape == (*batch, 1):
+        return value
+    raise ValueError(
+        f"{owner}: {name} has shape {shape}, expected {batch} or {(*batch, 1)} "
+        f"(one value per step of the [*B, T] batch)"
+    )
+
+
+def check_finite(value: torch.Tensor, name: str, owner: str, what: str) -> None:
+    """Raises ``ValueError`` naming ``name`` if ``value`` holds NaN or infinities."""
+    bad = ~torch.isfinite(value)
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{owner}: {name} holds {bad.sum().item()} non-finite values (first at "
+            f"index {index}: {value[index].item()}); {what}"
+        )
+
+
+def check_not_empty(tensordict: TensorDictBase, owner: str) -> None:
+    """Raises ``ValueError`` for a batch with no row or no step."""
+    if 0 in tensordict.batch_size:  # TensorDict.numel() is at least 1
+        raise ValueError(
+            f"{owner}: got an empty batch (batch_size "
+            f"{tuple(tensordict.batch_size)}); a [*B, T] batch needs at least one row "
+            f"and one step"
+        )
+
+
+def explain_dtype_error(
+    error: RuntimeError, inputs: TensorDictBase, networks, owner: str
+) -> None:
+    """Re-raises torch's dtype clash between the data and a network, naming both.
+
+    Called only after a network call failed, so the check costs nothing on the
+    normal path.
+    """
+    param_dtypes = {
+        p.dtype for net in networks for p in net.parameters() if p.is_floating_point()
+    }
+    clashes = {
+        key: value.dtype
+        for key, value in inputs.items(True, True)
+        if value.is_floating_point() and value.dtype not in param_dtypes
+    }
+    if param_dtypes and clashes:
+        raise ValueError(
+            f"{owner}: the inputs {clashes} do not have the networks' parameter dtype "
+            f"{sorted(map(str, param_dtypes))}; cast the data (e.g. TorchRL's "
+            f"DoubleToFloat transform) or the networks (.to(dtype))"
+        ) from error
+
+
+def check_action_range(action_index: torch.Tensor, num_actions: int, owner: str):
+    """Raises ``ValueError`` naming the first action index outside the policy's."""
+    bad = (action_index < 0) | (action_index >= num_actions)
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{owner}: action {action_index[index].item()} at index {index} is out "
+            f"of range for the {num_actions} actions of the policy"
+        )
+
+
+def action_index(
+    action: torch.Tensor,
+    batch_shape: torch.Size,
+    num_actions: int,
+    *,
+    one_hot: bool,
+    owner: str,
+    check_values: bool,
+) -> torch.Tensor:
+    """Returns the stored discrete actions as ``[*batch_shape]`` indices.
+
+    ``one_hot`` actions are ``[*batch_shape, num_actions]``; index actions are
+    ``[*batch_shape]`` or ``[*batch_shape, 1]``.
+    """
+    batch = tuple(batch_shape)
+    if one_hot:
+        if tuple(action.shape) != (*batch, num_actions):
+            raise ValueError(
+                f"{owner}: one-hot action has shape {tuple(action.shape)}, expected "
+                f"{(*batch, num_actions)} for a batch {batch} and {num_actions} actions"
+            )
+        if check_values:
+            ones = (action == 1).sum(-1)
+            zeros = (action == 0).sum(-1)
+            if not ((ones == 1) & (zeros == num_actions - 1)).all():
+                raise ValueError(
+                    f"{owner}: one-hot action holds rows that are not one-hot "
+                    f"(exactly one 1 and {num_actions - 1} zeros)"
+                )
+        return action.argmax(-1)
+    if tuple(action.shape) == (*batch, 1):
+        action = action.squeeze(-1)
+    if tuple(action.shape) != batch:
+        raise ValueError(
+            f"{owner}: action has shape {tuple(action.shape)}, expected {batch} or "
+            f"{(*batch, 1)} (action indices for a Categorical policy)"
+        )
+    if action.is_floating_point():
+        raise ValueError(
+            f"{owner}: action has dtype {action.dtype}, expected integer indices"
+        )
+    if check_values:
+        check_action_range(action, num_actions, owner)
+    return action.long()
+
+
+class ObservationWindow:
+    """The observations of a ``[*B, T]`` batch (time last), flattened for one call.
+
+    Attributes:
+        tensors: ``{key: [B (T + 1) + K, ...]}``, the networks' inputs as plain
+            tensors.
+        current_tensors: ``{key: [B T, ...]}``, the observations ``s_t`` alone.
+        inputs: ``tensors`` as a flat TensorDict (built when first read).
+        current: ``current_tensors`` as a flat TensorDict (built when first read).
+        num_extra: ``K``, the number of mid-row truncations; under
+            ``torch.compile``, a bound on it (see ``extra_bound``).
+        shifted: whether ``inputs`` is the shifted window above (``True``) or the
+            ``B T`` observations followed by the ``B T`` next observations
+            (``False``).
+
+    Under ``torch.compile`` the number of mid-row truncations is data: a shape
+    depending on it would break the graph. There the extra inputs are the next
+    observations of the first ``extra_bound(rows)`` mid-row truncations (one per
+    row by default, enough whenever episodes are longer than the window), padded
+    with other real next observations whose outputs are not used, so every shape
+    is static; more truncations than the bound fail with an error rather than
+    giving wrong values.
+    """
+
+    #: the bound on mid-row truncations under ``torch.compile``, from the number
+    #: of rows; assign a function to change it
+    extra_bound = staticmethod(lambda rows: rows)
+
+    def __init__(
+        self,
+        tensordict: TensorDictBase,
+        in_keys: list[NestedKey],
+        *,
+        done: torch.Tensor,
+        terminated: torch.Tensor,
+        owner: str,
+        shifted: bool = True,
+    ):
+        self.batch_shape = tensordict.batch_size[:-1]
+        self.T = tensordict.batch_size[-1]
+        self.shifted = shifted
+        self._static_extra = False
+        time = len(self.batch_shape)
+        rows = math.prod(self.batch_shape)
+        if not shifted:
+            current, both = {}, {}
+            for key in in_keys:
+                obs = get_entry(tensordict, key, owner, "an input of the networks")
+                next_obs = get_entry(
+                    tensordict, _next(key), owner, "the next observation of each step"
+                )
+                current[key] = obs.flatten(0, time)
+                both[key] = torch.cat([current[key], next_obs.flatten(0, time)], 0)
+            self.num_extra = 0
+            self._set(both, current, 2 * rows * self.T)
+            return
+        mid_truncation = done & ~terminated
+        mid_truncation[..., -1] = False
+        self.mid_truncation = mid_truncation
+        if is_compiling():
+            bound = min(self.extra_bound(rows), rows * (self.T - 1))
+            self._static_extra = True
+            self.num_extra = bound
+            if bound:
+                flat = mid_truncation.flatten()
+                torch._assert_async(
+                    flat.sum() <= bound,
+                    f"{owner}: under torch.compile the window holds at most {bound} "
+                    f"mid-row truncations (ObservationWindow.extra_bound); this batch "
+                    f"has more",
+                )
+                # the truncations first, in order, then any other steps
+                self._extra_index = torch.argsort(
+                    flat.to(torch.uint8), descending=True, stable=True
+                )[:bound]
+            any_extra = bound > 0
+        else:
+            # plain tensor operations per key: TensorDict-level select/cat/reshape
+            # cost tens of microseconds each, which adds up in small-network updates
+            any_extra = bool(mid_truncation.any())
+        window, current, extra = {}, {}, {}
+        for key in in_keys:
+            obs = get_entry(tensordict, key, owner, "an input of the policy or critic")
+            next_obs = get_entry(
+                tensordict,
+                _next(key),
+                owner,
+                "the next observation of each step, read at the last step and at "
+                "mid-row truncations",
+            )
+            window[key] = torch.cat([obs, next_obs.narrow(time, self.T - 1, 1)], time)
+            window[key] = window[key].flatten(0, time)
+            current[key] = obs.flatten(0, time)
+            if any_extra:
+                if self._static_extra:
+                    extra[key] = next_obs.flatten(0, time)[self._extra_index]
+                else:
+                    extra[key] = next_obs[mid_truncation]
+        if not self._static_extra:
+            self.num_extra = next(iter(extra.values())).shape[0] if any_extra else 0
+        if any_extra:
+            window = {k: torch.cat([v, extra[k]], 0) for k, v in window.items()}
+        self._set(window, current, rows * (self.T + 1) + self.num_extra)
+
+    def _set(self, window, current, size):
+        self.tensors = window
+        self.current_tensors = current
+        self._size = size
+        self._inputs = self._current = None
+
+    @property
+    def inputs(self) -> TensorDictBase:
+        if self._inputs is None:
+            self._inputs = TensorDict(self.tensors, [self._size])
+        return self._inputs
+
+    @property
+    def current(self) -> TensorDictBase:
+        if self._current is None:
+            rows = math.prod(self.batch_shape)
+            self._current = TensorDict(self.current_tensors, [rows * self.T])
+        return self._current
+
+    def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Splits the outputs on ``inputs`` into ``(at s_t, at s'_t)``.
+
+        Each is ``[*B, T, *F]``.
+        """
+        feature_shape = values.shape[1:]
+        if not self.shifted:
+            current, nxt = values.reshape(2, *self.batch_shape, self.T, *feature_shape)
+            return current, nxt
+        n = math.prod(self.batch_shape) * (self.T + 1)
+        window = values[:n].reshape(*self.batch_shape, self.T + 1, *feature_shape)
+        time = len(self.batch_shape)
+        current = window.narrow(time, 0, self.T)
+        nxt = window.narrow(time, 1, self.T)
+        if self.num_extra:
+            mask = self.mid_truncation.reshape(
+                *self.mid_truncation.shape, *(1,) * len(feature_shape)
+            )
+            if self._static_extra:
+                # the padding's outputs land on steps that are not truncations
+                # and are masked out; every shape is static
+                extra = values.new_zeros(
+                    n - math.prod(self.batch_shape), *feature_shape
+                )
+                extra = extra.index_copy(0, self._extra_index, values[n:])
+                nxt = torch.where(mask, extra.view_as(nxt), nxt)
+            else:
+                nxt = nxt.masked_scatter(mask.expand_as(nxt), values[n:])
+        return current, nxt
+
+
+def _next(key: NestedKey) -> tuple[str, ...]:
+    return ("next", *key) if isinstance(key, tuple) else ("next", key)
+
+
+def transition_in_keys(obs_keys, keys) -> list:
+    """The entries a ``[*B, T]`` batch must hold for Retrace.
+
+    The networks' observations now and next, the action, its behaviour log-probability,
+    and the reward and end flags under ``"next"``.
+    """
+    return [
+        *obs_keys,
+        *map(_next, obs_keys),
+        keys.action,
+        keys.sample_log_prob,
+        _next(keys.reward),
+        _next(keys.done),
+        _next(keys.terminated),
+    ]
+
+
+def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDictModule:
+    for module in reversed(list(actor.modules())):
+        if isinstance(module, ProbabilisticTensorDictModule):
+            return module
+    raise TypeError(
+        f"actor_network must be a ProbabilisticActor (or a "
+        f"ProbabilisticTensorDictSequential) ending in a probabilistic module, got "
+        f"{type(actor).__name__}"
+    )
+
+
+class PolicyCriticEvaluator:
+    """Calls the policy (up to its distribution parameters) and the critic once.
+
+    When the critic is a :class:`~tensordict.nn.TensorDictSequential` whose leading
+    modules are also modules of the actor (TorchRL's ``ActorValueOperator`` gives
+    ``get_policy_operator()`` and ``get_value_operator()`` that share their first
+    module), those shared modules run once, in the actor's pass, and the critic only
+    runs its own head on their outputs.
+
+    Args:
+        actor_network: the policy.
+        critic_network: the critic (whose parameters are passed at call time).
+        dist_params: the distribution's parameters the actor must produce, e.g.
+            ``("logits",)`` or ``("loc", "scale")``.
+        critic_head: the part of the critic to run on the window, if not the whole
+            critic (the value head of a stochastic dueling network).
+    """
+
+    def __init__(
+        self,
+        actor_network,
+        critic_network,
+        dist_params: tuple[str, ...],
+        critic_head=None,
+    ):
+        self.actor_network = actor_network
+        self.critic_network = critic_network
+        #: whether a network holds TorchRL recurrent modules: then the estimator
+        #: runs them over sequences (:class:`RecurrentEvaluator`), not on this window
+        self.recurrent = False
+        for name, network in (
+            ("actor_network", actor_network),
+            ("critic", critic_network),
+        ):
+            self.recurrent |= is_recurrent(network, name)
+        # (id(params), id(module)) -> (weak refs to both, whether params are the
+        # module's own); lives and dies with this evaluator
+        self._own_params = {}
+        prob_module = _probabilistic_module(actor_network)
+        dist_keys = list(prob_module.dist_keys)
+        missing = [p for p in dist_params if p not in dist_keys]
+        if missing:
+            raise ValueError(
+                f"the actor's distribution must be parameterised by {list(dist_params)}"
+                f", but its probabilistic module takes {dist_keys}"
+            )
+        self.dist_param_keys = {
+            p: prob_module.in_keys[dist_keys.index(p)] for p in dist_params
+        }
+        self.distribution_class = prob_module.distribution_class
+        critic_head = critic_network if critic_head is None else critic_head
+        actor_modules = {id(m) for m in actor_network.modules()}
+        shared = []
+        # the critic's modules that run after the actor's pass (all of them,
+        # unless it starts with the actor's own trunk)
+        self.critic_modules = [critic_head]
+        if isinstance(critic_head, TensorDictSequential):
+            modules = list(critic_head.module)
+            while modules and id(modules[0]) in actor_modules:
+                shared.append(modules.pop(0))
+            if shared:
+                if not modules:
+                    raise ValueError(
+                        "critic_network is made only of modules of the actor network"
+                    )
+                self.critic_modules = modules
+        self.shared_out_keys = [key for m in shared for key in m.out_keys]
+        self.in_keys = list(
+            dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
+        )
+        # the averaged policy: a copy of the actor holding the target parameters,
+        # see _average_actor
+        self._average = None
+
+    def __call__(
+        self,
+        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
+        *,
+        output_key: NestedKey,
+        actor_params: TensorDictBase | None = None,
+        critic_params: TensorDictBase | None = None,
+        detach_shared: bool = False,
+        skip_existing: bool = False,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Returns ``(distribution parameters, the critic's output_key)``.
+
+        ``inputs`` is a flat TensorDict or a dict of flat tensors. With
+        ``skip_existing`` the critic's modules whose outputs ``inputs`` already
+        holds are skipped (the policy always runs: the behaviour logits stored
+        with the data must never stand in for the current policy's).
+        """
+        data = _as_tensordict(inputs)
+        with (
+            self.params_context(actor_params, self.actor_network),
+            _skip_existing_set_to(False),
+        ):
+            run_modules(policy_modules(self.actor_network), data)
+        params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
+        if detach_shared:
+            for key in self.shared_out_keys:
+                data.set(key, data.get(key).detach())
+        with (
+            self.params_context(critic_params, self.critic_network),
+            _skip_existing_set_to(skip_existing),
+        ):
+            run_modules(self.critic_modules, data)
+        out = data.get(output_key)
+        return params, out
+
+    def dist_params_only(
+        self,
+        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
+        params: TensorDictBase | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """The policy's distribution parameters alone (the averaged policy's pass)."""
+        data = _as_tensordict(inputs)
+        if is_compiling():  # a traced swap, TorchRL's way
+            with (
+                self.params_context(params, self.actor_network),
+                _skip_existing_set_to(False),
+            ):
+                run_modules(policy_modules(self.actor_network), data)
+        else:
+            with _skip_existing_set_to(False):
+                run_modules(policy_modules(self._average_actor(params)), data)
+        return {name: data.get(key) for name, key in self.dist_param_keys.items()}
+
+    def _average_actor(self, params):
+        """The actor, or a copy of it holding ``params`` (the averaged policy's).
+
+        Swapping parameters in and out of the actor at every call costs more than
+        a small network's forward. The copy, made once per ``params`` container,
+        holds its very tensors (as buffers): ``SoftUpdate``, ``load_state_dict``
+        and moves of the loss (``.to``, ``.float()``, which keep the tensors'
+        identity) change them in place, so the copy follows. It is not a
+        submodule of anything: state dicts do not change.
+        """
+        if self._is_own(params, self.actor_network):
+            return self.actor_network
+        cached = self._average
+        if cached is None or cached[0]() is not params:
+            actor = copy.deepcopy(self.actor_network)
+            for key, value in params.items(True, True):
+                *path, name = key if isinstance(key, tuple) else (key,)
+                owner = actor.get_submodule(".".join(path))
+                delattr(owner, name)
+                owner.register_buffer(name, value)
+            cached = self._average = (weakref.ref(params), actor)
+        actor = cached[1]
+        if actor.training is not self.actor_network.training:
+            actor.train(self.actor_network.training)
+        return actor
+
+    def _is_own(self, params, module) -> bool:
+        """Whether ``params`` are ``module``'s own tensors (or ``None``)."""
+        if params is None:
+            return True
+        cache = self._own_params
+        key = (id(params), id(module))
+        cached = cache.get(key)
+        if cached is None or cached[0]() is not params or cached[1]() is not module:
+            for stale in [
+                k for k, v in cache.items() if v[0]() is None or v[1]() is None
+            ]:
+                del cache[stale]
+            mine = {id(t) for t in (*module.parameters(), *module.buffers())}
+            given = [id(t) for t in params.values(True, True)]
+            own = len(given) == len(mine) and mine.issuperset(given)
+            cached = cache[key] = (weakref.ref(params), weakref.ref(module), own)
+        return cached[2]
+
+    def params_context(self, params, module):
+        """Puts ``params`` in ``module`` for the call, unless they are its own.
+
+        A loss's functional parameters are the module's own ``Parameter`` objects
+        (``convert_to_functional`` keeps them), and swapping them in and out costs
+        more than a small network's forward, so the swap is skipped for them; the
+        averaged policy's parameters are swapped in. The identity check runs once
+        per parameter container and module; entries whose container or module has
+        died are dropped when a new one is added, so the cache holds only live
+        pairs.
+        """
+        if self._is_own(params, module):
+            return contextlib.nullcontext()
+        return params.to_module(module, preserve_module_state=False)
+
+
+def policy_modules(actor) -> list:
+    """The modules of ``actor`` before its distribution (its ``det_part``'s)."""
+    return submodules(actor.det_part)
+
+
+def submodules(sequence: TensorDictSequential) -> list:
+    """The modules a ``TensorDictSequential`` runs, in order."""
+    modules = sequence.module
+    return list(
+        modules.values() if isinstance(modules, torch.nn.ModuleDict) else modules
+    )
+
+
+def run_modules(modules, tensordict: TensorDictBase) -> None:
+    """Calls each of ``modules`` on ``tensordict`` in turn, as a sequence would.
+
+    One by one rather than as the actor's ``det_part`` (a ``TensorDictSequential``
+    the actor made), whose own call costs about as much as a small network's
+    forward.
+    """
+    for module in modules:
+        module(tensordict)
+
+
+def _as_tensordict(inputs) -> TensorDictBase:
+    if isinstance(inputs, TensorDictBase):
+        return inputs.copy()
+    size = next(iter(inputs.values())).shape[0]
+    return TensorDict(dict(inputs), [size])
+
+
+def _skip_existing_set_to(mode: bool):
+    """``set_skip_existing(mode)``, or nothing when that is already the mode.
+
+    The context manager costs more than a small network's forward.
+    """
+    if skip_existing() == mode:
+        return contextlib.nullcontext()
+    return set_skip_existing(mode)
+
+
+def is_recurrent(network, name: str) -> bool:
+    """Whether ``network`` holds TorchRL recurrent modules.
+
+    ``LSTMModule`` or ``GRUModule``; raises for a bare ``torch.nn`` RNN.
+
+    The window flattens ``[*B, T]`` into independent observations, so recurrent
+    networks are run over sequences instead, with their stored hidden states and
+    ``is_init`` resets; that needs the hidden-state keys TorchRL's modules
+    declare. A bare ``nn.LSTM`` / ``nn.GRU`` (in a plain ``TensorDictModule``) has
+    none: it would see neither its sequence nor its stored state, silently wrong.
+    """
+    wrapped = set()
+    recurrent = False
+    for module in network.modules():
+        if isinstance(module, (LSTMModule, GRUModule)):
+            recurrent = True
+            wrapped.update(id(m) for m in module.modules())
+    for sub_name, module in network.named_modules():
+        if isinstance(module, torch.nn.RNNBase) and id(module) not in wrapped:
+            where = f" at {sub_name!r}" if sub_name else ""
+            raise TypeError(
+                f"{name} contains a bare recurrent module{where} "
+                f"({type(module).__name__}); ACER's loss and Retrace estimator run "
+                f"recurrent networks over sequences from their stored hidden state, "
+                f"which needs TorchRL's LSTMModule or GRUModule (they declare the "
+                f"hidden-state keys and reset at is_init). Wrap it in one of them, "
+                f"or use a feed-forward network."
+            )
+    return recurrent
+
+
+#: the replay modes of the initial recurrent state
+RECURRENT_STATES = ("stored", "zero")
+#: the episode-start flag TorchRL's recurrent modules read (a fixed name there)
+IS_INIT = "is_init"
+
+
+def recurrent_modules(network) -> list[LSTMModule | GRUModule]:
+    """The recurrent modules inside ``network``, in order.
+
+    TorchRL's :class:`~torchrl.modules.LSTMModule` and
+    :class:`~torchrl.modules.GRUModule`.
+    """
+    return [m for m in network.modules() if isinstance(m, (LSTMModule, GRUModule))]
+
+
+def actor_features(actor_network) -> set[NestedKey]:
+    """The entries the actor writes on its way to its distribution.
+
+    Its trunk's features and the distribution parameters, not the sample or its
+    log-prob, nor what it reads from the data (an entry it rewrites in place).
+    """
+    sampled = {unravel_key(k) for k in _probabilistic_module(actor_network).out_keys}
+    read = {unravel_key(k) for k in actor_network.in_keys}
+    return {unravel_key(k) for k in actor_network.out_keys} - sampled - read
+
+
+def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
+    """The ``torch.nn`` (or TorchRL python-based) RNN inside ``module``."""
+    return module.lstm if isinstance(module, LSTMModule) else module.gru
+
+
+def state_shapes(module: LSTMModule | GRUModule) -> dict[NestedKey, tuple[int, ...]]:
+    """The per-step shapes of a recurrent module's hidden state, by key.
+
+    ``{state key: per-step shape}`` as its ``make_tensordict_primer`` declares it:
+    ``(num_layers * directions, size)``.
+    """
+    rnn = module_rnn(module)
+    layers = rnn.num_layers * (2 if rnn.bidirectional else 1)
+    keys = [unravel_key(k) for k in module.in_keys[1:-1]]
+    if isinstance(module, LSTMModule):
+        h_size = rnn.proj_size if rnn.proj_size > 0 else rnn.hidden_size
+        return {keys[0]: (layers, h_size), keys[1]: (layers, rnn.hidden_size)}
+    return {keys[0]: (layers, rnn.hidden_size)}
+
+
+class RecurrentEvaluator:
+    """Runs a policy and a critic holding recurrent modules over ``[*B, T]`` segments.
+
+    Args:
+        evaluator (PolicyCriticEvaluator): the feed-forward evaluator of the same
+            networks (it finds the distribution keys and a trunk shared by the actor
+            and the critic).
+
+    Keyword Args:
+        recurrent_state (str): ``"stored"`` or ``"zero"``, the state entering a
+            segment (see the module docstring).
+        burn_in (int): steps at the start of each segment that only warm the state.
+        critic_keys (list of NestedKey): entries read by heads of the critic that
+            run on the flattened steps rather than on the sequences (a stochastic
+            dueling network's advantage network, without the action).
+
+    Attributes:
+        features: the entries the critic reads that the actor writes (the actor's
+            trunk features): taken from the actor's pass, never from the data.
+        obs_keys: the entries read from the data, at ``s_t`` and ``s'_t``.
+    """
+
+    def __init__(
+        self,
+        evaluator: PolicyCriticEvaluator,
+        *,
+        recurrent_state: str = "stored",
+        burn_in: int = 0,
+        critic_keys: Sequence[NestedKey] = (),
+    ):
+        self.evaluator = evaluator
+        self.recurrent_state = recurrent_state
+        self.burn_in = burn_in
+        modules = {}
+        for network in (evaluator.actor_network, evaluator.critic_network):
+            for module in recurrent_modules(network):
+                modules[id(module)] = module
+        self.modules = list(modules.values())
+        self.actor_modules = recurrent_modules(evaluator.actor_network)
+        # {state key: (module, per-step shape)}; the output key carrying the state
+        # after each step is the module's matching out_key
+        self.states = {}
+        self._state_out = {}
+        for module in self.modules:
+            shapes = state_shapes(module)
+            for key, out_key in zip(shapes, module.out_keys[1:], strict=True):
+                if key in self.states and self.states[key][0] is not module:
+                    raise ValueError(
+                        f"two recurrent modules read the hidden state {key!r}; give "
+                        f"each LSTMModule / GRUModule its own in_keys"
+                    )
+                self.states[key] = (module, shapes[key])
+                self._state_out[key] = unravel_key(out_key)
+        hidden = {*self.states, IS_INIT}
+        written = actor_features(evaluator.actor_network)
+        keys = [
+            key
+            for key in dict.fromkeys(
+                map(unravel_key, (*evaluator.in_keys, *critic_keys))
+            )
+            if key not in hidden
+        ]
+        self.features = [key for key in keys if key in written]
+        self.obs_keys = [key for key in keys if key not in written]
+
+    def parameter(self) -> torch.Tensor:
+        """A parameter of the recurrent modules: the dtype and device of states."""
+        return next(p for m in self.modules for p in m.parameters())
+
+    def in_keys(self, tensor_keys) -> list[NestedKey]:
+        """What a segment must hold.
+
+        The transitions, ``is_init`` and, with ``recurrent_state="stored"``, each
+        module's hidden state.
+        """
+        stored = list(self.states) if self.recurrent_state == "stored" else []
+        return [*transition_in_keys(self.obs_keys, tensor_keys), *stored, IS_INIT]
+
+    def split_burn_in(
+        self, data: TensorDictBase, owner: str
+    ) -> tuple[TensorDictBase | None, TensorDictBase]:
+        """Splits a ``[*B, T]`` segment (time last) at the burn-in.
+
+        Returns ``(steps 0 .. k-1, steps k .. T-1)``, or ``(None, data)`` without
+        burn-in.
+        """
+        k = self.burn_in
+        if not k:
+            return None, data
+        T = data.batch_size[-1]
+        if k >= T:
+            raise ValueError(
+                f"{owner}: burn_in={k} leaves no step to learn from in segments of "
+                f"{T} steps; sample segments longer than the burn-in"
+            )
+        return data[..., :k], data[..., k:]
+
+    def resets(
+        self,
+        data: TensorDictBase,
+        done: torch.Tensor,
+        owner: str,
+        done_before: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The steps whose incoming state is zero, ``[*B, T]`` booleans.
+
+        ``is_init_t`` or ``done_{t-1}``; ``done_before`` is the ``done`` of the step
+        before the first.
+        """
+        is_init = get_entry(
+            data,
+            IS_INIT,
+            owner,
+            "the episode-start flag of each step (TorchRL's InitTracker writes it); "
+            "recurrent networks reset their state there",
+        )
+        reset = as_step_tensor(is_init, data.batch_size, repr(IS_INIT), owner)
+        reset = reset.squeeze(-1).bool()
+        after_done = torch.cat(
+            [
+                done[..., :1] & False
+                if done_before is None
+                else done_before[..., None],
+                done[..., :-1],
+            ],
+            -1,
+        )
+        return reset | after_done
+
+    def initial_states(
+        self, data: TensorDictBase, like: torch.Tensor, owner: str
+    ) -> dict[NestedKey, torch.Tensor]:
+        """The state entering the segment's first step, before any reset.
+
+        ``{state key: [R, *shape]}`` for ``R`` rows, in ``like``'s dtype and device (a
+        parameter of the networks).
+        """
+        batch = tuple(data.batch_size)
+        rows = math.prod(batch[:-1])
+        out = {}
+        for key, (module, shape) in self.states.items():
+            if self.recurrent_state == "zero":
+                out[key] = like.new_zeros(rows, *shape)
+                continue
+            value = get_entry(
+                data,
+                key,
+                owner,
+                f"the hidden state of {type(module).__name__} stored with each step "
+                f"(the collector stores it when the environment has the module's "
+                f"make_tensordict_primer()); or use recurrent_state='zero'",
+            )
+            expected = (*batch, *shape)
+            if tuple(value.shape) != expected:
+                raise ValueError(
+                    f"{owner}: hidden state {key!r} has shape {tuple(value.shape)}, "
+                    f"expected {expected}: the [*B, T] batch, then "
+                    f"(num_layers * directions, size) = {shape} of its "
+                    f"{type(module).__name__}"
+                )
+            out[key] = value[..., 0, :, :].reshape(rows, *shape).to(like)
+        return out
+
+    def run(
+        self,
+        inputs: TensorDictBase,
+        *,
+        output_key: NestedKey,
+        actor_params=None,
+        critic_params=None,
+        detach_shared: bool = False,
+        states: bool = False,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Runs the actor and the critic over ``[R, L]`` sequences in recurrent mode.
+
+        The actor runs to its distribution parameters; the outputs are written into
+        ``inputs``. With ``states``, the recurrent modules' own forward also writes the
+        states after each sequence, else they run in pieces (:func:`run_in_pieces`).
+        """
+        ev = self.evaluator
+        pieces = () if states else self.modules
+        with set_recurrent_mode(True), _skip_existing_set_to(False):
+            with ev.params_context(actor_params, ev.actor_network):
+                run_in_pieces(policy_modules(ev.actor_network), inputs, pieces)
+            params = {name: inputs.get(key) for name, key in ev.dist_param_keys.items()}
+            if detach_shared:
+                for key in (*ev.shared_out_keys, *self.features):
+                    inputs.set(key, inputs.get(key).detach())
+            with ev.params_context(critic_params, ev.critic_network):
+                run_in_pieces(ev.critic_modules, inputs, pieces)
+        return params, inputs.get(output_key)
+
+    def window(
+        self,
+        data: TensorDictBase,
+        prefix: TensorDictBase | None,
+        *,
+        done: torch.Tensor,
+        terminated: torch.Tensor,
+        prefix_done: torch.Tensor | None = None,
+        output_key: NestedKey,
+        actor_params=None,
+        critic_params=None,
+        like: torch.Tensor,
+        owner: str,
+    ) -> SequenceWindow:
+        """The sequences over ``data``, with the states entering them.
+
+        ``data`` holds the steps after the burn-in ``prefix``, whose ``done`` flags are
+        ``prefix_done``.
+        """
+        if prefix is None:
+            states = self.initial_states(data, like, owner)
+            done_before = None
+        else:
+            with torch.no_grad():
+                warm = SequenceWindow(
+                    prefix,
+                    self.obs_keys,
+                    self.initial_states(prefix, like, owner),
+                    self.resets(prefix, prefix_done, owner),
+                    owner=owner,
+                )
+                self.run(
+                    warm.inputs,
+                    states=True,
+                    output_key=output_key,
+                    actor_params=actor_params,
+                    critic_params=critic_params,
+                )
+            states = {
+                key: warm.inputs.get(out_key)[:, -1]
+                for key, out_key in self._state_out.items()
+            }
+            done_before = prefix_done[..., -1]
+        return SequenceWindow(
+            data,
+            self.obs_keys,
+            states,
+            self.resets(data, done, owner, done_before),
+            done=done,
+            terminated=terminated,
+            owner=owner,
+        )
+
+    def average_dist_params(
+        self,
+        full: TensorDictBase,
+        done: torch.Tensor,
+        params,
+        *,
+        owner: str,
+    ) -> dict[str, torch.Tensor]:
+        """The averaged policy's distribution parameters after the burn-in.
+
+        At steps ``burn_in .. T-1`` of ``full`` (the whole segment), ``[*B, T - burn_in,
+        ...]``: the actor with ``params``, run over the whole segment from the same
+        states.
+        """
+        ev = self.evaluator
+        like = self.parameter()
+        window = SequenceWindow(
+            full,
+            self.obs_keys,
+            {
+                k: v
+                for k, v in self.initial_states(full, like, owner).items()
+                if self.states[k][0] in self.actor_modules
+            },
+            self.resets(full, done, owner),
+            owner=owner,
+        )
+        inputs = window.inputs
+        with (
+            torch.no_grad(),
+            set_recurrent_mode(True),
+            _skip_existing_set_to(False),
+            ev.params_context(params, ev.actor_network),
+        ):
+            run_in_pieces(policy_modules(ev.actor_network), inputs, self.actor_modules)
+        k = self.burn_in
+        return {
+            name: window.current(inputs.get(key))[..., k:, :]
+            for name, key in ev.dist_param_keys.items()
+        }
+
+
+def run_in_pieces(modules, tensordict: TensorDictBase, pieces) -> None:
+    """Calls each of ``modules`` on ``tensordict``, those in ``pieces`` in pieces.
+
+    The recurrent modules in ``pieces`` run by :func:`forward_in_pieces`. A
+    ``TensorDictSequential`` holding one of them is walked module by module
+    (each module writes into ``tensordict``, which the next reads); any other
+    module is called as it is. Left out of ``pieces``: a bidirectional RNN
+    (padding would reach its outputs) and a module set to TorchRL's ``"scan"``
+    or ``"triton"`` backend (the user's choice), which run their own forward.
+    """
+    for module in modules:
+        if isinstance(module, (LSTMModule, GRUModule)) and any(
+            module is m for m in pieces
+        ):
+            if not module_rnn(module).bidirectional and module.recurrent_backend in (
+                "auto",
+                "pad",
+            ):
+                forward_in_pieces(module, tensordict)
+                continue
+        elif isinstance(module, TensorDictSequential) and any(
+            m is p for m in module.modules() for p in pieces
+        ):
+            run_in_pieces(submodules(module), tensordict, pieces)
+            continue
+        module(tensordict)
+
+
+def forward_in_pieces(
+    module: LSTMModule | GRUModule, tensordict: TensorDictBase
+) -> TensorDictBase:
+    """The output of ``module`` in recurrent mode on ``[R, L]`` rows.
+
+    As its forward computes it (not the states after each step), written into
+    ``tensordict`` under the module's first out_key.
+
+    The rows are cut before each ``is_init`` into pieces that start from the state
+    stored at their first entry, as TorchRL's forward cuts them. It then packs
+    them, and a packed LSTM or GRU runs step by step in small operations; here the
+    pieces, longest first and padded after their end, go through the module's RNN
+    in a few calls over consecutive spans of time, each on the pieces still
+    running and from the states the previous one left.
+    """
+    R, L = tensordict.batch_size
+    x = tensordict.get(module.in_keys[0])
+    entry = torch.arange(R * L, device=x.device)
+    starts = tensordict.get(IS_INIT).reshape(R * L) | (entry % L == 0)
+    first = entry[starts]  # each piece's first entry
+    count = len(first)
+    if count == R:  # no reset after a row's first entry: nothing to cut
+        return module(tensordict)
+    lengths, order = torch.diff(first, append=entry[-1:] + 1).sort(
+        descending=True, stable=True
+    )
+    rank = torch.empty_like(order).index_put(
+        (order,), torch.arange(count, device=order.device)
+    )
+    piece = starts.long().cumsum(0) - 1
+    # entry e is at [rank of its piece, its index in the piece] of the pieces
+    at = (rank[piece], entry - first[piece])
+    lengths = lengths.tolist()
+    index = entry.new_zeros(count, lengths[0]).index_put(at, entry)
+    hidden = [
+        tensordict.get(key).flatten(0, 1)[index[:, 0]].transpose(0, 1).contiguous()
+        for key in module.in_keys[1:-1]
+    ]
+    state = tuple(hidden) if len(hidden) > 1 else hidden[0]
+    x = x.flatten(0, 1)[index]
+    rnn = module_rnn(module)
+    outputs, t, running = [], 0, count
+    while t < lengths[0]:
+        # a span ends where half of its pieces have: padding at most doubles the work
+        half = (running + 1) // 2
+        end = lengths[half] if half < running else lengths[0]
+        y, state = rnn(x[:running, t:end], state)
+        outputs.append(torch.nn.functional.pad(y, (0, 0, 0, 0, 0, count - running)))
+        t = end
+        running = sum(n > t for n in lengths[:running])
+        # cuDNN takes contiguous states only
+        state = (
+            tuple(s[:, :running].contiguous() for s in state)
+            if isinstance(state, tuple)
+            else state[:, :running].contiguous()
+        )
+    y = torch.cat(outputs, 1)[at]
+    tensordict.set(module.out_keys[0], y.reshape(R, L, *y.shape[1:]))
+    return tensordict
+
+
+class SequenceWindow:
+    """The observations of a ``[*B, T]`` segment (time last) as ``R`` sequences.
+
+    Row ``b`` holds ``s_0 .. s_{T-1}`` in order with the real next observation of
+    each mid-row truncation inserted after its step and ``s'_{T-1}`` after the last
+    step (with ``done`` and ``terminated``), or the ``T`` observations alone
+    (without them). ``inputs`` is the ``[R, L]`` TensorDict the networks run on:
+    observations, ``is_init`` (the resets) and each hidden state, zero except at
+    the first entry, where the state entering the row is.
+
+    Attributes:
+        inputs: the ``[R, L]`` TensorDict.
+        positions: ``[R, T]``, where step ``t`` of each row is in ``inputs``; its
+            next observation's output is at ``positions + 1``.
+    """
+
+    def __init__(
+        self,
+        data: TensorDictBase,
+        obs_keys: list[NestedKey],
+        states: dict[NestedKey, torch.Tensor],
+        reset: torch.Tensor,
+        *,
+        done: torch.Tensor | None = None,
+        terminated: torch.Tensor | None = None,
+        owner: str,
+    ):
+        self.batch_shape = data.batch_size[:-1]
+        T = self.T = data.batch_size[-1]
+        R = self.rows = math.prod(self.batch_shape)
+        device = reset.device
+        steps = torch.arange(T, device=device).expand(R, T)
+        self._row_index = torch.arange(R, device=device)[:, None].expand(R, T)
+        with_next = done is not None
+        if with_next:
+            truncation = (done & ~terminated).reshape(R, T).clone()
+            truncation[:, -1] = False
+            extra = truncation.long()
+            # step t moves right by the number of truncations before it
+            self.positions = steps + extra.cumsum(1) - extra
+            length = T + 1 + int(extra.sum(1).max())
+            has_next = truncation
+            has_next[:, -1] = True
+            next_rows, next_steps = has_next.nonzero(as_tuple=True)
+            next_positions = self.positions[next_rows, next_steps] + 1
+        else:
+            self.positions = steps
+            length = T
+        index = (self._row_index, self.positions)
+        tensors = {}
+        for key in obs_keys:
+            obs = get_entry(data, key, owner, "an input of the policy or critic")
+            obs = obs.reshape(R, T, *obs.shape[len(self.batch_shape) + 1 :])
+            seq = obs.new_zeros(R, length, *obs.shape[2:]).index_put(index, obs)
+            if with_next:
+                next_obs = get_entry(
+                    data,
+                    _next(key),
+                    owner,
+                    "the next observation of each step, read at the last step and "
+                    "at mid-row truncations",
+                )
+                next_obs = next_obs.reshape(obs.shape)
+                seq = seq.index_put(
+                    (next_rows, next_positions), next_obs[next_rows, next_steps]
+                )
+            tensors[key] = seq
+        reset = reset.reshape(R, T)
+        # padding after a row's end continues it: no split, no output read
+        tensors[IS_INIT] = (
+            torch.zeros(R, length, dtype=torch.bool, device=device)
+            .index_put(index, reset)
+            .unsqueeze(-1)
+        )
+        for key, state in states.items():
+            first = torch.where(
+                reset[:, 0].reshape(R, *(1,) * (state.ndim - 1)),
+                torch.zeros_like(state),
+                state,
+            )
+            seq = state.new_zeros(R, length, *state.shape[1:])
+            tensors[key] = torch.cat([first.unsqueeze(1), seq[:, 1:]], 1)
+        self.inputs = TensorDict(tensors, [R, length])
+
+    def current(self, values: torch.Tensor) -> torch.Tensor:
+        """Outputs on ``inputs`` (``[R, L, *F]``) at ``s_t``, ``[*B, T, *F]``."""
+        out = values[self._row_index, self.positions]
+        return out.reshape(*self.batch_shape, self.T, *values.shape[2:])
+
+    def flat_current(self, keys: list[NestedKey]) -> TensorDictBase:
+        """The entries ``keys`` of ``inputs`` at each ``s_t``, for heads run on steps.
+
+        The observations, and the features the networks wrote there, ``[prod(B) T]``,
+        steps in the order of ``[*B, T]`` flattened.
+        """
+        # current() is [*B, T, *F]: B's dims and T flattened into one
+        last = len(self.batch_shape)
+        return TensorDict(
+            {key: self.current(self.inputs.get(key)).flatten(0, last) for key in keys},
+            [self.rows * self.T],
+        )
+
+    def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each ``[*B, T, *F]``."""
+        nxt = values[self._row_index, self.positions + 1]
+        nxt = nxt.reshape(*self.batch_shape, self.T, *values.shape[2:])
+        return self.current(values), nxt
