@@ -702,14 +702,9 @@ class ACERLoss(LossModule):
             c = self.ratio_clip
             v = value.detach()
             q_sampled = advantages[1] + offset
-            common = {
-                "log_pi": log_pi.detach(),
-                "action_value": q_taken.detach(),
-                "next_state_value": steps.next_state_value.detach(),
-                "flags": steps.flags,
-            }
-            q_ret = estimator.value_estimate(data, trace_power=1.0 / d, **common)
-            q_opc = estimator.value_estimate(data, unit_traces=True, **common)
+            q_ret, q_opc = estimator.gaussian_targets(
+                data, steps, log_pi.detach(), q_taken.detach(), log_mu
+            )
             rho = (log_pi.detach() - log_mu).exp()
             rho_sampled = (
                 log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)

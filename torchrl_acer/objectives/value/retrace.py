@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import weakref
 from collections.abc import Mapping, Sequence
@@ -486,39 +487,43 @@ class RetraceEstimator(ValueEstimatorBase):
         prefix = None
         if self.recurrent is not None:
             prefix, data = self.recurrent.split_burn_in(data, type(self).__name__)
+        keys = self.tensor_keys
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
             steps = self.evaluate(
                 data, actor_params=actor_params, critic_params=params, prefix=prefix
             )
             if self.family == "gaussian":
-                outputs = self._gaussian_outputs(data, steps, actor_params, params)
+                sdn = self.value_network
+                # the window's observations are flat: [*B, T] entries go in flattened
+                with self.evaluator.params_context(params, sdn):
+                    q_taken = sdn.dueling_action_value(
+                        steps.observations,
+                        *(
+                            x.flatten(0, -2)
+                            for x in (steps.value, steps.action, steps.loc, steps.scale)
+                        ),
+                    ).unflatten(0, steps.loc.shape[:-1])
+                log_pi = gaussian_log_prob(steps.loc, steps.scale, steps.action)
+                value = steps.value
+                target, opc = self.gaussian_targets(data, steps, log_pi, q_taken)
+                outputs = {keys.value_target: target, keys.value_target_opc: opc}
             else:
                 log_probs = steps.logits.log_softmax(-1)
                 value = state_value(log_probs.exp(), steps.q)
-                value_target = self.value_estimate(
+                target = self.value_estimate(
                     data,
                     log_pi=taken(log_probs, steps.action),
                     action_value=steps.action_value,
                     next_state_value=steps.next_state_value,
                     flags=steps.flags,
                 )
-                outputs = {
-                    self.tensor_keys.value_target: value_target,
-                    self.tensor_keys.advantage: value_target - value,
-                    self.tensor_keys.value: value,
-                }
+                outputs = {keys.value_target: target}
+        outputs.update({keys.advantage: target - value, keys.value: value})
         for key, value in outputs.items():
             if prefix is not None:
                 # burn-in steps get no target: NaN, so that no use of them passes
-                value = torch.cat(
-                    [
-                        value.new_full(
-                            (*prefix.batch_size, *value.shape[last + 1 :]), math.nan
-                        ),
-                        value,
-                    ],
-                    last,
-                )
+                shape = (*prefix.batch_size, *value.shape[last + 1 :])
+                value = torch.cat([value.new_full(shape, math.nan), value], last)
             if time_dim != last:
                 value = value.transpose(time_dim, last)
             tensordict.set(key, value)
@@ -532,11 +537,10 @@ class RetraceEstimator(ValueEstimatorBase):
         critic_params: TensorDictBase | None = None,
         detach_shared: bool = False,
         prefix: TensorDictBase | None = None,
-    ) -> DiscreteSteps | GaussianSteps:
+    ) -> Steps:
         """Runs the networks once over ``data`` (``[*B, T]``, time last).
 
-        Returns the per-step quantities Retrace and ACER need, see
-        :class:`DiscreteSteps` and :class:`GaussianSteps`.
+        Returns the per-step quantities Retrace and ACER need (:class:`Steps`).
 
         With recurrent networks, ``prefix`` holds the burn-in steps that come
         before ``data`` (see :class:`RetraceEstimator`), or ``None``.
@@ -548,97 +552,66 @@ class RetraceEstimator(ValueEstimatorBase):
         output_key = (
             self.value_network.value_key if gaussian else self.tensor_keys.action_value
         )
+        run = {
+            "output_key": output_key,
+            "actor_params": actor_params,
+            "critic_params": critic_params,
+            "detach_shared": detach_shared,
+        }
         if self.recurrent is not None:
-            window, params, out = self._run_recurrent(
+            window = self.recurrent.window(
                 data,
                 prefix,
                 done=done,
                 terminated=terminated,
-                output_key=output_key,
-                actor_params=actor_params,
-                critic_params=critic_params,
-                detach_shared=detach_shared,
+                prefix_done=None if prefix is None else self.done_flags(prefix)[0],
+                owner=owner,
+                **run,
             )
-            if gaussian:
-                # the advantage network reads each step's features (from the
-                # actor's pass over the sequences) and observations, flattened
-                observations = window.flat_current(self.value_network.observation_keys)
-                steps = self._gaussian_steps(data, window, params, out, observations)
-            else:
-                steps = self._discrete_steps(data, window, params, out)
-            steps.flags = done, terminated
-            return steps
-        in_keys = self.evaluator.in_keys
-        skip = skip_existing() if self.skip_existing is None else self.skip_existing
-        # the critic's outputs travel through the window like observations, so the
-        # critic can skip them at s_t and s'_t alike
-        reuse = (
-            skip
-            and data.get(output_key, None) is not None
-            and data.get(("next", *_as_tuple(output_key)), None) is not None
-        )
-        if reuse:
-            in_keys = [*in_keys, output_key]
-        window = ObservationWindow(
-            data,
-            in_keys,
-            done=done,
-            terminated=terminated,
-            owner=owner,
-            shifted=self.shifted,
-        )
-        try:
-            params, out = self.evaluator(
-                window.tensors,
-                output_key=output_key,
-                actor_params=actor_params,
-                critic_params=critic_params,
-                detach_shared=detach_shared,
-                skip_existing=reuse,
-            )
-        except RuntimeError as error:
-            explain_dtype_error(
-                error, window.inputs, (self.actor_network, self.value_network), owner
-            )
-            raise
-        if gaussian:
-            steps = self._gaussian_steps(data, window, params, out, window.current)
+            call, inputs = self.recurrent.run, window.inputs
         else:
-            steps = self._discrete_steps(data, window, params, out)
-        steps.flags = done, terminated
-        return steps
-
-    def _run_recurrent(self, data, prefix, *, done, terminated, output_key, **kwargs):
-        """Runs recurrent networks over the segment's sequences."""
-        owner = type(self).__name__
-        prefix_done = None if prefix is None else self.done_flags(prefix)[0]
-        window = self.recurrent.window(
-            data,
-            prefix,
-            done=done,
-            terminated=terminated,
-            prefix_done=prefix_done,
-            output_key=output_key,
-            actor_params=kwargs["actor_params"],
-            critic_params=kwargs["critic_params"],
-            like=self.recurrent.parameter(),
-            owner=owner,
-        )
-        try:
-            params, out = self.recurrent.run(
-                window.inputs, output_key=output_key, **kwargs
+            in_keys = self.evaluator.in_keys
+            skip = skip_existing() if self.skip_existing is None else self.skip_existing
+            # the critic's outputs travel through the window like observations, so
+            # the critic can skip them at s_t and s'_t alike
+            reuse = (
+                skip
+                and data.get(output_key, None) is not None
+                and data.get(("next", *_as_tuple(output_key)), None) is not None
             )
+            if reuse:
+                in_keys = [*in_keys, output_key]
+            window = ObservationWindow(
+                data,
+                in_keys,
+                done=done,
+                terminated=terminated,
+                owner=owner,
+                shifted=self.shifted,
+            )
+            call = functools.partial(self.evaluator, skip_existing=reuse)
+            inputs = window.tensors
+        try:
+            params, out = call(inputs, **run)
         except RuntimeError as error:
             explain_dtype_error(
                 error, window.inputs, (self.actor_network, self.value_network), owner
             )
             raise
-        return window, params, out
-
-    def _discrete_steps(self, data, window, params, out):
-        """Checks the categorical outputs and the stored actions; the steps."""
-        owner = type(self).__name__
         action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
+        if gaussian:
+            loc = params["loc"]
+            check_gaussian(
+                action, loc, params["scale"], data.batch_size, owner, self.check_values
+            )
+            # the advantage network reads each step's observations (and, recurrent,
+            # the features of the actor's pass over the sequences), flattened
+            observations = (
+                window.current
+                if self.recurrent is None
+                else window.flat_current(self.value_network.observation_keys)
+            )
+            return Steps(window, params, out, action, (done, terminated), observations)
         logits = params["logits"]
         if out.shape != logits.shape:
             raise ValueError(
@@ -654,53 +627,25 @@ class RetraceEstimator(ValueEstimatorBase):
             owner=owner,
             check_values=self.check_values,
         )
-        return DiscreteSteps(window, logits, out, action)
+        return Steps(window, params, out, action, (done, terminated))
 
-    def _gaussian_steps(self, data, window, params, out, observations):
-        """Checks the Gaussian outputs and the stored actions; the steps."""
-        owner = type(self).__name__
-        action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
-        loc, scale = params["loc"], params["scale"]
-        check_gaussian(action, loc, scale, data.batch_size, owner, self.check_values)
-        return GaussianSteps(window, loc, scale, out, action, observations)
+    def gaussian_targets(
+        self, data, steps, log_pi, action_value, log_mu=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""``(Q_ret, Q_opc)`` of a Gaussian policy from ``evaluate``'s ``steps``.
 
-    def _gaussian_outputs(self, data, steps, actor_params, critic_params):
-        """Q_ret, Q_opc, V and the advantage for a Gaussian policy and an SDN."""
-        sdn = self.value_network
-        d = steps.loc.shape[-1]
-        # the window's observations are flat: [*B, T] entries go in flattened
-        with self.evaluator.params_context(critic_params, sdn):
-            q_taken = sdn.dueling_action_value(
-                steps.observations,
-                steps.value.flatten(0, -2),
-                steps.action.flatten(0, -2),
-                steps.loc.flatten(0, -2),
-                steps.scale.flatten(0, -2),
-            ).unflatten(0, steps.loc.shape[:-1])
-        log_pi = gaussian_log_prob(steps.loc, steps.scale, steps.action)
-        q_ret = self.value_estimate(
-            data,
-            log_pi=log_pi,
-            action_value=q_taken,
-            next_state_value=steps.next_state_value,
-            trace_power=1.0 / d,
-            flags=steps.flags,
-        )
-        q_opc = self.value_estimate(
-            data,
-            log_pi=log_pi,
-            action_value=q_taken,
-            next_state_value=steps.next_state_value,
-            unit_traces=True,
-            flags=steps.flags,
-        )
-        keys = self.tensor_keys
-        return {
-            keys.value_target: q_ret,
-            keys.value_target_opc: q_opc,
-            keys.advantage: q_ret - steps.value,
-            keys.value: steps.value,
+        :math:`Q_{ret}` with the traces :math:`\lambda \min(\bar c, \rho_t^{1/d})`,
+        :math:`Q_{opc}` with every trace 1 (see :meth:`value_estimate`).
+        """
+        common = {
+            "log_pi": log_pi,
+            "action_value": action_value,
+            "next_state_value": steps.next_state_value,
+            "flags": steps.flags,
         }
+        d = steps.loc.shape[-1]
+        q_ret = self.value_estimate(data, trace_power=1.0 / d, log_mu=log_mu, **common)
+        return q_ret, self.value_estimate(data, unit_traces=True, **common)
 
     def done_flags(self, data: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``(done, terminated)`` as ``[*B, T]`` booleans."""
@@ -778,16 +723,18 @@ class RetraceEstimator(ValueEstimatorBase):
         """
         owner = type(self).__name__
         keys = self.tensor_keys
-        batch = tensordict.batch_size
-
-        def step_entry(key, what):
-            value = get_entry(tensordict, key, owner, what)
-            return as_step_tensor(value, batch, str(key), owner)
-
-        reward = step_entry(("next", keys.reward), "the reward of each step")
+        key = ("next", keys.reward)
+        reward = get_entry(tensordict, key, owner, "the reward of each step")
+        reward = as_step_tensor(reward, tensordict.batch_size, str(key), owner)
         check = self.check_values
         if check:
-            check_finite(reward, *self._reward_check(owner))
+            check_finite(
+                reward,
+                repr(key),
+                owner,
+                "a non-finite reward would make every target, and after one update "
+                "every parameter, non-finite",
+            )
         done, terminated = self.done_flags(tensordict) if flags is None else flags
         gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
         if unit_traces:
@@ -799,7 +746,13 @@ class RetraceEstimator(ValueEstimatorBase):
             if log_mu is None:
                 log_mu = self.behaviour_log_prob(tensordict)
             if check:
-                check_finite(log_mu, *self._log_mu_check(owner))
+                check_finite(
+                    log_mu,
+                    repr(keys.sample_log_prob),
+                    owner,
+                    "a behaviour log-probability of -inf or NaN for an action that "
+                    "was taken means corrupted data; it is not clipped",
+                )
             if trace_power != 1.0:
                 log_pi, log_mu = log_pi * trace_power, log_mu * trace_power
         return retrace_lambda_return_estimate(
@@ -816,45 +769,44 @@ class RetraceEstimator(ValueEstimatorBase):
             c_thresh=c_thresh,
         )
 
-    def _reward_check(self, owner):
-        return (
-            repr(("next", self.tensor_keys.reward)),
-            owner,
-            "a non-finite reward would make every target, and after one update "
-            "every parameter, non-finite",
-        )
 
-    def _log_mu_check(self, owner):
-        return (
-            repr(self.tensor_keys.sample_log_prob),
-            owner,
-            "a behaviour log-probability of -inf or NaN for an action that "
-            "was taken means corrupted data; it is not clipped",
-        )
-
-
-class DiscreteSteps:
+class Steps:
     r"""Per-step network outputs of a ``[*B, T]`` window (time last).
 
-    Built from the flat outputs of one call of each network.
+    Built from the flat outputs of one call of each network; all in the graph.
 
     Attributes:
-        logits: the policy's logits at ``s_t``, ``[*B, T, A]``, in the graph.
-        q: :math:`Q(s_t, \cdot)`, ``[*B, T, A]``, in the graph.
-        action: stored action indices, ``[*B, T]``.
-        action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``, in the graph.
-        next_state_value: :math:`V(s'_t) = \sum_a \pi(a|s'_t) Q(s'_t, a)` at the
-            real next observation, ``[*B, T, 1]``, in the graph.
+        window: the window the networks ran on.
+        action: the stored actions: indices ``[*B, T]`` (categorical policies) or
+            ``[*B, T, d]`` (Gaussian ones).
         flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
+        next_state_value: :math:`V(s'_t)` at the real next observation,
+            ``[*B, T, 1]``; for a categorical policy
+            :math:`\sum_a \pi(a|s'_t) Q(s'_t, a)`.
+        logits: categorical: the policy's logits at ``s_t``, ``[*B, T, A]``.
+        q: categorical: :math:`Q(s_t, \cdot)`, ``[*B, T, A]``.
+        action_value: categorical: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``.
+        loc, scale: Gaussian: the policy's parameters at ``s_t``, ``[*B, T, d]``
+            (``scale`` as the policy gives it: it may be a constant).
+        value: Gaussian: :math:`V(s_t)`, ``[*B, T, 1]``.
+        observations: Gaussian: what the advantage head reads at each ``s_t`` (the
+            observations, and with a recurrent actor the features of its trunk),
+            a flat ``[prod(B) T]`` TensorDict.
     """
 
-    def __init__(self, window, logits, q, action):
-        self.window = window
-        self.logits, next_logits = window.split(logits)
-        self.q, next_q = window.split(q)
-        self.next_state_value = state_value(next_logits.softmax(-1), next_q)
-        self.action = action
-        self.action_value = taken(self.q, action)
+    def __init__(self, window, params, out, action, flags, observations=None):
+        self.window, self.action, self.flags = window, action, flags
+        if "logits" in params:
+            self.logits, next_logits = window.split(params["logits"])
+            self.q, next_q = window.split(out)
+            self.next_state_value = state_value(next_logits.softmax(-1), next_q)
+            self.action_value = taken(self.q, action)
+        else:
+            loc = params["loc"]
+            self.loc = window.split(loc)[0]
+            self.scale = window.split(params["scale"].expand_as(loc))[0]
+            self.value, self.next_state_value = window.split(out)
+            self.observations = observations
 
 
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -865,31 +817,6 @@ def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 def taken(per_action: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     """The entry of the taken action: ``[*B, T, A]`` and ``[*B, T]`` to ``[*B, T, 1]``."""
     return per_action.gather(-1, action.unsqueeze(-1))
-
-
-class GaussianSteps:
-    """Per-step outputs for a Gaussian policy and a stochastic dueling network.
-
-    Attributes:
-        loc, scale: the policy's parameters at ``s_t``, ``[*B, T, d]``, in the
-            graph (``scale`` as the policy gives it: it may be a constant).
-        value: :math:`V(s_t)`, ``[*B, T, 1]``, in the graph.
-        next_state_value: :math:`V(s'_t)` at the real next observation.
-        action: the stored actions, ``[*B, T, d]``.
-        window: the window the networks ran on.
-        observations: what the advantage head reads at each ``s_t`` (the
-            observations, and with a recurrent actor the features of its trunk),
-            a flat ``[prod(B) T]`` TensorDict.
-        flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
-    """
-
-    def __init__(self, window, loc, scale, value, action, observations):
-        self.window = window
-        self.loc = window.split(loc)[0]
-        self.scale = window.split(scale.expand_as(loc))[0]
-        self.value, self.next_state_value = window.split(value)
-        self.action = action
-        self.observations = observations
 
 
 def _as_tuple(key: NestedKey) -> tuple[str, ...]:
@@ -1365,31 +1292,33 @@ class PolicyCriticEvaluator:
         critic_params: TensorDictBase | None = None,
         detach_shared: bool = False,
         skip_existing: bool = False,
+        pieces=(),
+        features=(),
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Returns ``(distribution parameters, the critic's output_key)``.
 
-        ``inputs`` is a flat TensorDict or a dict of flat tensors. With
-        ``skip_existing`` the critic's modules whose outputs ``inputs`` already
-        holds are skipped (the policy always runs: the behaviour logits stored
-        with the data must never stand in for the current policy's).
+        ``inputs`` is a dict of flat tensors, or a TensorDict the outputs are
+        written into. With ``skip_existing`` the critic's modules whose outputs
+        ``inputs`` already holds are skipped (the policy always runs: the behaviour
+        logits stored with the data must never stand in for the current
+        policy's). ``pieces`` and ``features``: see :class:`RecurrentEvaluator`.
         """
         data = _as_tensordict(inputs)
         with (
             self.params_context(actor_params, self.actor_network),
             _skip_existing_set_to(False),
         ):
-            run_modules(policy_modules(self.actor_network), data)
+            run_modules(policy_modules(self.actor_network), data, pieces)
         params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
         if detach_shared:
-            for key in self.shared_out_keys:
+            for key in (*self.shared_out_keys, *features):
                 data.set(key, data.get(key).detach())
         with (
             self.params_context(critic_params, self.critic_network),
             _skip_existing_set_to(skip_existing),
         ):
-            run_modules(self.critic_modules, data)
-        out = data.get(output_key)
-        return params, out
+            run_modules(self.critic_modules, data, pieces)
+        return params, data.get(output_key)
 
     def dist_params_only(
         self,
@@ -1482,20 +1411,42 @@ def submodules(sequence: TensorDictSequential) -> list:
     )
 
 
-def run_modules(modules, tensordict: TensorDictBase) -> None:
+def run_modules(modules, tensordict: TensorDictBase, pieces=()) -> None:
     """Calls each of ``modules`` on ``tensordict`` in turn, as a sequence would.
 
     One by one rather than as the actor's ``det_part`` (a ``TensorDictSequential``
     the actor made), whose own call costs about as much as a small network's
-    forward.
+    forward. The recurrent modules in ``pieces`` run by :func:`forward_in_pieces`;
+    a ``TensorDictSequential`` holding one of them is walked module by module
+    (each module writes into ``tensordict``, which the next reads). Left out of
+    ``pieces``: a bidirectional RNN (padding would reach its outputs) and a module
+    set to TorchRL's ``"scan"`` or ``"triton"`` backend (the user's choice), which
+    run their own forward.
     """
     for module in modules:
-        module(tensordict)
+        if not pieces:
+            module(tensordict)
+        elif isinstance(module, (LSTMModule, GRUModule)) and any(
+            module is m for m in pieces
+        ):
+            if not module_rnn(module).bidirectional and module.recurrent_backend in (
+                "auto",
+                "pad",
+            ):
+                forward_in_pieces(module, tensordict)
+            else:
+                module(tensordict)
+        elif isinstance(module, TensorDictSequential) and any(
+            m is p for m in module.modules() for p in pieces
+        ):
+            run_modules(submodules(module), tensordict, pieces)
+        else:
+            module(tensordict)
 
 
 def _as_tensordict(inputs) -> TensorDictBase:
     if isinstance(inputs, TensorDictBase):
-        return inputs.copy()
+        return inputs
     size = next(iter(inputs.values())).shape[0]
     return TensorDict(dict(inputs), [size])
 
@@ -1652,10 +1603,6 @@ class RecurrentEvaluator:
         self.features = [key for key in keys if key in written]
         self.obs_keys = [key for key in keys if key not in written]
 
-    def parameter(self) -> torch.Tensor:
-        """A parameter of the recurrent modules: the dtype and device of states."""
-        return next(p for m in self.modules for p in m.parameters())
-
     def in_keys(self, tensor_keys) -> list[NestedKey]:
         """What a segment must hold.
 
@@ -1717,13 +1664,14 @@ class RecurrentEvaluator:
         return reset | after_done
 
     def initial_states(
-        self, data: TensorDictBase, like: torch.Tensor, owner: str
+        self, data: TensorDictBase, owner: str
     ) -> dict[NestedKey, torch.Tensor]:
         """The state entering the segment's first step, before any reset.
 
-        ``{state key: [R, *shape]}`` for ``R`` rows, in ``like``'s dtype and device (a
-        parameter of the networks).
+        ``{state key: [R, *shape]}`` for ``R`` rows, in the dtype and device of the
+        recurrent modules' parameters.
         """
+        like = next(p for m in self.modules for p in m.parameters())
         batch = tuple(data.batch_size)
         rows = math.prod(batch[:-1])
         out = {}
@@ -1750,34 +1698,20 @@ class RecurrentEvaluator:
             out[key] = value[..., 0, :, :].reshape(rows, *shape).to(like)
         return out
 
-    def run(
-        self,
-        inputs: TensorDictBase,
-        *,
-        output_key: NestedKey,
-        actor_params=None,
-        critic_params=None,
-        detach_shared: bool = False,
-        states: bool = False,
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def run(self, inputs: TensorDictBase, *, states: bool = False, **kwargs):
         """Runs the actor and the critic over ``[R, L]`` sequences in recurrent mode.
 
-        The actor runs to its distribution parameters; the outputs are written into
-        ``inputs``. With ``states``, the recurrent modules' own forward also writes the
-        states after each sequence, else they run in pieces (:func:`run_in_pieces`).
+        As :class:`PolicyCriticEvaluator` does, writing into ``inputs``. With
+        ``states``, the recurrent modules' own forward also writes the states after
+        each sequence, else they run in pieces (:func:`run_modules`).
         """
-        ev = self.evaluator
-        pieces = () if states else self.modules
-        with set_recurrent_mode(True), _skip_existing_set_to(False):
-            with ev.params_context(actor_params, ev.actor_network):
-                run_in_pieces(policy_modules(ev.actor_network), inputs, pieces)
-            params = {name: inputs.get(key) for name, key in ev.dist_param_keys.items()}
-            if detach_shared:
-                for key in (*ev.shared_out_keys, *self.features):
-                    inputs.set(key, inputs.get(key).detach())
-            with ev.params_context(critic_params, ev.critic_network):
-                run_in_pieces(ev.critic_modules, inputs, pieces)
-        return params, inputs.get(output_key)
+        with set_recurrent_mode(True):
+            return self.evaluator(
+                inputs,
+                pieces=() if states else self.modules,
+                features=self.features,
+                **kwargs,
+            )
 
     def window(
         self,
@@ -1787,36 +1721,27 @@ class RecurrentEvaluator:
         done: torch.Tensor,
         terminated: torch.Tensor,
         prefix_done: torch.Tensor | None = None,
-        output_key: NestedKey,
-        actor_params=None,
-        critic_params=None,
-        like: torch.Tensor,
         owner: str,
+        **run,
     ) -> SequenceWindow:
         """The sequences over ``data``, with the states entering them.
 
         ``data`` holds the steps after the burn-in ``prefix``, whose ``done`` flags are
-        ``prefix_done``.
+        ``prefix_done``; ``run`` are :meth:`run`'s arguments, for the burn-in.
         """
         if prefix is None:
-            states = self.initial_states(data, like, owner)
+            states = self.initial_states(data, owner)
             done_before = None
         else:
             with torch.no_grad():
                 warm = SequenceWindow(
                     prefix,
                     self.obs_keys,
-                    self.initial_states(prefix, like, owner),
+                    self.initial_states(prefix, owner),
                     self.resets(prefix, prefix_done, owner),
                     owner=owner,
                 )
-                self.run(
-                    warm.inputs,
-                    states=True,
-                    output_key=output_key,
-                    actor_params=actor_params,
-                    critic_params=critic_params,
-                )
+                self.run(warm.inputs, states=True, **run)
             states = {
                 key: warm.inputs.get(out_key)[:, -1]
                 for key, out_key in self._state_out.items()
@@ -1847,13 +1772,12 @@ class RecurrentEvaluator:
         states.
         """
         ev = self.evaluator
-        like = self.parameter()
         window = SequenceWindow(
             full,
             self.obs_keys,
             {
                 k: v
-                for k, v in self.initial_states(full, like, owner).items()
+                for k, v in self.initial_states(full, owner).items()
                 if self.states[k][0] in self.actor_modules
             },
             self.resets(full, done, owner),
@@ -1866,40 +1790,12 @@ class RecurrentEvaluator:
             _skip_existing_set_to(False),
             ev.params_context(params, ev.actor_network),
         ):
-            run_in_pieces(policy_modules(ev.actor_network), inputs, self.actor_modules)
+            run_modules(policy_modules(ev.actor_network), inputs, self.actor_modules)
         k = self.burn_in
         return {
             name: window.current(inputs.get(key))[..., k:, :]
             for name, key in ev.dist_param_keys.items()
         }
-
-
-def run_in_pieces(modules, tensordict: TensorDictBase, pieces) -> None:
-    """Calls each of ``modules`` on ``tensordict``, those in ``pieces`` in pieces.
-
-    The recurrent modules in ``pieces`` run by :func:`forward_in_pieces`. A
-    ``TensorDictSequential`` holding one of them is walked module by module
-    (each module writes into ``tensordict``, which the next reads); any other
-    module is called as it is. Left out of ``pieces``: a bidirectional RNN
-    (padding would reach its outputs) and a module set to TorchRL's ``"scan"``
-    or ``"triton"`` backend (the user's choice), which run their own forward.
-    """
-    for module in modules:
-        if isinstance(module, (LSTMModule, GRUModule)) and any(
-            module is m for m in pieces
-        ):
-            if not module_rnn(module).bidirectional and module.recurrent_backend in (
-                "auto",
-                "pad",
-            ):
-                forward_in_pieces(module, tensordict)
-                continue
-        elif isinstance(module, TensorDictSequential) and any(
-            m is p for m in module.modules() for p in pieces
-        ):
-            run_in_pieces(submodules(module), tensordict, pieces)
-            continue
-        module(tensordict)
 
 
 def forward_in_pieces(
