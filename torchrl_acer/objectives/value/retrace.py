@@ -335,25 +335,21 @@ class RetraceEstimator(ValueEstimatorBase):
             device=device,
         )
         self.family = policy_family(actor_network)
-        if self.family == "gaussian":
-            if not isinstance(value_network, StochasticDuelingNetwork):
-                raise TypeError(
-                    "a Gaussian policy needs a StochasticDuelingNetwork critic "
-                    f"(V and A heads) as value_network, got "
-                    f"{type(value_network).__name__}"
-                )
-            self.evaluator = PolicyCriticEvaluator(
-                actor_network,
-                value_network,
-                ("loc", "scale"),
-                critic_head=value_network.value_network,
+        gaussian = self.family == "gaussian"
+        if gaussian and not isinstance(value_network, StochasticDuelingNetwork):
+            raise TypeError(
+                "a Gaussian policy needs a StochasticDuelingNetwork critic "
+                f"(V and A heads) as value_network, got {type(value_network).__name__}"
             )
-        else:
-            self.evaluator = PolicyCriticEvaluator(
-                actor_network, value_network, ("logits",)
-            )
+        self.evaluator = PolicyCriticEvaluator(
+            actor_network,
+            value_network,
+            ("loc", "scale") if gaussian else ("logits",),
+            critic_head=value_network.value_network if gaussian else None,
+        )
         self.__dict__["actor_network"] = actor_network
-        self.recurrent = self._recurrent_evaluator(recurrent_state, burn_in)
+        self.recurrent = recurrent_evaluator(self.evaluator, recurrent_state, burn_in)
+        self.recurrent_state, self.burn_in = recurrent_state, burn_in
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
             # float64 buffers: the target is computed in the data's dtype, and a
             # float32 0.99 would cap float64 data at float32 precision
@@ -363,50 +359,6 @@ class RetraceEstimator(ValueEstimatorBase):
         self.check_values = check_values
         self.time_dim = time_dim
         self.one_hot = self.family == "one_hot"
-
-    def _recurrent_evaluator(self, recurrent_state, burn_in):
-        """The sequence evaluator for networks holding recurrent modules.
-
-        ``None`` otherwise (the feed-forward window).
-        """
-        if recurrent_state not in RECURRENT_STATES:
-            raise ValueError(
-                f"recurrent_state must be one of {RECURRENT_STATES}, got "
-                f"{recurrent_state!r}"
-            )
-        if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
-            raise ValueError(f"burn_in must be an integer >= 0, got {burn_in!r}")
-        self.recurrent_state = recurrent_state
-        self.burn_in = burn_in
-        if not self.evaluator.recurrent:
-            if burn_in:
-                raise ValueError(
-                    f"burn_in={burn_in} warms the state of recurrent networks, but "
-                    f"neither the actor nor the critic holds an LSTMModule or a "
-                    f"GRUModule"
-                )
-            return None
-        critic_keys = ()
-        if self.family == "gaussian":
-            sdn = self.value_network
-            for name, module in sdn.named_modules():
-                if isinstance(module, (LSTMModule, GRUModule)):
-                    raise TypeError(
-                        f"the {type(sdn).__name__} holds a recurrent module at "
-                        f"{name!r} ({type(module).__name__}); with a Gaussian policy "
-                        f"the LSTMModule / GRUModule must be in the actor network, "
-                        f"and the dueling network's value and advantage networks "
-                        f"feed-forward modules reading its output features (its "
-                        f"out_key, e.g. {module.out_keys[0]!r}) and observations"
-                    )
-            # the advantage network runs on the steps, outside the sequences
-            critic_keys = sdn.observation_keys
-        return RecurrentEvaluator(
-            self.evaluator,
-            recurrent_state=recurrent_state,
-            burn_in=burn_in,
-            critic_keys=critic_keys,
-        )
 
     def set_keys(self, **kwargs) -> None:
         value = kwargs.get("action_value")
@@ -1536,6 +1488,52 @@ def state_shapes(module: LSTMModule | GRUModule) -> dict[NestedKey, tuple[int, .
         h_size = rnn.proj_size if rnn.proj_size > 0 else rnn.hidden_size
         return {keys[0]: (layers, h_size), keys[1]: (layers, rnn.hidden_size)}
     return {keys[0]: (layers, rnn.hidden_size)}
+
+
+def recurrent_evaluator(
+    evaluator: PolicyCriticEvaluator, recurrent_state: str, burn_in: int
+) -> RecurrentEvaluator | None:
+    """The sequence evaluator for networks holding recurrent modules.
+
+    ``None`` otherwise (the feed-forward window). Checks the options and, for a
+    stochastic dueling network, that the recurrent modules are in the actor.
+    """
+    if recurrent_state not in RECURRENT_STATES:
+        raise ValueError(
+            f"recurrent_state must be one of {RECURRENT_STATES}, got "
+            f"{recurrent_state!r}"
+        )
+    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
+        raise ValueError(f"burn_in must be an integer >= 0, got {burn_in!r}")
+    if not evaluator.recurrent:
+        if burn_in:
+            raise ValueError(
+                f"burn_in={burn_in} warms the state of recurrent networks, but "
+                f"neither the actor nor the critic holds an LSTMModule or a "
+                f"GRUModule"
+            )
+        return None
+    critic_keys = ()
+    sdn = evaluator.critic_network
+    if isinstance(sdn, StochasticDuelingNetwork):
+        for name, module in sdn.named_modules():
+            if isinstance(module, (LSTMModule, GRUModule)):
+                raise TypeError(
+                    f"the {type(sdn).__name__} holds a recurrent module at "
+                    f"{name!r} ({type(module).__name__}); with a Gaussian policy "
+                    f"the LSTMModule / GRUModule must be in the actor network, "
+                    f"and the dueling network's value and advantage networks "
+                    f"feed-forward modules reading its output features (its "
+                    f"out_key, e.g. {module.out_keys[0]!r}) and observations"
+                )
+        # the advantage network runs on the steps, outside the sequences
+        critic_keys = sdn.observation_keys
+    return RecurrentEvaluator(
+        evaluator,
+        recurrent_state=recurrent_state,
+        burn_in=burn_in,
+        critic_keys=critic_keys,
+    )
 
 
 class RecurrentEvaluator:
