@@ -18,13 +18,13 @@ from builders import discrete_actor_critic, random_batch
 from torchrl.objectives import SoftUpdate
 
 from torchrl_acer import ACERLoss
-from torchrl_acer.objectives import _window
-from torchrl_acer.objectives._window import ObservationWindow
+from torchrl_acer.objectives.value import retrace as _window
 from torchrl_acer.objectives.value.functional import (
     _blocked_scan,
     _hillis_steele_scan,
     _matrix_scan,
 )
+from torchrl_acer.objectives.value.retrace import ObservationWindow
 
 TERMS = ("loss_objective", "loss_critic", "loss_entropy")
 

@@ -49,7 +49,7 @@ from torchrl.objectives import SoftUpdate
 
 from torchrl_acer import ACERLoss, RetraceEstimator, StochasticDuelingNetwork
 from torchrl_acer.modules.sdn import PlainQCritic
-from torchrl_acer.objectives._recurrent import (
+from torchrl_acer.objectives.value.retrace import (
     forward_in_pieces,
     module_rnn,
     recurrent_modules,

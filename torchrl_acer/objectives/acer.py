@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -25,17 +26,18 @@ from torchrl.objectives.utils import (
 from torchrl.objectives.value import ValueEstimatorBase
 
 from torchrl_acer.objectives._value_estimators import ValueEstimators
-from torchrl_acer.objectives._window import check_finite, get_entry
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
     TRUST_REGION_STATS,
     TrustRegionHook,
-    gaussian_kl_gradient,
-    kl_gradient,
+    categorical_log_probs,
+    gaussian_statistics,
 )
 from torchrl_acer.objectives.value.retrace import (
     RetraceEstimator,
+    check_finite,
     gaussian_log_prob,
+    get_entry,
     state_value,
     taken,
 )
@@ -598,11 +600,17 @@ class ACERLoss(LossModule):
             valid = None  # every step counts
             # the count of steps is shape metadata: no reduction, no read-back
             scale = float(log_mu.numel()) if self.reduction == "mean" else 1.0
-        hook = (valid, scale)
+        register = functools.partial(
+            TrustRegionHook.register,
+            delta=self.trust_region_delta,
+            scale=scale,
+            valid=valid,
+            stats_out=self._trust_region_stats,
+        )
         if categorical:
-            terms = self._categorical_terms(data, steps, average, log_mu, hook)
+            terms = self._categorical_terms(data, steps, average, log_mu, register)
         else:
-            terms = self._gaussian_terms(data, steps, average, log_mu, hook)
+            terms = self._gaussian_terms(data, steps, average, log_mu, register)
         return self._outputs(terms, data, time_dim, last, masked)
 
     def _has_loss_mask(self, data) -> bool:
@@ -619,13 +627,16 @@ class ACERLoss(LossModule):
             return value.sum()
         return value
 
-    def _categorical_terms(self, data, steps, average, log_mu, hook):
+    def _categorical_terms(self, data, steps, average, log_mu, register):
         """Per-step terms for a categorical policy (the sum over actions is exact)."""
         estimator = self.value_estimator
         avg_logits = average["logits"].reshape(steps.logits.shape)
-        behaviour_log_probs = self._behaviour_log_probs(data, steps.logits.shape)
+        (behaviour_logits,) = self._behaviour(data, steps.logits.shape)
+        behaviour_log_probs = behaviour_logits.log_softmax(-1)
         avg_probs = avg_logits.softmax(-1)
-        log_probs = self._policy_log_probs(steps.logits, avg_probs, *hook)
+        log_probs = categorical_log_probs(
+            steps.logits, avg_probs, self.trust_region_space, register
+        )
         pi = log_probs.exp()
         probs = pi.detach()
         q = steps.q.detach()
@@ -663,7 +674,7 @@ class ACERLoss(LossModule):
             "action_value": steps.action_value,
         }
 
-    def _gaussian_terms(self, data, steps, average, log_mu, hook):
+    def _gaussian_terms(self, data, steps, average, log_mu, register):
         """Per-step terms for a Gaussian policy and a stochastic dueling network.
 
         Paper section 5: Q_opc in the policy gradient, one sampled action for the bias
@@ -674,10 +685,10 @@ class ACERLoss(LossModule):
         d = steps.loc.shape[-1]
         avg_loc = average["loc"].reshape(steps.loc.shape)
         avg_scale = average["scale"].expand_as(average["loc"]).reshape(steps.loc.shape)
-        loc, scale = self._policy_gaussian(
-            steps.loc, steps.scale, avg_loc, avg_scale, *hook
+        loc, scale = gaussian_statistics(
+            steps.loc, steps.scale, avg_loc, avg_scale, register
         )
-        mu_loc, mu_scale = self._behaviour_gaussian(data, steps.loc.shape)
+        mu_loc, mu_scale = self._behaviour(data, steps.loc.shape)
         with torch.no_grad():
             # one action a' ~ pi for the bias correction, n for the dueling baseline
             n = 1 + sdn.num_samples * sdn.dueling
@@ -701,14 +712,9 @@ class ACERLoss(LossModule):
             c = self.ratio_clip
             v = value.detach()
             q_sampled = advantages[1] + offset
-            common = {
-                "log_pi": log_pi.detach(),
-                "action_value": q_taken.detach(),
-                "next_state_value": steps.next_state_value.detach(),
-                "flags": steps.flags,
-            }
-            q_ret = estimator.value_estimate(data, trace_power=1.0 / d, **common)
-            q_opc = estimator.value_estimate(data, unit_traces=True, **common)
+            q_ret, q_opc = estimator.gaussian_targets(
+                data, steps, log_pi.detach(), q_taken.detach(), log_mu
+            )
             rho = (log_pi.detach() - log_mu).exp()
             rho_sampled = (
                 log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
@@ -786,111 +792,59 @@ class ACERLoss(LossModule):
             "explained_variance": 1 - residual.var() / target.var(),
         }
 
-    def _behaviour_log_probs(self, data, shape):
-        key = self.tensor_keys.behavior_logits
-        owner = type(self).__name__
-        logits = get_entry(
-            data,
-            key,
-            owner,
-            "the behaviour policy's logits stored with each step (collectors store "
-            "the actor's logits)",
-        )
-        if logits.shape != shape:
-            raise ValueError(
-                f"{owner}: behaviour logits {key!r} have shape {tuple(logits.shape)}, "
-                f"expected {tuple(shape)} (the policy's logits for the [*B, T] batch)"
-            )
-        if self.value_estimator.check_values:
-            # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
-            # correction would silently switch off
-            check_finite(
-                logits, repr(key), owner, "the behaviour policy's logits are corrupted"
-            )
-        return logits.log_softmax(-1)
+    def _behaviour(self, data, shape) -> list[torch.Tensor]:
+        """The behaviour policy's statistics stored with the ``[*B, T]`` steps.
 
-    def _behaviour_gaussian(self, data, shape):
-        owner = type(self).__name__
+        ``[logits]`` (categorical policies, of the policy's ``shape``) or ``[loc,
+        scale]`` (Gaussian ones, expanded to ``shape``), checked.
+        """
+        owner, keys = type(self).__name__, self.tensor_keys
+        check = self.value_estimator.check_values
+        names = (
+            ("logits",)
+            if self.value_estimator.family != "gaussian"
+            else ("loc", "scale")
+        )
         out = []
-        for key in (self.tensor_keys.behavior_loc, self.tensor_keys.behavior_scale):
+        for name in names:
+            key = getattr(keys, f"behavior_{name}")
+            what = "logits" if name == "logits" else "Gaussian parameters"
             value = get_entry(
                 data,
                 key,
                 owner,
-                "the behaviour policy's Gaussian parameters stored with each step "
-                "(collectors store the actor's)",
+                f"the behaviour policy's {what} stored with each step (collectors "
+                f"store the actor's)",
             )
-            if value.shape != shape:
+            fits = value.shape == shape
+            if not fits and name != "logits":  # a Gaussian's may broadcast
                 try:
-                    value = value.expand(shape)
+                    value, fits = value.expand(shape), True
                 except RuntimeError:
-                    raise ValueError(
-                        f"{owner}: behaviour {key!r} has shape {tuple(value.shape)}, "
-                        f"expected {tuple(shape)} (the policy's parameters for the "
-                        f"[*B, T] batch)"
-                    ) from None
-            if self.value_estimator.check_values:
+                    pass
+            if not fits:
+                raise ValueError(
+                    f"{owner}: behaviour {name} {key!r} "
+                    f"{'have' if name == 'logits' else 'has'} shape "
+                    f"{tuple(value.shape)}, expected {tuple(shape)} (the policy's "
+                    f"{what} for the [*B, T] batch)"
+                )
+            if check:
+                # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
+                # correction would silently switch off
                 check_finite(
                     value,
                     repr(key),
                     owner,
-                    "the behaviour policy's statistics are corrupted",
+                    f"the behaviour policy's {what} are corrupted",
                 )
             out.append(value)
-        if self.value_estimator.check_values and not bool((out[1] > 0).all()):
+        if check and len(out) == 2 and not bool((out[1] > 0).all()):
             raise ValueError(
-                f"{owner}: behaviour scale {self.tensor_keys.behavior_scale!r} holds "
-                f"values that are not positive; min {out[1].min().item()}"
+                f"{owner}: behaviour scale {keys.behavior_scale!r} holds values that "
+                f"are not positive; min {out[1].min().item()}"
             )
         return out
-
-    def _hook(self, stats, k, valid, scale):
-        """Registers the trust-region projection on ``stats``, when it applies."""
-        if self.trust_region_delta is not None and stats.requires_grad:
-            stats.register_hook(
-                TrustRegionHook(
-                    k, self.trust_region_delta, scale, valid, self._trust_region_stats
-                )
-            )
-
-    def _policy_log_probs(self, logits, avg_probs, valid, scale):
-        """Log-probabilities of the current policy, through the trust-region hook.
-
-        The statistics the trust region acts on are computed from the logits, the
-        hook is registered on them, and the log-probabilities are computed from
-        them, so that every policy term's gradient passes through the hook.
-        """
-        space = self.trust_region_space
-        if space == "logits":
-            stats = logits
-        elif space == "log_probs":
-            stats = logits.log_softmax(-1)
-        else:
-            stats = logits.softmax(-1)
-        k = kl_gradient(space, stats.detach(), avg_probs)
-        self._hook(stats, k, valid, scale)
-        if space == "logits":
-            return stats.log_softmax(-1)
-        if space == "log_probs":
-            return stats
-        return stats.clamp_min(torch.finfo(stats.dtype).tiny).log()
-
-    def _policy_gaussian(self, loc, scale, avg_loc, avg_scale, valid, weight):
-        """The policy's mean (and learned scale) through the trust-region hook.
-
-        The statistics are the mean, joined by the scale when it is learned (has a
-        gradient), so that the projection bounds them together per step.
-        """
-        learned = scale.requires_grad
-        d = loc.shape[-1]
-        stats = torch.cat([loc, scale], -1) if learned else loc
-        k = gaussian_kl_gradient(
-            loc.detach(), scale.detach(), avg_loc, avg_scale, learned_scale=learned
-        )
-        self._hook(stats, k, valid, weight)
-        if learned:
-            return stats[..., :d], stats[..., d:]
-        return stats, scale
 
     @property
     def trust_region_stats(self) -> TensorDict | None:

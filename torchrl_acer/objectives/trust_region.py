@@ -29,7 +29,9 @@ __all__ = [
     "TRUST_REGION_SPACES",
     "TRUST_REGION_STATS",
     "TrustRegionHook",
+    "categorical_log_probs",
     "gaussian_kl_gradient",
+    "gaussian_statistics",
     "kl_gradient",
     "project",
 ]
@@ -145,6 +147,12 @@ class TrustRegionHook:
             :math:`k_t \cdot g_t` before projection.
     """
 
+    @classmethod
+    def register(cls, stats, k, *, delta, scale, valid, stats_out):
+        """Registers the projection on ``stats`` (if ``delta`` and a gradient)."""
+        if delta is not None and stats.requires_grad:
+            stats.register_hook(cls(k, delta, scale, valid, stats_out))
+
     def __init__(self, k, delta, scale, valid, stats_out):
         self.k = k
         self.delta = delta
@@ -166,3 +174,44 @@ class TrustRegionHook:
                 sums = (per_step * self.valid.reshape(-1, 1)).sum(0)
                 self.stats_out.copy_(sums / self.valid.sum().clamp_min(1))
         return -z / self.scale
+
+
+def categorical_log_probs(logits, avg_probs, space: str, register) -> torch.Tensor:
+    """Log-probabilities of the current policy, through the trust region.
+
+    The statistics the trust region acts on (``space``) are computed from the
+    logits, ``register(stats, k)`` (:meth:`TrustRegionHook.register`) puts the
+    projection on them, and the log-probabilities are computed from them, so that
+    every policy term's gradient passes through the projection.
+    """
+    if space == "logits":
+        stats = logits
+    elif space == "log_probs":
+        stats = logits.log_softmax(-1)
+    else:
+        stats = logits.softmax(-1)
+    register(stats, kl_gradient(space, stats.detach(), avg_probs))
+    if space == "logits":
+        return stats.log_softmax(-1)
+    if space == "log_probs":
+        return stats
+    return stats.clamp_min(torch.finfo(stats.dtype).tiny).log()
+
+
+def gaussian_statistics(loc, scale, avg_loc, avg_scale, register):
+    """The policy's mean (and learned scale) through the trust region.
+
+    The statistics are the mean, joined by the scale when it is learned (has a
+    gradient), so that the projection bounds them together per step; ``register``
+    as for :func:`categorical_log_probs`. Returns ``(loc, scale)``.
+    """
+    learned = scale.requires_grad
+    d = loc.shape[-1]
+    stats = torch.cat([loc, scale], -1) if learned else loc
+    k = gaussian_kl_gradient(
+        loc.detach(), scale.detach(), avg_loc, avg_scale, learned_scale=learned
+    )
+    register(stats, k)
+    if learned:
+        return stats[..., :d], stats[..., d:]
+    return stats, scale

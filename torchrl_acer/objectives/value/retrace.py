@@ -1,34 +1,109 @@
-"""RetraceEstimator: the Retrace(lambda) target as a TorchRL value estimator."""
+r"""RetraceEstimator: the Retrace(lambda) target as a TorchRL value estimator.
+
+Besides the estimator, this module holds how it runs the policy and the critic once
+over a window of transitions, and the input checks it shares with the loss.
+
+**Feed-forward networks.** Retrace and ACER need the networks at every ``s_t`` of a ``[*B, T]`` batch and at
+every real next observation ``s'_t``. Inside an episode ``s'_t == s_{t+1}``, so the
+``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of a row cover both. The only
+``s'_t`` they miss are the mid-row truncations (``done`` and not ``terminated``
+before the last step): those are bootstrapped from ``V(s'_t)`` and ``s'_t`` is not
+the next row entry (a reset observation is). They are appended as extra inputs, so
+the networks see ``B (T + 1) + K`` observations in one call, ``K`` the number of
+mid-row truncations, instead of ``2 B T``. Mid-row terminations need no extra
+input: their next value is multiplied by zero. This is TorchRL's ``shifted=True``
+(one call over the shifted observations), exact for any number of resets in a row.
+
+With ``shifted=False`` (TorchRL's default meaning) the window makes no assumption
+about ``s'_t``: the networks see the ``B T`` observations and the ``B T`` next
+observations, still in one call.
+
+**Recurrent networks** (replayed ``[*B, T]`` segments). A network holding TorchRL's :class:`~torchrl.modules.LSTMModule` or
+:class:`~torchrl.modules.GRUModule` cannot see a segment as independent
+observations (the feed-forward window above): it must run over each row
+in order, from a hidden state, resetting at episode starts. Here each row is one
+sequence, run in TorchRL's recurrent mode (:class:`~torchrl.modules.set_recurrent_mode`)
+in one call per network:
+
+- the state entering step ``0`` is the state stored with the segment's first step
+  (``recurrent_state="stored"``, the state the behaviour policy had there) or zero
+  (``"zero"``, OpenAI baselines' replay); either is zeroed if the step starts an
+  episode;
+- the state is reset to zero at every step ``t`` that starts an episode:
+  ``is_init_t`` (TorchRL's :class:`~torchrl.envs.InitTracker`) or ``done_{t-1}``;
+- the next observation :math:`s'_t` of a mid-row truncation (``done`` and not
+  ``terminated`` before the last step) is inserted in the row right after
+  :math:`s_t`, so it is evaluated with the state after step ``t``; the reset at
+  :math:`s_{t+1}` then discards whatever it did to the state. The last next
+  observation :math:`s'_{T-1}` follows :math:`s_{T-1}`. Rows get ``T + 1 + K_b``
+  entries (``K_b`` mid-row truncations of row ``b``), padded to the longest after
+  their end, where padding cannot reach any output that is read;
+- with a burn-in of ``k`` steps (R2D2, Kapturowski et al., ICLR 2019) the networks
+  first run without gradient over steps ``0 .. k-1`` from the state above; the
+  states after step ``k-1`` start the window over steps ``k .. T-1``.
+
+Every recurrent module of the actor and of the critic is run this way (a trunk they
+share runs once); the averaged policy runs over the whole segment, burn-in
+included, from the same stored states with its own parameters.
+
+A critic may also read the actor's features by key rather than share its modules:
+a Gaussian policy's :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`,
+whose feed-forward value and advantage networks read the output of the actor's
+recurrent trunk (an ``LSTMModule``'s ``out_key``), possibly with observations. Those
+entries (:attr:`RecurrentEvaluator.features`) are not read from the data: they are
+the actor's outputs on the sequences, at each ``s_t`` and ``s'_t``, and the value
+network runs on them like a shared trunk's head; the advantage network, called on
+several actions per step, runs on the steps' entries, flattened
+(:meth:`SequenceWindow.flat_current`).
+
+Where only the networks' outputs are read (the window and the averaged policy; the
+burn-in reads the states after its last step), the recurrent modules do not run
+their own forward but :func:`forward_in_pieces`: their RNN (``module.lstm`` /
+``module.gru``, on their parameters) over the same pieces of the rows between
+resets, padded, in a few calls, with the same outputs; the rest of the network runs
+on the rows as they are. TorchRL's recurrent mode packs the pieces, and
+``torch.nn.LSTM`` / ``GRU`` run a ``PackedSequence`` step by step in small
+operations (no oneDNN kernel takes one on a CPU: a ``[32, 21]`` LSTM's forward and
+backward are 3 235 ATen operations packed, 77 padded), which made the loss's
+forward and backward 1.2 to 1.7 times slower on a CPU once rows held resets
+(issue #18).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
 import math
+import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import composite_lp_aggregate, dispatch, skip_existing
+from tensordict.nn import (
+    ProbabilisticTensorDictModule,
+    TensorDictModuleBase,
+    TensorDictSequential,
+    composite_lp_aggregate,
+    dispatch,
+    set_skip_existing,
+    skip_existing,
+)
 from tensordict.utils import NestedKey, unravel_key
 from torch import distributions as D
-from torchrl.modules import GRUModule, IndependentNormal, LSTMModule
+from torchrl._utils import is_compiling
+from torchrl.modules import (
+    GRUModule,
+    IndependentNormal,
+    LSTMModule,
+    set_recurrent_mode,
+)
 from torchrl.objectives.utils import register_value_estimator
 from torchrl.objectives.value.advantages import ValueEstimatorBase
 
 from torchrl_acer.modules.sdn import StochasticDuelingNetwork
-from torchrl_acer.objectives._recurrent import RECURRENT_STATES, RecurrentEvaluator
 from torchrl_acer.objectives._value_estimators import ValueEstimators
-from torchrl_acer.objectives._window import (
-    ObservationWindow,
-    PolicyCriticEvaluator,
-    _probabilistic_module,
-    action_index,
-    as_step_tensor,
-    check_finite,
-    check_not_empty,
-    explain_dtype_error,
-    get_entry,
-    transition_in_keys,
-)
 from torchrl_acer.objectives.value.functional import retrace_lambda_return_estimate
 
 __all__ = ["RetraceEstimator"]
@@ -260,25 +335,21 @@ class RetraceEstimator(ValueEstimatorBase):
             device=device,
         )
         self.family = policy_family(actor_network)
-        if self.family == "gaussian":
-            if not isinstance(value_network, StochasticDuelingNetwork):
-                raise TypeError(
-                    "a Gaussian policy needs a StochasticDuelingNetwork critic "
-                    f"(V and A heads) as value_network, got "
-                    f"{type(value_network).__name__}"
-                )
-            self.evaluator = PolicyCriticEvaluator(
-                actor_network,
-                value_network,
-                ("loc", "scale"),
-                critic_head=value_network.value_network,
+        gaussian = self.family == "gaussian"
+        if gaussian and not isinstance(value_network, StochasticDuelingNetwork):
+            raise TypeError(
+                "a Gaussian policy needs a StochasticDuelingNetwork critic "
+                f"(V and A heads) as value_network, got {type(value_network).__name__}"
             )
-        else:
-            self.evaluator = PolicyCriticEvaluator(
-                actor_network, value_network, ("logits",)
-            )
+        self.evaluator = PolicyCriticEvaluator(
+            actor_network,
+            value_network,
+            ("loc", "scale") if gaussian else ("logits",),
+            critic_head=value_network.value_network if gaussian else None,
+        )
         self.__dict__["actor_network"] = actor_network
-        self.recurrent = self._recurrent_evaluator(recurrent_state, burn_in)
+        self.recurrent = recurrent_evaluator(self.evaluator, recurrent_state, burn_in)
+        self.recurrent_state, self.burn_in = recurrent_state, burn_in
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
             # float64 buffers: the target is computed in the data's dtype, and a
             # float32 0.99 would cap float64 data at float32 precision
@@ -288,50 +359,6 @@ class RetraceEstimator(ValueEstimatorBase):
         self.check_values = check_values
         self.time_dim = time_dim
         self.one_hot = self.family == "one_hot"
-
-    def _recurrent_evaluator(self, recurrent_state, burn_in):
-        """The sequence evaluator for networks holding recurrent modules.
-
-        ``None`` otherwise (the feed-forward window).
-        """
-        if recurrent_state not in RECURRENT_STATES:
-            raise ValueError(
-                f"recurrent_state must be one of {RECURRENT_STATES}, got "
-                f"{recurrent_state!r}"
-            )
-        if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
-            raise ValueError(f"burn_in must be an integer >= 0, got {burn_in!r}")
-        self.recurrent_state = recurrent_state
-        self.burn_in = burn_in
-        if not self.evaluator.recurrent:
-            if burn_in:
-                raise ValueError(
-                    f"burn_in={burn_in} warms the state of recurrent networks, but "
-                    f"neither the actor nor the critic holds an LSTMModule or a "
-                    f"GRUModule"
-                )
-            return None
-        critic_keys = ()
-        if self.family == "gaussian":
-            sdn = self.value_network
-            for name, module in sdn.named_modules():
-                if isinstance(module, (LSTMModule, GRUModule)):
-                    raise TypeError(
-                        f"the {type(sdn).__name__} holds a recurrent module at "
-                        f"{name!r} ({type(module).__name__}); with a Gaussian policy "
-                        f"the LSTMModule / GRUModule must be in the actor network, "
-                        f"and the dueling network's value and advantage networks "
-                        f"feed-forward modules reading its output features (its "
-                        f"out_key, e.g. {module.out_keys[0]!r}) and observations"
-                    )
-            # the advantage network runs on the steps, outside the sequences
-            critic_keys = sdn.observation_keys
-        return RecurrentEvaluator(
-            self.evaluator,
-            recurrent_state=recurrent_state,
-            burn_in=burn_in,
-            critic_keys=critic_keys,
-        )
 
     def set_keys(self, **kwargs) -> None:
         value = kwargs.get("action_value")
@@ -412,39 +439,43 @@ class RetraceEstimator(ValueEstimatorBase):
         prefix = None
         if self.recurrent is not None:
             prefix, data = self.recurrent.split_burn_in(data, type(self).__name__)
+        keys = self.tensor_keys
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
             steps = self.evaluate(
                 data, actor_params=actor_params, critic_params=params, prefix=prefix
             )
             if self.family == "gaussian":
-                outputs = self._gaussian_outputs(data, steps, actor_params, params)
+                sdn = self.value_network
+                # the window's observations are flat: [*B, T] entries go in flattened
+                with self.evaluator.params_context(params, sdn):
+                    q_taken = sdn.dueling_action_value(
+                        steps.observations,
+                        *(
+                            x.flatten(0, -2)
+                            for x in (steps.value, steps.action, steps.loc, steps.scale)
+                        ),
+                    ).unflatten(0, steps.loc.shape[:-1])
+                log_pi = gaussian_log_prob(steps.loc, steps.scale, steps.action)
+                value = steps.value
+                target, opc = self.gaussian_targets(data, steps, log_pi, q_taken)
+                outputs = {keys.value_target: target, keys.value_target_opc: opc}
             else:
                 log_probs = steps.logits.log_softmax(-1)
                 value = state_value(log_probs.exp(), steps.q)
-                value_target = self.value_estimate(
+                target = self.value_estimate(
                     data,
                     log_pi=taken(log_probs, steps.action),
                     action_value=steps.action_value,
                     next_state_value=steps.next_state_value,
                     flags=steps.flags,
                 )
-                outputs = {
-                    self.tensor_keys.value_target: value_target,
-                    self.tensor_keys.advantage: value_target - value,
-                    self.tensor_keys.value: value,
-                }
+                outputs = {keys.value_target: target}
+        outputs.update({keys.advantage: target - value, keys.value: value})
         for key, value in outputs.items():
             if prefix is not None:
                 # burn-in steps get no target: NaN, so that no use of them passes
-                value = torch.cat(
-                    [
-                        value.new_full(
-                            (*prefix.batch_size, *value.shape[last + 1 :]), math.nan
-                        ),
-                        value,
-                    ],
-                    last,
-                )
+                shape = (*prefix.batch_size, *value.shape[last + 1 :])
+                value = torch.cat([value.new_full(shape, math.nan), value], last)
             if time_dim != last:
                 value = value.transpose(time_dim, last)
             tensordict.set(key, value)
@@ -458,11 +489,10 @@ class RetraceEstimator(ValueEstimatorBase):
         critic_params: TensorDictBase | None = None,
         detach_shared: bool = False,
         prefix: TensorDictBase | None = None,
-    ) -> DiscreteSteps | GaussianSteps:
+    ) -> Steps:
         """Runs the networks once over ``data`` (``[*B, T]``, time last).
 
-        Returns the per-step quantities Retrace and ACER need, see
-        :class:`DiscreteSteps` and :class:`GaussianSteps`.
+        Returns the per-step quantities Retrace and ACER need (:class:`Steps`).
 
         With recurrent networks, ``prefix`` holds the burn-in steps that come
         before ``data`` (see :class:`RetraceEstimator`), or ``None``.
@@ -474,97 +504,66 @@ class RetraceEstimator(ValueEstimatorBase):
         output_key = (
             self.value_network.value_key if gaussian else self.tensor_keys.action_value
         )
+        run = {
+            "output_key": output_key,
+            "actor_params": actor_params,
+            "critic_params": critic_params,
+            "detach_shared": detach_shared,
+        }
         if self.recurrent is not None:
-            window, params, out = self._run_recurrent(
+            window = self.recurrent.window(
                 data,
                 prefix,
                 done=done,
                 terminated=terminated,
-                output_key=output_key,
-                actor_params=actor_params,
-                critic_params=critic_params,
-                detach_shared=detach_shared,
+                prefix_done=None if prefix is None else self.done_flags(prefix)[0],
+                owner=owner,
+                **run,
             )
-            if gaussian:
-                # the advantage network reads each step's features (from the
-                # actor's pass over the sequences) and observations, flattened
-                observations = window.flat_current(self.value_network.observation_keys)
-                steps = self._gaussian_steps(data, window, params, out, observations)
-            else:
-                steps = self._discrete_steps(data, window, params, out)
-            steps.flags = done, terminated
-            return steps
-        in_keys = self.evaluator.in_keys
-        skip = skip_existing() if self.skip_existing is None else self.skip_existing
-        # the critic's outputs travel through the window like observations, so the
-        # critic can skip them at s_t and s'_t alike
-        reuse = (
-            skip
-            and data.get(output_key, None) is not None
-            and data.get(("next", *_as_tuple(output_key)), None) is not None
-        )
-        if reuse:
-            in_keys = [*in_keys, output_key]
-        window = ObservationWindow(
-            data,
-            in_keys,
-            done=done,
-            terminated=terminated,
-            owner=owner,
-            shifted=self.shifted,
-        )
-        try:
-            params, out = self.evaluator(
-                window.tensors,
-                output_key=output_key,
-                actor_params=actor_params,
-                critic_params=critic_params,
-                detach_shared=detach_shared,
-                skip_existing=reuse,
-            )
-        except RuntimeError as error:
-            explain_dtype_error(
-                error, window.inputs, (self.actor_network, self.value_network), owner
-            )
-            raise
-        if gaussian:
-            steps = self._gaussian_steps(data, window, params, out, window.current)
+            call, inputs = self.recurrent.run, window.inputs
         else:
-            steps = self._discrete_steps(data, window, params, out)
-        steps.flags = done, terminated
-        return steps
-
-    def _run_recurrent(self, data, prefix, *, done, terminated, output_key, **kwargs):
-        """Runs recurrent networks over the segment's sequences (``_recurrent.py``)."""
-        owner = type(self).__name__
-        prefix_done = None if prefix is None else self.done_flags(prefix)[0]
-        window = self.recurrent.window(
-            data,
-            prefix,
-            done=done,
-            terminated=terminated,
-            prefix_done=prefix_done,
-            output_key=output_key,
-            actor_params=kwargs["actor_params"],
-            critic_params=kwargs["critic_params"],
-            like=self.recurrent.parameter(),
-            owner=owner,
-        )
-        try:
-            params, out = self.recurrent.run(
-                window.inputs, output_key=output_key, **kwargs
+            in_keys = self.evaluator.in_keys
+            skip = skip_existing() if self.skip_existing is None else self.skip_existing
+            # the critic's outputs travel through the window like observations, so
+            # the critic can skip them at s_t and s'_t alike
+            reuse = (
+                skip
+                and data.get(output_key, None) is not None
+                and data.get(("next", *_as_tuple(output_key)), None) is not None
             )
+            if reuse:
+                in_keys = [*in_keys, output_key]
+            window = ObservationWindow(
+                data,
+                in_keys,
+                done=done,
+                terminated=terminated,
+                owner=owner,
+                shifted=self.shifted,
+            )
+            call = functools.partial(self.evaluator, skip_existing=reuse)
+            inputs = window.tensors
+        try:
+            params, out = call(inputs, **run)
         except RuntimeError as error:
             explain_dtype_error(
                 error, window.inputs, (self.actor_network, self.value_network), owner
             )
             raise
-        return window, params, out
-
-    def _discrete_steps(self, data, window, params, out):
-        """Checks the categorical outputs and the stored actions; the steps."""
-        owner = type(self).__name__
         action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
+        if gaussian:
+            loc = params["loc"]
+            check_gaussian(
+                action, loc, params["scale"], data.batch_size, owner, self.check_values
+            )
+            # the advantage network reads each step's observations (and, recurrent,
+            # the features of the actor's pass over the sequences), flattened
+            observations = (
+                window.current
+                if self.recurrent is None
+                else window.flat_current(self.value_network.observation_keys)
+            )
+            return Steps(window, params, out, action, (done, terminated), observations)
         logits = params["logits"]
         if out.shape != logits.shape:
             raise ValueError(
@@ -580,53 +579,25 @@ class RetraceEstimator(ValueEstimatorBase):
             owner=owner,
             check_values=self.check_values,
         )
-        return DiscreteSteps(window, logits, out, action)
+        return Steps(window, params, out, action, (done, terminated))
 
-    def _gaussian_steps(self, data, window, params, out, observations):
-        """Checks the Gaussian outputs and the stored actions; the steps."""
-        owner = type(self).__name__
-        action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
-        loc, scale = params["loc"], params["scale"]
-        check_gaussian(action, loc, scale, data.batch_size, owner, self.check_values)
-        return GaussianSteps(window, loc, scale, out, action, observations)
+    def gaussian_targets(
+        self, data, steps, log_pi, action_value, log_mu=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""``(Q_ret, Q_opc)`` of a Gaussian policy from ``evaluate``'s ``steps``.
 
-    def _gaussian_outputs(self, data, steps, actor_params, critic_params):
-        """Q_ret, Q_opc, V and the advantage for a Gaussian policy and an SDN."""
-        sdn = self.value_network
-        d = steps.loc.shape[-1]
-        # the window's observations are flat: [*B, T] entries go in flattened
-        with self.evaluator.params_context(critic_params, sdn):
-            q_taken = sdn.dueling_action_value(
-                steps.observations,
-                steps.value.flatten(0, -2),
-                steps.action.flatten(0, -2),
-                steps.loc.flatten(0, -2),
-                steps.scale.flatten(0, -2),
-            ).unflatten(0, steps.loc.shape[:-1])
-        log_pi = gaussian_log_prob(steps.loc, steps.scale, steps.action)
-        q_ret = self.value_estimate(
-            data,
-            log_pi=log_pi,
-            action_value=q_taken,
-            next_state_value=steps.next_state_value,
-            trace_power=1.0 / d,
-            flags=steps.flags,
-        )
-        q_opc = self.value_estimate(
-            data,
-            log_pi=log_pi,
-            action_value=q_taken,
-            next_state_value=steps.next_state_value,
-            unit_traces=True,
-            flags=steps.flags,
-        )
-        keys = self.tensor_keys
-        return {
-            keys.value_target: q_ret,
-            keys.value_target_opc: q_opc,
-            keys.advantage: q_ret - steps.value,
-            keys.value: steps.value,
+        :math:`Q_{ret}` with the traces :math:`\lambda \min(\bar c, \rho_t^{1/d})`,
+        :math:`Q_{opc}` with every trace 1 (see :meth:`value_estimate`).
+        """
+        common = {
+            "log_pi": log_pi,
+            "action_value": action_value,
+            "next_state_value": steps.next_state_value,
+            "flags": steps.flags,
         }
+        d = steps.loc.shape[-1]
+        q_ret = self.value_estimate(data, trace_power=1.0 / d, log_mu=log_mu, **common)
+        return q_ret, self.value_estimate(data, unit_traces=True, **common)
 
     def done_flags(self, data: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``(done, terminated)`` as ``[*B, T]`` booleans."""
@@ -704,16 +675,18 @@ class RetraceEstimator(ValueEstimatorBase):
         """
         owner = type(self).__name__
         keys = self.tensor_keys
-        batch = tensordict.batch_size
-
-        def step_entry(key, what):
-            value = get_entry(tensordict, key, owner, what)
-            return as_step_tensor(value, batch, str(key), owner)
-
-        reward = step_entry(("next", keys.reward), "the reward of each step")
+        key = ("next", keys.reward)
+        reward = get_entry(tensordict, key, owner, "the reward of each step")
+        reward = as_step_tensor(reward, tensordict.batch_size, str(key), owner)
         check = self.check_values
         if check:
-            check_finite(reward, *self._reward_check(owner))
+            check_finite(
+                reward,
+                repr(key),
+                owner,
+                "a non-finite reward would make every target, and after one update "
+                "every parameter, non-finite",
+            )
         done, terminated = self.done_flags(tensordict) if flags is None else flags
         gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
         if unit_traces:
@@ -725,7 +698,13 @@ class RetraceEstimator(ValueEstimatorBase):
             if log_mu is None:
                 log_mu = self.behaviour_log_prob(tensordict)
             if check:
-                check_finite(log_mu, *self._log_mu_check(owner))
+                check_finite(
+                    log_mu,
+                    repr(keys.sample_log_prob),
+                    owner,
+                    "a behaviour log-probability of -inf or NaN for an action that "
+                    "was taken means corrupted data; it is not clipped",
+                )
             if trace_power != 1.0:
                 log_pi, log_mu = log_pi * trace_power, log_mu * trace_power
         return retrace_lambda_return_estimate(
@@ -742,45 +721,44 @@ class RetraceEstimator(ValueEstimatorBase):
             c_thresh=c_thresh,
         )
 
-    def _reward_check(self, owner):
-        return (
-            repr(("next", self.tensor_keys.reward)),
-            owner,
-            "a non-finite reward would make every target, and after one update "
-            "every parameter, non-finite",
-        )
 
-    def _log_mu_check(self, owner):
-        return (
-            repr(self.tensor_keys.sample_log_prob),
-            owner,
-            "a behaviour log-probability of -inf or NaN for an action that "
-            "was taken means corrupted data; it is not clipped",
-        )
-
-
-class DiscreteSteps:
+class Steps:
     r"""Per-step network outputs of a ``[*B, T]`` window (time last).
 
-    Built from the flat outputs of one call of each network.
+    Built from the flat outputs of one call of each network; all in the graph.
 
     Attributes:
-        logits: the policy's logits at ``s_t``, ``[*B, T, A]``, in the graph.
-        q: :math:`Q(s_t, \cdot)`, ``[*B, T, A]``, in the graph.
-        action: stored action indices, ``[*B, T]``.
-        action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``, in the graph.
-        next_state_value: :math:`V(s'_t) = \sum_a \pi(a|s'_t) Q(s'_t, a)` at the
-            real next observation, ``[*B, T, 1]``, in the graph.
+        window: the window the networks ran on.
+        action: the stored actions: indices ``[*B, T]`` (categorical policies) or
+            ``[*B, T, d]`` (Gaussian ones).
         flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
+        next_state_value: :math:`V(s'_t)` at the real next observation,
+            ``[*B, T, 1]``; for a categorical policy
+            :math:`\sum_a \pi(a|s'_t) Q(s'_t, a)`.
+        logits: categorical: the policy's logits at ``s_t``, ``[*B, T, A]``.
+        q: categorical: :math:`Q(s_t, \cdot)`, ``[*B, T, A]``.
+        action_value: categorical: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``.
+        loc, scale: Gaussian: the policy's parameters at ``s_t``, ``[*B, T, d]``
+            (``scale`` as the policy gives it: it may be a constant).
+        value: Gaussian: :math:`V(s_t)`, ``[*B, T, 1]``.
+        observations: Gaussian: what the advantage head reads at each ``s_t`` (the
+            observations, and with a recurrent actor the features of its trunk),
+            a flat ``[prod(B) T]`` TensorDict.
     """
 
-    def __init__(self, window, logits, q, action):
-        self.window = window
-        self.logits, next_logits = window.split(logits)
-        self.q, next_q = window.split(q)
-        self.next_state_value = state_value(next_logits.softmax(-1), next_q)
-        self.action = action
-        self.action_value = taken(self.q, action)
+    def __init__(self, window, params, out, action, flags, observations=None):
+        self.window, self.action, self.flags = window, action, flags
+        if "logits" in params:
+            self.logits, next_logits = window.split(params["logits"])
+            self.q, next_q = window.split(out)
+            self.next_state_value = state_value(next_logits.softmax(-1), next_q)
+            self.action_value = taken(self.q, action)
+        else:
+            loc = params["loc"]
+            self.loc = window.split(loc)[0]
+            self.scale = window.split(params["scale"].expand_as(loc))[0]
+            self.value, self.next_state_value = window.split(out)
+            self.observations = observations
 
 
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -791,31 +769,6 @@ def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 def taken(per_action: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     """The entry of the taken action: ``[*B, T, A]`` and ``[*B, T]`` to ``[*B, T, 1]``."""
     return per_action.gather(-1, action.unsqueeze(-1))
-
-
-class GaussianSteps:
-    """Per-step outputs for a Gaussian policy and a stochastic dueling network.
-
-    Attributes:
-        loc, scale: the policy's parameters at ``s_t``, ``[*B, T, d]``, in the
-            graph (``scale`` as the policy gives it: it may be a constant).
-        value: :math:`V(s_t)`, ``[*B, T, 1]``, in the graph.
-        next_state_value: :math:`V(s'_t)` at the real next observation.
-        action: the stored actions, ``[*B, T, d]``.
-        window: the window the networks ran on.
-        observations: what the advantage head reads at each ``s_t`` (the
-            observations, and with a recurrent actor the features of its trunk),
-            a flat ``[prod(B) T]`` TensorDict.
-        flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
-    """
-
-    def __init__(self, window, loc, scale, value, action, observations):
-        self.window = window
-        self.loc = window.split(loc)[0]
-        self.scale = window.split(scale.expand_as(loc))[0]
-        self.value, self.next_state_value = window.split(value)
-        self.action = action
-        self.observations = observations
 
 
 def _as_tuple(key: NestedKey) -> tuple[str, ...]:
@@ -872,3 +825,1142 @@ def check_gaussian(action, loc, scale, batch_shape, owner, check_values):
             f"{owner}: the policy's scale holds values that are not positive (or "
             f"NaN); min {scale.min().item()}"
         )
+
+
+# -- input validation, shared by the estimator and the loss: structural checks
+# (keys, shapes) read metadata only; value checks (finite values, actions in
+# range) reduce over the data and run only with check_values
+
+
+class MissingKeyError(KeyError):
+    """A ``KeyError`` whose message prints as written (no repr quoting)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def get_entry(
+    tensordict: TensorDictBase, key: NestedKey, owner: str, what: str
+) -> torch.Tensor:
+    """Reads ``key``, raising a ``KeyError`` that names it and says what it should hold."""
+    value = tensordict.get(key, None)
+    if value is None:
+        raise MissingKeyError(
+            f"{owner}: the input tensordict has no entry {key!r}, expected {what}. "
+            f"Its keys are {sorted(map(str, tensordict.keys(True, True)))}; "
+            f"use set_keys(...) if the entry has another name."
+        )
+    return value
+
+
+def as_step_tensor(
+    value: torch.Tensor, batch_shape: torch.Size, name: str, owner: str
+) -> torch.Tensor:
+    """Returns a per-step entry as ``[*batch_shape, 1]``.
+
+    Accepts ``[*batch_shape]`` (TorchRL's log-probabilities) and
+    ``[*batch_shape, 1]`` (rewards and done flags).
+    """
+    shape = tuple(value.shape)
+    batch = tuple(batch_shape)
+    if shape == batch:
+        return value.unsqueeze(-1)
+    if shape == (*batch, 1):
+        return value
+    raise ValueError(
+        f"{owner}: {name} has shape {shape}, expected {batch} or {(*batch, 1)} "
+        f"(one value per step of the [*B, T] batch)"
+    )
+
+
+def check_finite(value: torch.Tensor, name: str, owner: str, what: str) -> None:
+    """Raises ``ValueError`` naming ``name`` if ``value`` holds NaN or infinities."""
+    bad = ~torch.isfinite(value)
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{owner}: {name} holds {bad.sum().item()} non-finite values (first at "
+            f"index {index}: {value[index].item()}); {what}"
+        )
+
+
+def check_not_empty(tensordict: TensorDictBase, owner: str) -> None:
+    """Raises ``ValueError`` for a batch with no row or no step."""
+    if 0 in tensordict.batch_size:  # TensorDict.numel() is at least 1
+        raise ValueError(
+            f"{owner}: got an empty batch (batch_size "
+            f"{tuple(tensordict.batch_size)}); a [*B, T] batch needs at least one row "
+            f"and one step"
+        )
+
+
+def explain_dtype_error(
+    error: RuntimeError, inputs: TensorDictBase, networks, owner: str
+) -> None:
+    """Re-raises torch's dtype clash between the data and a network, naming both.
+
+    Called only after a network call failed, so the check costs nothing on the
+    normal path.
+    """
+    param_dtypes = {
+        p.dtype for net in networks for p in net.parameters() if p.is_floating_point()
+    }
+    clashes = {
+        key: value.dtype
+        for key, value in inputs.items(True, True)
+        if value.is_floating_point() and value.dtype not in param_dtypes
+    }
+    if param_dtypes and clashes:
+        raise ValueError(
+            f"{owner}: the inputs {clashes} do not have the networks' parameter dtype "
+            f"{sorted(map(str, param_dtypes))}; cast the data (e.g. TorchRL's "
+            f"DoubleToFloat transform) or the networks (.to(dtype))"
+        ) from error
+
+
+def check_action_range(action_index: torch.Tensor, num_actions: int, owner: str):
+    """Raises ``ValueError`` naming the first action index outside the policy's."""
+    bad = (action_index < 0) | (action_index >= num_actions)
+    if bad.any():
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{owner}: action {action_index[index].item()} at index {index} is out "
+            f"of range for the {num_actions} actions of the policy"
+        )
+
+
+def action_index(
+    action: torch.Tensor,
+    batch_shape: torch.Size,
+    num_actions: int,
+    *,
+    one_hot: bool,
+    owner: str,
+    check_values: bool,
+) -> torch.Tensor:
+    """Returns the stored discrete actions as ``[*batch_shape]`` indices.
+
+    ``one_hot`` actions are ``[*batch_shape, num_actions]``; index actions are
+    ``[*batch_shape]`` or ``[*batch_shape, 1]``.
+    """
+    batch = tuple(batch_shape)
+    if one_hot:
+        if tuple(action.shape) != (*batch, num_actions):
+            raise ValueError(
+                f"{owner}: one-hot action has shape {tuple(action.shape)}, expected "
+                f"{(*batch, num_actions)} for a batch {batch} and {num_actions} actions"
+            )
+        if check_values:
+            ones = (action == 1).sum(-1)
+            zeros = (action == 0).sum(-1)
+            if not ((ones == 1) & (zeros == num_actions - 1)).all():
+                raise ValueError(
+                    f"{owner}: one-hot action holds rows that are not one-hot "
+                    f"(exactly one 1 and {num_actions - 1} zeros)"
+                )
+        return action.argmax(-1)
+    if tuple(action.shape) == (*batch, 1):
+        action = action.squeeze(-1)
+    if tuple(action.shape) != batch:
+        raise ValueError(
+            f"{owner}: action has shape {tuple(action.shape)}, expected {batch} or "
+            f"{(*batch, 1)} (action indices for a Categorical policy)"
+        )
+    if action.is_floating_point():
+        raise ValueError(
+            f"{owner}: action has dtype {action.dtype}, expected integer indices"
+        )
+    if check_values:
+        check_action_range(action, num_actions, owner)
+    return action.long()
+
+
+class ObservationWindow:
+    """The observations of a ``[*B, T]`` batch (time last), flattened for one call.
+
+    Attributes:
+        tensors: ``{key: [B (T + 1) + K, ...]}``, the networks' inputs as plain
+            tensors.
+        current_tensors: ``{key: [B T, ...]}``, the observations ``s_t`` alone.
+        inputs: ``tensors`` as a flat TensorDict (built when first read).
+        current: ``current_tensors`` as a flat TensorDict (built when first read).
+        num_extra: ``K``, the number of mid-row truncations; under
+            ``torch.compile``, a bound on it (see ``extra_bound``).
+        shifted: whether ``inputs`` is the shifted window above (``True``) or the
+            ``B T`` observations followed by the ``B T`` next observations
+            (``False``).
+
+    Under ``torch.compile`` the number of mid-row truncations is data: a shape
+    depending on it would break the graph. There the extra inputs are the next
+    observations of the first ``extra_bound(rows)`` mid-row truncations (one per
+    row by default, enough whenever episodes are longer than the window), padded
+    with other real next observations whose outputs are not used, so every shape
+    is static; more truncations than the bound fail with an error rather than
+    giving wrong values.
+    """
+
+    #: the bound on mid-row truncations under ``torch.compile``, from the number
+    #: of rows; assign a function to change it
+    extra_bound = staticmethod(lambda rows: rows)
+
+    def __init__(
+        self,
+        tensordict: TensorDictBase,
+        in_keys: list[NestedKey],
+        *,
+        done: torch.Tensor,
+        terminated: torch.Tensor,
+        owner: str,
+        shifted: bool = True,
+    ):
+        self.batch_shape = tensordict.batch_size[:-1]
+        self.T = tensordict.batch_size[-1]
+        self.shifted = shifted
+        self._static_extra = False
+        time = len(self.batch_shape)
+        rows = math.prod(self.batch_shape)
+        if not shifted:
+            current, both = {}, {}
+            for key in in_keys:
+                obs = get_entry(tensordict, key, owner, "an input of the networks")
+                next_obs = get_entry(
+                    tensordict, _next(key), owner, "the next observation of each step"
+                )
+                current[key] = obs.flatten(0, time)
+                both[key] = torch.cat([current[key], next_obs.flatten(0, time)], 0)
+            self.num_extra = 0
+            self._set(both, current, 2 * rows * self.T)
+            return
+        mid_truncation = done & ~terminated
+        mid_truncation[..., -1] = False
+        self.mid_truncation = mid_truncation
+        if is_compiling():
+            bound = min(self.extra_bound(rows), rows * (self.T - 1))
+            self._static_extra = True
+            self.num_extra = bound
+            if bound:
+                flat = mid_truncation.flatten()
+                torch._assert_async(
+                    flat.sum() <= bound,
+                    f"{owner}: under torch.compile the window holds at most {bound} "
+                    f"mid-row truncations (ObservationWindow.extra_bound); this batch "
+                    f"has more",
+                )
+                # the truncations first, in order, then any other steps
+                self._extra_index = torch.argsort(
+                    flat.to(torch.uint8), descending=True, stable=True
+                )[:bound]
+            any_extra = bound > 0
+        else:
+            # plain tensor operations per key: TensorDict-level select/cat/reshape
+            # cost tens of microseconds each, which adds up in small-network updates
+            any_extra = bool(mid_truncation.any())
+        window, current, extra = {}, {}, {}
+        for key in in_keys:
+            obs = get_entry(tensordict, key, owner, "an input of the policy or critic")
+            next_obs = get_entry(
+                tensordict,
+                _next(key),
+                owner,
+                "the next observation of each step, read at the last step and at "
+                "mid-row truncations",
+            )
+            window[key] = torch.cat([obs, next_obs.narrow(time, self.T - 1, 1)], time)
+            window[key] = window[key].flatten(0, time)
+            current[key] = obs.flatten(0, time)
+            if any_extra:
+                if self._static_extra:
+                    extra[key] = next_obs.flatten(0, time)[self._extra_index]
+                else:
+                    extra[key] = next_obs[mid_truncation]
+        if not self._static_extra:
+            self.num_extra = next(iter(extra.values())).shape[0] if any_extra else 0
+        if any_extra:
+            window = {k: torch.cat([v, extra[k]], 0) for k, v in window.items()}
+        self._set(window, current, rows * (self.T + 1) + self.num_extra)
+
+    def _set(self, window, current, size):
+        self.tensors = window
+        self.current_tensors = current
+        self._size = size
+        self._inputs = self._current = None
+
+    @property
+    def inputs(self) -> TensorDictBase:
+        if self._inputs is None:
+            self._inputs = TensorDict(self.tensors, [self._size])
+        return self._inputs
+
+    @property
+    def current(self) -> TensorDictBase:
+        if self._current is None:
+            rows = math.prod(self.batch_shape)
+            self._current = TensorDict(self.current_tensors, [rows * self.T])
+        return self._current
+
+    def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Splits the outputs on ``inputs`` into ``(at s_t, at s'_t)``.
+
+        Each is ``[*B, T, *F]``.
+        """
+        feature_shape = values.shape[1:]
+        if not self.shifted:
+            current, nxt = values.reshape(2, *self.batch_shape, self.T, *feature_shape)
+            return current, nxt
+        n = math.prod(self.batch_shape) * (self.T + 1)
+        window = values[:n].reshape(*self.batch_shape, self.T + 1, *feature_shape)
+        time = len(self.batch_shape)
+        current = window.narrow(time, 0, self.T)
+        nxt = window.narrow(time, 1, self.T)
+        if self.num_extra:
+            mask = self.mid_truncation.reshape(
+                *self.mid_truncation.shape, *(1,) * len(feature_shape)
+            )
+            if self._static_extra:
+                # the padding's outputs land on steps that are not truncations
+                # and are masked out; every shape is static
+                extra = values.new_zeros(
+                    n - math.prod(self.batch_shape), *feature_shape
+                )
+                extra = extra.index_copy(0, self._extra_index, values[n:])
+                nxt = torch.where(mask, extra.view_as(nxt), nxt)
+            else:
+                nxt = nxt.masked_scatter(mask.expand_as(nxt), values[n:])
+        return current, nxt
+
+
+def _next(key: NestedKey) -> tuple[str, ...]:
+    return ("next", *key) if isinstance(key, tuple) else ("next", key)
+
+
+def transition_in_keys(obs_keys, keys) -> list:
+    """The entries a ``[*B, T]`` batch must hold for Retrace.
+
+    The networks' observations now and next, the action, its behaviour log-probability,
+    and the reward and end flags under ``"next"``.
+    """
+    return [
+        *obs_keys,
+        *map(_next, obs_keys),
+        keys.action,
+        keys.sample_log_prob,
+        _next(keys.reward),
+        _next(keys.done),
+        _next(keys.terminated),
+    ]
+
+
+def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDictModule:
+    for module in reversed(list(actor.modules())):
+        if isinstance(module, ProbabilisticTensorDictModule):
+            return module
+    raise TypeError(
+        f"actor_network must be a ProbabilisticActor (or a "
+        f"ProbabilisticTensorDictSequential) ending in a probabilistic module, got "
+        f"{type(actor).__name__}"
+    )
+
+
+class PolicyCriticEvaluator:
+    """Calls the policy (up to its distribution parameters) and the critic once.
+
+    When the critic is a :class:`~tensordict.nn.TensorDictSequential` whose leading
+    modules are also modules of the actor (TorchRL's ``ActorValueOperator`` gives
+    ``get_policy_operator()`` and ``get_value_operator()`` that share their first
+    module), those shared modules run once, in the actor's pass, and the critic only
+    runs its own head on their outputs.
+
+    Args:
+        actor_network: the policy.
+        critic_network: the critic (whose parameters are passed at call time).
+        dist_params: the distribution's parameters the actor must produce, e.g.
+            ``("logits",)`` or ``("loc", "scale")``.
+        critic_head: the part of the critic to run on the window, if not the whole
+            critic (the value head of a stochastic dueling network).
+    """
+
+    def __init__(
+        self,
+        actor_network,
+        critic_network,
+        dist_params: tuple[str, ...],
+        critic_head=None,
+    ):
+        self.actor_network = actor_network
+        self.critic_network = critic_network
+        #: whether a network holds TorchRL recurrent modules: then the estimator
+        #: runs them over sequences (:class:`RecurrentEvaluator`), not on this window
+        self.recurrent = False
+        for name, network in (
+            ("actor_network", actor_network),
+            ("critic", critic_network),
+        ):
+            self.recurrent |= is_recurrent(network, name)
+        # (id(params), id(module)) -> (weak refs to both, whether params are the
+        # module's own); lives and dies with this evaluator
+        self._own_params = {}
+        prob_module = _probabilistic_module(actor_network)
+        dist_keys = list(prob_module.dist_keys)
+        missing = [p for p in dist_params if p not in dist_keys]
+        if missing:
+            raise ValueError(
+                f"the actor's distribution must be parameterised by {list(dist_params)}"
+                f", but its probabilistic module takes {dist_keys}"
+            )
+        self.dist_param_keys = {
+            p: prob_module.in_keys[dist_keys.index(p)] for p in dist_params
+        }
+        self.distribution_class = prob_module.distribution_class
+        critic_head = critic_network if critic_head is None else critic_head
+        actor_modules = {id(m) for m in actor_network.modules()}
+        shared = []
+        # the critic's modules that run after the actor's pass (all of them,
+        # unless it starts with the actor's own trunk)
+        self.critic_modules = [critic_head]
+        if isinstance(critic_head, TensorDictSequential):
+            modules = list(critic_head.module)
+            while modules and id(modules[0]) in actor_modules:
+                shared.append(modules.pop(0))
+            if shared:
+                if not modules:
+                    raise ValueError(
+                        "critic_network is made only of modules of the actor network"
+                    )
+                self.critic_modules = modules
+        self.shared_out_keys = [key for m in shared for key in m.out_keys]
+        self.in_keys = list(
+            dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
+        )
+        # the averaged policy: a copy of the actor holding the target parameters,
+        # see _average_actor
+        self._average = None
+
+    def __call__(
+        self,
+        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
+        *,
+        output_key: NestedKey,
+        actor_params: TensorDictBase | None = None,
+        critic_params: TensorDictBase | None = None,
+        detach_shared: bool = False,
+        skip_existing: bool = False,
+        pieces=(),
+        features=(),
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Returns ``(distribution parameters, the critic's output_key)``.
+
+        ``inputs`` is a dict of flat tensors, or a TensorDict the outputs are
+        written into. With ``skip_existing`` the critic's modules whose outputs
+        ``inputs`` already holds are skipped (the policy always runs: the behaviour
+        logits stored with the data must never stand in for the current
+        policy's). ``pieces`` and ``features``: see :class:`RecurrentEvaluator`.
+        """
+        data = _as_tensordict(inputs)
+        with (
+            self.params_context(actor_params, self.actor_network),
+            _skip_existing_set_to(False),
+        ):
+            run_modules(policy_modules(self.actor_network), data, pieces)
+        params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
+        if detach_shared:
+            for key in (*self.shared_out_keys, *features):
+                data.set(key, data.get(key).detach())
+        with (
+            self.params_context(critic_params, self.critic_network),
+            _skip_existing_set_to(skip_existing),
+        ):
+            run_modules(self.critic_modules, data, pieces)
+        return params, data.get(output_key)
+
+    def dist_params_only(
+        self,
+        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
+        params: TensorDictBase | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """The policy's distribution parameters alone (the averaged policy's pass)."""
+        data = _as_tensordict(inputs)
+        if is_compiling():  # a traced swap, TorchRL's way
+            with (
+                self.params_context(params, self.actor_network),
+                _skip_existing_set_to(False),
+            ):
+                run_modules(policy_modules(self.actor_network), data)
+        else:
+            with _skip_existing_set_to(False):
+                run_modules(policy_modules(self._average_actor(params)), data)
+        return {name: data.get(key) for name, key in self.dist_param_keys.items()}
+
+    def _average_actor(self, params):
+        """The actor, or a copy of it holding ``params`` (the averaged policy's).
+
+        Swapping parameters in and out of the actor at every call costs more than
+        a small network's forward. The copy, made once per ``params`` container,
+        holds its very tensors (as buffers): ``SoftUpdate``, ``load_state_dict``
+        and moves of the loss (``.to``, ``.float()``, which keep the tensors'
+        identity) change them in place, so the copy follows. It is not a
+        submodule of anything: state dicts do not change.
+        """
+        if self._is_own(params, self.actor_network):
+            return self.actor_network
+        cached = self._average
+        if cached is None or cached[0]() is not params:
+            actor = copy.deepcopy(self.actor_network)
+            for key, value in params.items(True, True):
+                *path, name = key if isinstance(key, tuple) else (key,)
+                owner = actor.get_submodule(".".join(path))
+                delattr(owner, name)
+                owner.register_buffer(name, value)
+            cached = self._average = (weakref.ref(params), actor)
+        actor = cached[1]
+        if actor.training is not self.actor_network.training:
+            actor.train(self.actor_network.training)
+        return actor
+
+    def _is_own(self, params, module) -> bool:
+        """Whether ``params`` are ``module``'s own tensors (or ``None``)."""
+        if params is None:
+            return True
+        cache = self._own_params
+        key = (id(params), id(module))
+        cached = cache.get(key)
+        if cached is None or cached[0]() is not params or cached[1]() is not module:
+            for stale in [
+                k for k, v in cache.items() if v[0]() is None or v[1]() is None
+            ]:
+                del cache[stale]
+            mine = {id(t) for t in (*module.parameters(), *module.buffers())}
+            given = [id(t) for t in params.values(True, True)]
+            own = len(given) == len(mine) and mine.issuperset(given)
+            cached = cache[key] = (weakref.ref(params), weakref.ref(module), own)
+        return cached[2]
+
+    def params_context(self, params, module):
+        """Puts ``params`` in ``module`` for the call, unless they are its own.
+
+        A loss's functional parameters are the module's own ``Parameter`` objects
+        (``convert_to_functional`` keeps them), and swapping them in and out costs
+        more than a small network's forward, so the swap is skipped for them; the
+        averaged policy's parameters are swapped in. The identity check runs once
+        per parameter container and module; entries whose container or module has
+        died are dropped when a new one is added, so the cache holds only live
+        pairs.
+        """
+        if self._is_own(params, module):
+            return contextlib.nullcontext()
+        return params.to_module(module, preserve_module_state=False)
+
+
+def policy_modules(actor) -> list:
+    """The modules of ``actor`` before its distribution (its ``det_part``'s)."""
+    return submodules(actor.det_part)
+
+
+def submodules(sequence: TensorDictSequential) -> list:
+    """The modules a ``TensorDictSequential`` runs, in order."""
+    modules = sequence.module
+    return list(
+        modules.values() if isinstance(modules, torch.nn.ModuleDict) else modules
+    )
+
+
+def run_modules(modules, tensordict: TensorDictBase, pieces=()) -> None:
+    """Calls each of ``modules`` on ``tensordict`` in turn, as a sequence would.
+
+    One by one rather than as the actor's ``det_part`` (a ``TensorDictSequential``
+    the actor made), whose own call costs about as much as a small network's
+    forward. The recurrent modules in ``pieces`` run by :func:`forward_in_pieces`;
+    a ``TensorDictSequential`` holding one of them is walked module by module
+    (each module writes into ``tensordict``, which the next reads). Left out of
+    ``pieces``: a bidirectional RNN (padding would reach its outputs) and a module
+    set to TorchRL's ``"scan"`` or ``"triton"`` backend (the user's choice), which
+    run their own forward.
+    """
+    for module in modules:
+        if not pieces:
+            module(tensordict)
+        elif isinstance(module, (LSTMModule, GRUModule)) and any(
+            module is m for m in pieces
+        ):
+            if not module_rnn(module).bidirectional and module.recurrent_backend in (
+                "auto",
+                "pad",
+            ):
+                forward_in_pieces(module, tensordict)
+            else:
+                module(tensordict)
+        elif isinstance(module, TensorDictSequential) and any(
+            m is p for m in module.modules() for p in pieces
+        ):
+            run_modules(submodules(module), tensordict, pieces)
+        else:
+            module(tensordict)
+
+
+def _as_tensordict(inputs) -> TensorDictBase:
+    if isinstance(inputs, TensorDictBase):
+        return inputs
+    size = next(iter(inputs.values())).shape[0]
+    return TensorDict(dict(inputs), [size])
+
+
+def _skip_existing_set_to(mode: bool):
+    """``set_skip_existing(mode)``, or nothing when that is already the mode.
+
+    The context manager costs more than a small network's forward.
+    """
+    if skip_existing() == mode:
+        return contextlib.nullcontext()
+    return set_skip_existing(mode)
+
+
+def is_recurrent(network, name: str) -> bool:
+    """Whether ``network`` holds TorchRL recurrent modules.
+
+    ``LSTMModule`` or ``GRUModule``; raises for a bare ``torch.nn`` RNN.
+
+    The window flattens ``[*B, T]`` into independent observations, so recurrent
+    networks are run over sequences instead, with their stored hidden states and
+    ``is_init`` resets; that needs the hidden-state keys TorchRL's modules
+    declare. A bare ``nn.LSTM`` / ``nn.GRU`` (in a plain ``TensorDictModule``) has
+    none: it would see neither its sequence nor its stored state, silently wrong.
+    """
+    wrapped = set()
+    recurrent = False
+    for module in network.modules():
+        if isinstance(module, (LSTMModule, GRUModule)):
+            recurrent = True
+            wrapped.update(id(m) for m in module.modules())
+    for sub_name, module in network.named_modules():
+        if isinstance(module, torch.nn.RNNBase) and id(module) not in wrapped:
+            where = f" at {sub_name!r}" if sub_name else ""
+            raise TypeError(
+                f"{name} contains a bare recurrent module{where} "
+                f"({type(module).__name__}); ACER's loss and Retrace estimator run "
+                f"recurrent networks over sequences from their stored hidden state, "
+                f"which needs TorchRL's LSTMModule or GRUModule (they declare the "
+                f"hidden-state keys and reset at is_init). Wrap it in one of them, "
+                f"or use a feed-forward network."
+            )
+    return recurrent
+
+
+#: the replay modes of the initial recurrent state
+RECURRENT_STATES = ("stored", "zero")
+#: the episode-start flag TorchRL's recurrent modules read (a fixed name there)
+IS_INIT = "is_init"
+
+
+def recurrent_modules(network) -> list[LSTMModule | GRUModule]:
+    """The recurrent modules inside ``network``, in order.
+
+    TorchRL's :class:`~torchrl.modules.LSTMModule` and
+    :class:`~torchrl.modules.GRUModule`.
+    """
+    return [m for m in network.modules() if isinstance(m, (LSTMModule, GRUModule))]
+
+
+def actor_features(actor_network) -> set[NestedKey]:
+    """The entries the actor writes on its way to its distribution.
+
+    Its trunk's features and the distribution parameters, not the sample or its
+    log-prob, nor what it reads from the data (an entry it rewrites in place).
+    """
+    sampled = {unravel_key(k) for k in _probabilistic_module(actor_network).out_keys}
+    read = {unravel_key(k) for k in actor_network.in_keys}
+    return {unravel_key(k) for k in actor_network.out_keys} - sampled - read
+
+
+def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
+    """The ``torch.nn`` (or TorchRL python-based) RNN inside ``module``."""
+    return module.lstm if isinstance(module, LSTMModule) else module.gru
+
+
+def state_shapes(module: LSTMModule | GRUModule) -> dict[NestedKey, tuple[int, ...]]:
+    """The per-step shapes of a recurrent module's hidden state, by key.
+
+    ``{state key: per-step shape}`` as its ``make_tensordict_primer`` declares it:
+    ``(num_layers * directions, size)``.
+    """
+    rnn = module_rnn(module)
+    layers = rnn.num_layers * (2 if rnn.bidirectional else 1)
+    keys = [unravel_key(k) for k in module.in_keys[1:-1]]
+    if isinstance(module, LSTMModule):
+        h_size = rnn.proj_size if rnn.proj_size > 0 else rnn.hidden_size
+        return {keys[0]: (layers, h_size), keys[1]: (layers, rnn.hidden_size)}
+    return {keys[0]: (layers, rnn.hidden_size)}
+
+
+def recurrent_evaluator(
+    evaluator: PolicyCriticEvaluator, recurrent_state: str, burn_in: int
+) -> RecurrentEvaluator | None:
+    """The sequence evaluator for networks holding recurrent modules.
+
+    ``None`` otherwise (the feed-forward window). Checks the options and, for a
+    stochastic dueling network, that the recurrent modules are in the actor.
+    """
+    if recurrent_state not in RECURRENT_STATES:
+        raise ValueError(
+            f"recurrent_state must be one of {RECURRENT_STATES}, got "
+            f"{recurrent_state!r}"
+        )
+    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
+        raise ValueError(f"burn_in must be an integer >= 0, got {burn_in!r}")
+    if not evaluator.recurrent:
+        if burn_in:
+            raise ValueError(
+                f"burn_in={burn_in} warms the state of recurrent networks, but "
+                f"neither the actor nor the critic holds an LSTMModule or a "
+                f"GRUModule"
+            )
+        return None
+    critic_keys = ()
+    sdn = evaluator.critic_network
+    if isinstance(sdn, StochasticDuelingNetwork):
+        for name, module in sdn.named_modules():
+            if isinstance(module, (LSTMModule, GRUModule)):
+                raise TypeError(
+                    f"the {type(sdn).__name__} holds a recurrent module at "
+                    f"{name!r} ({type(module).__name__}); with a Gaussian policy "
+                    f"the LSTMModule / GRUModule must be in the actor network, "
+                    f"and the dueling network's value and advantage networks "
+                    f"feed-forward modules reading its output features (its "
+                    f"out_key, e.g. {module.out_keys[0]!r}) and observations"
+                )
+        # the advantage network runs on the steps, outside the sequences
+        critic_keys = sdn.observation_keys
+    return RecurrentEvaluator(
+        evaluator,
+        recurrent_state=recurrent_state,
+        burn_in=burn_in,
+        critic_keys=critic_keys,
+    )
+
+
+class RecurrentEvaluator:
+    """Runs a policy and a critic holding recurrent modules over ``[*B, T]`` segments.
+
+    Args:
+        evaluator (PolicyCriticEvaluator): the feed-forward evaluator of the same
+            networks (it finds the distribution keys and a trunk shared by the actor
+            and the critic).
+
+    Keyword Args:
+        recurrent_state (str): ``"stored"`` or ``"zero"``, the state entering a
+            segment (see the module docstring).
+        burn_in (int): steps at the start of each segment that only warm the state.
+        critic_keys (list of NestedKey): entries read by heads of the critic that
+            run on the flattened steps rather than on the sequences (a stochastic
+            dueling network's advantage network, without the action).
+
+    Attributes:
+        features: the entries the critic reads that the actor writes (the actor's
+            trunk features): taken from the actor's pass, never from the data.
+        obs_keys: the entries read from the data, at ``s_t`` and ``s'_t``.
+    """
+
+    def __init__(
+        self,
+        evaluator: PolicyCriticEvaluator,
+        *,
+        recurrent_state: str = "stored",
+        burn_in: int = 0,
+        critic_keys: Sequence[NestedKey] = (),
+    ):
+        self.evaluator = evaluator
+        self.recurrent_state = recurrent_state
+        self.burn_in = burn_in
+        modules = {}
+        for network in (evaluator.actor_network, evaluator.critic_network):
+            for module in recurrent_modules(network):
+                modules[id(module)] = module
+        self.modules = list(modules.values())
+        self.actor_modules = recurrent_modules(evaluator.actor_network)
+        # {state key: (module, per-step shape)}; the output key carrying the state
+        # after each step is the module's matching out_key
+        self.states = {}
+        self._state_out = {}
+        for module in self.modules:
+            shapes = state_shapes(module)
+            for key, out_key in zip(shapes, module.out_keys[1:], strict=True):
+                if key in self.states and self.states[key][0] is not module:
+                    raise ValueError(
+                        f"two recurrent modules read the hidden state {key!r}; give "
+                        f"each LSTMModule / GRUModule its own in_keys"
+                    )
+                self.states[key] = (module, shapes[key])
+                self._state_out[key] = unravel_key(out_key)
+        hidden = {*self.states, IS_INIT}
+        written = actor_features(evaluator.actor_network)
+        keys = [
+            key
+            for key in dict.fromkeys(
+                map(unravel_key, (*evaluator.in_keys, *critic_keys))
+            )
+            if key not in hidden
+        ]
+        self.features = [key for key in keys if key in written]
+        self.obs_keys = [key for key in keys if key not in written]
+
+    def in_keys(self, tensor_keys) -> list[NestedKey]:
+        """What a segment must hold.
+
+        The transitions, ``is_init`` and, with ``recurrent_state="stored"``, each
+        module's hidden state.
+        """
+        stored = list(self.states) if self.recurrent_state == "stored" else []
+        return [*transition_in_keys(self.obs_keys, tensor_keys), *stored, IS_INIT]
+
+    def split_burn_in(
+        self, data: TensorDictBase, owner: str
+    ) -> tuple[TensorDictBase | None, TensorDictBase]:
+        """Splits a ``[*B, T]`` segment (time last) at the burn-in.
+
+        Returns ``(steps 0 .. k-1, steps k .. T-1)``, or ``(None, data)`` without
+        burn-in.
+        """
+        k = self.burn_in
+        if not k:
+            return None, data
+        T = data.batch_size[-1]
+        if k >= T:
+            raise ValueError(
+                f"{owner}: burn_in={k} leaves no step to learn from in segments of "
+                f"{T} steps; sample segments longer than the burn-in"
+            )
+        return data[..., :k], data[..., k:]
+
+    def resets(
+        self,
+        data: TensorDictBase,
+        done: torch.Tensor,
+        owner: str,
+        done_before: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The steps whose incoming state is zero, ``[*B, T]`` booleans.
+
+        ``is_init_t`` or ``done_{t-1}``; ``done_before`` is the ``done`` of the step
+        before the first.
+        """
+        is_init = get_entry(
+            data,
+            IS_INIT,
+            owner,
+            "the episode-start flag of each step (TorchRL's InitTracker writes it); "
+            "recurrent networks reset their state there",
+        )
+        reset = as_step_tensor(is_init, data.batch_size, repr(IS_INIT), owner)
+        reset = reset.squeeze(-1).bool()
+        after_done = torch.cat(
+            [
+                done[..., :1] & False
+                if done_before is None
+                else done_before[..., None],
+                done[..., :-1],
+            ],
+            -1,
+        )
+        return reset | after_done
+
+    def initial_states(
+        self, data: TensorDictBase, owner: str
+    ) -> dict[NestedKey, torch.Tensor]:
+        """The state entering the segment's first step, before any reset.
+
+        ``{state key: [R, *shape]}`` for ``R`` rows, in the dtype and device of the
+        recurrent modules' parameters.
+        """
+        like = next(p for m in self.modules for p in m.parameters())
+        batch = tuple(data.batch_size)
+        rows = math.prod(batch[:-1])
+        out = {}
+        for key, (module, shape) in self.states.items():
+            if self.recurrent_state == "zero":
+                out[key] = like.new_zeros(rows, *shape)
+                continue
+            value = get_entry(
+                data,
+                key,
+                owner,
+                f"the hidden state of {type(module).__name__} stored with each step "
+                f"(the collector stores it when the environment has the module's "
+                f"make_tensordict_primer()); or use recurrent_state='zero'",
+            )
+            expected = (*batch, *shape)
+            if tuple(value.shape) != expected:
+                raise ValueError(
+                    f"{owner}: hidden state {key!r} has shape {tuple(value.shape)}, "
+                    f"expected {expected}: the [*B, T] batch, then "
+                    f"(num_layers * directions, size) = {shape} of its "
+                    f"{type(module).__name__}"
+                )
+            out[key] = value[..., 0, :, :].reshape(rows, *shape).to(like)
+        return out
+
+    def run(self, inputs: TensorDictBase, *, states: bool = False, **kwargs):
+        """Runs the actor and the critic over ``[R, L]`` sequences in recurrent mode.
+
+        As :class:`PolicyCriticEvaluator` does, writing into ``inputs``. With
+        ``states``, the recurrent modules' own forward also writes the states after
+        each sequence, else they run in pieces (:func:`run_modules`).
+        """
+        with set_recurrent_mode(True):
+            return self.evaluator(
+                inputs,
+                pieces=() if states else self.modules,
+                features=self.features,
+                **kwargs,
+            )
+
+    def window(
+        self,
+        data: TensorDictBase,
+        prefix: TensorDictBase | None,
+        *,
+        done: torch.Tensor,
+        terminated: torch.Tensor,
+        prefix_done: torch.Tensor | None = None,
+        owner: str,
+        **run,
+    ) -> SequenceWindow:
+        """The sequences over ``data``, with the states entering them.
+
+        ``data`` holds the steps after the burn-in ``prefix``, whose ``done`` flags are
+        ``prefix_done``; ``run`` are :meth:`run`'s arguments, for the burn-in.
+        """
+        if prefix is None:
+            states = self.initial_states(data, owner)
+            done_before = None
+        else:
+            with torch.no_grad():
+                warm = SequenceWindow(
+                    prefix,
+                    self.obs_keys,
+                    self.initial_states(prefix, owner),
+                    self.resets(prefix, prefix_done, owner),
+                    owner=owner,
+                )
+                self.run(warm.inputs, states=True, **run)
+            states = {
+                key: warm.inputs.get(out_key)[:, -1]
+                for key, out_key in self._state_out.items()
+            }
+            done_before = prefix_done[..., -1]
+        return SequenceWindow(
+            data,
+            self.obs_keys,
+            states,
+            self.resets(data, done, owner, done_before),
+            done=done,
+            terminated=terminated,
+            owner=owner,
+        )
+
+    def average_dist_params(
+        self,
+        full: TensorDictBase,
+        done: torch.Tensor,
+        params,
+        *,
+        owner: str,
+    ) -> dict[str, torch.Tensor]:
+        """The averaged policy's distribution parameters after the burn-in.
+
+        At steps ``burn_in .. T-1`` of ``full`` (the whole segment), ``[*B, T - burn_in,
+        ...]``: the actor with ``params``, run over the whole segment from the same
+        states.
+        """
+        ev = self.evaluator
+        window = SequenceWindow(
+            full,
+            self.obs_keys,
+            {
+                k: v
+                for k, v in self.initial_states(full, owner).items()
+                if self.states[k][0] in self.actor_modules
+            },
+            self.resets(full, done, owner),
+            owner=owner,
+        )
+        inputs = window.inputs
+        with (
+            torch.no_grad(),
+            set_recurrent_mode(True),
+            _skip_existing_set_to(False),
+            ev.params_context(params, ev.actor_network),
+        ):
+            run_modules(policy_modules(ev.actor_network), inputs, self.actor_modules)
+        k = self.burn_in
+        return {
+            name: window.current(inputs.get(key))[..., k:, :]
+            for name, key in ev.dist_param_keys.items()
+        }
+
+
+def forward_in_pieces(
+    module: LSTMModule | GRUModule, tensordict: TensorDictBase
+) -> TensorDictBase:
+    """The output of ``module`` in recurrent mode on ``[R, L]`` rows.
+
+    As its forward computes it (not the states after each step), written into
+    ``tensordict`` under the module's first out_key.
+
+    The rows are cut before each ``is_init`` into pieces that start from the state
+    stored at their first entry, as TorchRL's forward cuts them. It then packs
+    them, and a packed LSTM or GRU runs step by step in small operations; here the
+    pieces, longest first and padded after their end, go through the module's RNN
+    in a few calls over consecutive spans of time, each on the pieces still
+    running and from the states the previous one left.
+    """
+    R, L = tensordict.batch_size
+    x = tensordict.get(module.in_keys[0])
+    entry = torch.arange(R * L, device=x.device)
+    starts = tensordict.get(IS_INIT).reshape(R * L) | (entry % L == 0)
+    first = entry[starts]  # each piece's first entry
+    count = len(first)
+    if count == R:  # no reset after a row's first entry: nothing to cut
+        return module(tensordict)
+    lengths, order = torch.diff(first, append=entry[-1:] + 1).sort(
+        descending=True, stable=True
+    )
+    rank = torch.empty_like(order).index_put(
+        (order,), torch.arange(count, device=order.device)
+    )
+    piece = starts.long().cumsum(0) - 1
+    # entry e is at [rank of its piece, its index in the piece] of the pieces
+    at = (rank[piece], entry - first[piece])
+    lengths = lengths.tolist()
+    index = entry.new_zeros(count, lengths[0]).index_put(at, entry)
+    hidden = [
+        tensordict.get(key).flatten(0, 1)[index[:, 0]].transpose(0, 1).contiguous()
+        for key in module.in_keys[1:-1]
+    ]
+    state = tuple(hidden) if len(hidden) > 1 else hidden[0]
+    x = x.flatten(0, 1)[index]
+    rnn = module_rnn(module)
+    outputs, t, running = [], 0, count
+    while t < lengths[0]:
+        # a span ends where half of its pieces have: padding at most doubles the work
+        half = (running + 1) // 2
+        end = lengths[half] if half < running else lengths[0]
+        y, state = rnn(x[:running, t:end], state)
+        outputs.append(torch.nn.functional.pad(y, (0, 0, 0, 0, 0, count - running)))
+        t = end
+        running = sum(n > t for n in lengths[:running])
+        # cuDNN takes contiguous states only
+        state = (
+            tuple(s[:, :running].contiguous() for s in state)
+            if isinstance(state, tuple)
+            else state[:, :running].contiguous()
+        )
+    y = torch.cat(outputs, 1)[at]
+    tensordict.set(module.out_keys[0], y.reshape(R, L, *y.shape[1:]))
+    return tensordict
+
+
+class SequenceWindow:
+    """The observations of a ``[*B, T]`` segment (time last) as ``R`` sequences.
+
+    Row ``b`` holds ``s_0 .. s_{T-1}`` in order with the real next observation of
+    each mid-row truncation inserted after its step and ``s'_{T-1}`` after the last
+    step (with ``done`` and ``terminated``), or the ``T`` observations alone
+    (without them). ``inputs`` is the ``[R, L]`` TensorDict the networks run on:
+    observations, ``is_init`` (the resets) and each hidden state, zero except at
+    the first entry, where the state entering the row is.
+
+    Attributes:
+        inputs: the ``[R, L]`` TensorDict.
+        positions: ``[R, T]``, where step ``t`` of each row is in ``inputs``; its
+            next observation's output is at ``positions + 1``.
+    """
+
+    def __init__(
+        self,
+        data: TensorDictBase,
+        obs_keys: list[NestedKey],
+        states: dict[NestedKey, torch.Tensor],
+        reset: torch.Tensor,
+        *,
+        done: torch.Tensor | None = None,
+        terminated: torch.Tensor | None = None,
+        owner: str,
+    ):
+        self.batch_shape = data.batch_size[:-1]
+        T = self.T = data.batch_size[-1]
+        R = self.rows = math.prod(self.batch_shape)
+        device = reset.device
+        steps = torch.arange(T, device=device).expand(R, T)
+        self._row_index = torch.arange(R, device=device)[:, None].expand(R, T)
+        with_next = done is not None
+        if with_next:
+            truncation = (done & ~terminated).reshape(R, T).clone()
+            truncation[:, -1] = False
+            extra = truncation.long()
+            # step t moves right by the number of truncations before it
+            self.positions = steps + extra.cumsum(1) - extra
+            length = T + 1 + int(extra.sum(1).max())
+            has_next = truncation
+            has_next[:, -1] = True
+            next_rows, next_steps = has_next.nonzero(as_tuple=True)
+            next_positions = self.positions[next_rows, next_steps] + 1
+        else:
+            self.positions = steps
+            length = T
+        index = (self._row_index, self.positions)
+        tensors = {}
+        for key in obs_keys:
+            obs = get_entry(data, key, owner, "an input of the policy or critic")
+            obs = obs.reshape(R, T, *obs.shape[len(self.batch_shape) + 1 :])
+            seq = obs.new_zeros(R, length, *obs.shape[2:]).index_put(index, obs)
+            if with_next:
+                next_obs = get_entry(
+                    data,
+                    _next(key),
+                    owner,
+                    "the next observation of each step, read at the last step and "
+                    "at mid-row truncations",
+                )
+                next_obs = next_obs.reshape(obs.shape)
+                seq = seq.index_put(
+                    (next_rows, next_positions), next_obs[next_rows, next_steps]
+                )
+            tensors[key] = seq
+        reset = reset.reshape(R, T)
+        # padding after a row's end continues it: no split, no output read
+        tensors[IS_INIT] = (
+            torch.zeros(R, length, dtype=torch.bool, device=device)
+            .index_put(index, reset)
+            .unsqueeze(-1)
+        )
+        for key, state in states.items():
+            first = torch.where(
+                reset[:, 0].reshape(R, *(1,) * (state.ndim - 1)),
+                torch.zeros_like(state),
+                state,
+            )
+            seq = state.new_zeros(R, length, *state.shape[1:])
+            tensors[key] = torch.cat([first.unsqueeze(1), seq[:, 1:]], 1)
+        self.inputs = TensorDict(tensors, [R, length])
+
+    def current(self, values: torch.Tensor) -> torch.Tensor:
+        """Outputs on ``inputs`` (``[R, L, *F]``) at ``s_t``, ``[*B, T, *F]``."""
+        out = values[self._row_index, self.positions]
+        return out.reshape(*self.batch_shape, self.T, *values.shape[2:])
+
+    def flat_current(self, keys: list[NestedKey]) -> TensorDictBase:
+        """The entries ``keys`` of ``inputs`` at each ``s_t``, for heads run on steps.
+
+        The observations, and the features the networks wrote there, ``[prod(B) T]``,
+        steps in the order of ``[*B, T]`` flattened.
+        """
+        # current() is [*B, T, *F]: B's dims and T flattened into one
+        last = len(self.batch_shape)
+        return TensorDict(
+            {key: self.current(self.inputs.get(key)).flatten(0, last) for key in keys},
+            [self.rows * self.T],
+        )
+
+    def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each ``[*B, T, *F]``."""
+        nxt = values[self._row_index, self.positions + 1]
+        nxt = nxt.reshape(*self.batch_shape, self.T, *values.shape[2:])
+        return self.current(values), nxt
