@@ -292,3 +292,41 @@ def bare_trainer(cfg, *, collector, loss, optimizer, replay, **overrides):
 def close(trainer) -> None:
     """Shuts the trainer's collector down (its workers, its environments)."""
     trainer.collector.shutdown()
+
+
+# reading a run's checkpoint (an ACERCheckpoint directory, <run>/checkpoints/last)
+
+
+def checkpoint_path(run_dir) -> Path:
+    """Where ``experiment.make_trainer`` saves ``run_dir``'s checkpoint."""
+    return Path(run_dir) / "checkpoints" / "last"
+
+
+def read_checkpoint(path, *components: str) -> tuple[dict, dict]:
+    """The manifest of the checkpoint at ``path`` (``ACERCheckpoint.verify``: its
+    files' sizes and sha256 checked) and ``{name: state dict}`` of ``components``
+    (``"loss_module"``, ``"trainer_state"``, ...), read on the CPU into nothing.
+    The run's resolved config and the commit that wrote it are in
+    ``manifest["metadata"]["torchrl_acer"]`` (``"config"``, ``"git_commit"``)."""
+    from torchrl_acer.trainers.checkpoint import ACERCheckpoint, FiniteStateDictAdapter
+
+    path = Path(path)
+    manifest = ACERCheckpoint.verify(path, components=components)
+    adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
+    states = {
+        name: adapter.read(path / manifest["components"][name]["path"])
+        for name in components
+    }
+    return manifest, states
+
+
+def checkpoint_frames(path) -> int:
+    """The frames collected when the checkpoint at ``path`` was written: the
+    manifest's ``collected_frames`` where the trainer wrote it there (a
+    checkpoint rotation's saves), else the trainer's state's."""
+    manifest, _ = read_checkpoint(path)
+    frames = manifest.get("metadata", {}).get("collected_frames")
+    if frames is None:
+        _, states = read_checkpoint(path, "trainer_state")
+        frames = states["trainer_state"]["collected_frames"]
+    return int(frames)
