@@ -303,15 +303,15 @@ def checkpoint_path(run_dir) -> Path:
 
 
 def read_checkpoint(path, *components: str) -> tuple[dict, dict]:
-    """The manifest of the checkpoint at ``path`` (``ACERCheckpoint.verify``: its
-    files' sizes and sha256 checked) and ``{name: state dict}`` of ``components``
+    """The manifest of the checkpoint at ``path`` (``ACERCheckpoint.verify``: all
+    its files' sizes and sha256 checked) and ``{name: state dict}`` of ``components``
     (``"loss_module"``, ``"trainer_state"``, ...), read on the CPU into nothing.
     The run's resolved config and the commit that wrote it are in
     ``manifest["metadata"]["torchrl_acer"]`` (``"config"``, ``"git_commit"``)."""
     from torchrl_acer.trainers.checkpoint import ACERCheckpoint, FiniteStateDictAdapter
 
     path = Path(path)
-    manifest = ACERCheckpoint.verify(path, components=components)
+    manifest = ACERCheckpoint.verify(path)  # every file's size and sha256
     adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
     states = {
         name: adapter.read(path / manifest["components"][name]["path"])
