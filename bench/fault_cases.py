@@ -653,7 +653,9 @@ def double_sigint(ctx: Ctx) -> list[Row]:
             "first checkpoint appeared": started,
             "second signal sent during the save": saving,
             "exit 130": r.returncode == 130,
-            "second signal's message": "SIGINT: already stopping" in r.stderr,
+            # GracefulStop's, through torchrl's logger (on stdout)
+            "second signal's message": "SIGINT: a checkpoint is being written; "
+            "it is completed first" in r.stdout + r.stderr,
             "resume hint": f"resume with: resume={ckpt}" in r.stdout,
             "no Traceback": not traceback_shown(r),
             "no staging left beside last": not staged_left(ckpt),
