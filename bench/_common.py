@@ -144,3 +144,189 @@ def save(name: str, payload: dict) -> Path:
     }
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+# driving an ACERTrainer (a torchrl.trainers.Trainer) batch by batch: the benchmarks
+# time windows of a few batches, interleaved between trainers, where Trainer.train
+# runs to total_frames and shuts the collector down when it returns
+
+
+class _StepCount:
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self):
+        self.n += 1
+
+
+def start(trainer):
+    """Runs ``trainer``'s ``setup`` hooks (``PolicyVersion`` pushes the first
+    versioned weights there), as ``Trainer.train`` does before its loop, and
+    returns an iterator over its collector's batches. A trainer whose stepper
+    keeps no count of its optimizer steps (``check_health=False``) gets a
+    ``post_optim`` hook counting them, for :func:`updates`."""
+    stepper = trainer.optimization_stepper
+    if not hasattr(stepper, "optimizer_step_count") and not hasattr(
+        trainer, "_bench_steps"
+    ):
+        trainer._bench_steps = _StepCount()
+        trainer.register_op("post_optim", trainer._bench_steps)
+    trainer._setup_hook()
+    return iter(trainer.collector)
+
+
+def train_on_batch(trainer, batch) -> None:
+    """The body of ``Trainer.train``'s loop for one collected ``batch``: the
+    ``batch_process`` hooks (replay storage, the non-finite and policy-lag
+    checks), the frame count, the batch's updates (``optim_steps``: the on-policy
+    one, then the replayed ones) and the ``post_steps`` hooks (weight pushes,
+    evaluation) with their logging stages. No checkpoint, no progress bar."""
+    batch = trainer._process_batch_hook(batch)
+    trainer.collected_frames += batch.numel() * trainer.frame_skip
+    trainer._pre_steps_log_hook(batch)
+    if trainer.collected_frames >= trainer.collector.init_random_frames:
+        trainer.optim_steps(batch)
+    trainer._post_steps_hook()
+    trainer._post_steps_log_hook(batch)
+
+
+def updates(trainer) -> int:
+    """Optimizer steps the trainer took: its stepper's count where it keeps one
+    (the non-finite guard's, which leaves skipped updates out), else the count
+    :func:`start` registered. Not ``trainer._optim_count``: TorchRL's loop counts
+    one more per collected batch there (the iteration that ends the batch's
+    updates, with ``optim_steps_per_batch=None``)."""
+    count = getattr(trainer.optimization_stepper, "optimizer_step_count", None)
+    if count is not None:
+        return count
+    counted = getattr(trainer, "_bench_steps", None)
+    return trainer._optim_count if counted is None else counted.n
+
+
+def update(trainer, batch) -> None:
+    """One update on ``batch`` as the trainer makes it: its optimization stepper
+    (the loss's forward and backward, clipping, the non-finite checks, the
+    optimizer step) and its ``post_optim`` hooks (the averaged policy's
+    ``SoftUpdate``)."""
+    trainer.optimization_stepper.step(trainer, batch)
+    trainer._post_optim_hook()
+
+
+class UpdateTimer:
+    """Seconds spent in ``trainer``'s updates (:func:`update`'s parts: the
+    stepper's ``step`` and the ``post_optim`` hooks), wrapped on the instances
+    while the ``with`` block runs. ``sync`` (``torch.cuda.synchronize``) is called
+    at both edges of each timed call."""
+
+    def __init__(self, trainer, sync=None):
+        self.trainer, self.sync = trainer, sync or (lambda: None)
+        self.seconds = 0.0
+
+    def _timed(self, fn):
+        def timed(*args, **kwargs):
+            self.sync()
+            tick = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.sync()
+                self.seconds += time.perf_counter() - tick
+
+        return timed
+
+    def __enter__(self):
+        stepper = self.trainer.optimization_stepper
+        self._undo = [
+            (owner, name, owner.__dict__.get(name))
+            for owner, name in ((stepper, "step"), (self.trainer, "_post_optim_hook"))
+        ]
+        for owner, name, _ in self._undo:
+            setattr(owner, name, self._timed(getattr(owner, name)))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, before in self._undo:
+            if before is None:  # the class's method
+                delattr(owner, name)
+            else:
+                setattr(owner, name, before)
+
+
+def bare_trainer(cfg, *, collector, loss, optimizer, replay, **overrides):
+    """The :class:`~torchrl_acer.trainers.ACERTrainer` that
+    ``experiment.make_trainer`` builds from the run config ``cfg`` (replay ratio
+    and start, averaged policy, clipping, health checks, weight pushes, and the
+    policy versions and lag bound of a multi-process or Ray collector), without
+    its checkpoint, run directory, logging or evaluation: the bare loop the
+    benchmarks time. ``overrides`` replace the trainer's keyword arguments."""
+    from torchrl_acer.trainers import ACERTrainer, PolicyVersion
+
+    kwargs = {
+        "collector": collector,
+        "total_frames": 10**12,
+        "loss_module": loss,
+        "optimizer": optimizer,
+        "replay_buffer": replay,
+        "replay_ratio": cfg.replay.ratio,
+        "replay_start": cfg.replay.start,
+        "on_policy_updates": cfg.replay.on_policy_updates,
+        "alpha": cfg.loss.alpha,
+        "weight_update_interval": cfg.collector.weight_update_interval,
+        "check_health": cfg.health.check,
+        "max_nonfinite_in_a_row": cfg.health.max_nonfinite_in_a_row,
+        "clip_grad_norm": cfg.optim.max_grad_norm is not None,
+        "clip_norm": cfg.optim.max_grad_norm,
+        "progress_bar": False,
+        "seed": cfg.seed,
+        "save_trainer_interval": 2**62,
+        "log_interval": 2**62,
+        **overrides,
+    }
+    trainer = ACERTrainer(**kwargs)
+    if cfg.collector.get("backend", "single") in ("multiprocess", "ray"):
+        trainer.policy_version = PolicyVersion(cfg.collector.max_policy_lag)
+        trainer.policy_version.register(trainer)
+    return trainer
+
+
+def close(trainer) -> None:
+    """Shuts the trainer's collector down (its workers, its environments)."""
+    trainer.collector.shutdown()
+
+
+# reading a run's checkpoint (an ACERCheckpoint directory, <run>/checkpoints/last)
+
+
+def checkpoint_path(run_dir) -> Path:
+    """Where ``experiment.make_trainer`` saves ``run_dir``'s checkpoint."""
+    return Path(run_dir) / "checkpoints" / "last"
+
+
+def read_checkpoint(path, *components: str) -> tuple[dict, dict]:
+    """The manifest of the checkpoint at ``path`` (``ACERCheckpoint.verify``: all
+    its files' sizes and sha256 checked) and ``{name: state dict}`` of ``components``
+    (``"loss_module"``, ``"trainer_state"``, ...), read on the CPU into nothing.
+    The run's resolved config and the commit that wrote it are in
+    ``manifest["metadata"]["torchrl_acer"]`` (``"config"``, ``"git_commit"``)."""
+    from torchrl_acer.trainers.checkpoint import ACERCheckpoint, FiniteStateDictAdapter
+
+    path = Path(path)
+    manifest = ACERCheckpoint.verify(path)  # every file's size and sha256
+    adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
+    states = {
+        name: adapter.read(path / manifest["components"][name]["path"])
+        for name in components
+    }
+    return manifest, states
+
+
+def checkpoint_frames(path) -> int:
+    """The frames collected when the checkpoint at ``path`` was written: the
+    manifest's ``collected_frames`` where the trainer wrote it there (a
+    checkpoint rotation's saves), else the trainer's state's."""
+    manifest, _ = read_checkpoint(path)
+    frames = manifest.get("metadata", {}).get("collected_frames")
+    if frames is None:
+        _, states = read_checkpoint(path, "trainer_state")
+        frames = states["trainer_state"]["collected_frames"]
+    return int(frames)

@@ -57,7 +57,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import save  # noqa: E402
+from _common import checkpoint_frames, save  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "acer_gym.py"
 PY = sys.executable
@@ -430,10 +430,22 @@ def csv_steps_increase(logs: Path) -> bool:
     return True
 
 
-def checkpoint_frames(path: Path) -> int:
-    from torchrl_acer.training.checkpoint import read_header
+def checkpoint_files(path: Path) -> list[Path]:
+    """The files of the checkpoint directory at ``path``, largest first."""
+    files = [f for f in path.rglob("*") if f.is_file()]
+    return sorted(files, key=lambda f: (-f.stat().st_size, str(f)))
 
-    return read_header(path).header["frames"]
+
+def checkpoint_bytes(path: Path) -> int:
+    """Bytes on disk of the checkpoint directory at ``path``: its files' sizes."""
+    return sum(f.stat().st_size for f in checkpoint_files(path))
+
+
+def staged_left(ckpt: Path) -> list[str]:
+    """What a save leaves beside ``checkpoints/last`` while it writes (its staging
+    directory, the previous checkpoint while the new one is renamed in): nothing
+    once a save has finished."""
+    return sorted(p.name for p in ckpt.parent.iterdir() if p.name != ckpt.name)
 
 
 # -- cases -------------------------------------------------------------------------
@@ -516,7 +528,8 @@ def nan_faults(ctx: Ctx, case: str) -> list[Row]:
         harness_env(ctx.helpers, FAULT=fault, FAULT_AT=str(at)),
     )
     err, out = r.stderr, r.stdout
-    resume_hint = f"Resume with: resume={d / 'run' / 'checkpoints' / 'last.pt'}"
+    # FailureCheckpoint's note on the error: where what was trained was saved
+    saved_note = f"what was trained was saved to {d / 'run' / 'checkpoints' / 'last'}"
     checks = {
         "1": {
             "exit 0": r.returncode == 0,
@@ -535,22 +548,20 @@ def nan_faults(ctx: Ctx, case: str) -> list[Row]:
             "exit 1": r.returncode == 1,
             "names the observations": "the policy was given non-finite observations "
             "while collecting" in err,
-            "checkpoint note with resume hint": resume_hint in err,
+            "checkpoint note naming it": saved_note in err,
         },
         "4": {
             "exit 1": r.returncode == 1,
             "its own error": "RuntimeError: the simulator crashed" in err,
-            "checkpoint note with resume hint": resume_hint in err,
+            "checkpoint note naming it": saved_note in err,
         },
     }[case]
     extra = []
-    ckpt = d / "run" / "checkpoints" / "last.pt"
+    ckpt = d / "run" / "checkpoints" / "last"
     if ckpt.exists():
-        extra.append(
-            f"[check] RUN/checkpoints/last.pt: {checkpoint_frames(ckpt)} frames"
-        )
+        extra.append(f"[check] RUN/checkpoints/last: {checkpoint_frames(ckpt)} frames")
     else:
-        extra.append("[check] no RUN/checkpoints/last.pt")
+        extra.append("[check] no RUN/checkpoints/last")
     out = row(case, name, r, paths, checks, extra)
     if case == "2" and not ckpt.exists():
         out.note = (
@@ -566,7 +577,7 @@ def signal_case(ctx: Ctx, case: str, attempt: str = "") -> list[Row]:
     """5, 6, 9: SIGTERM, Ctrl-C, Ctrl-C with env.parallel=true, once the first
     checkpoint exists (``attempt``: which of several tries, for the name)."""
     d, paths = ctx.case_dir(f"c{case}_{attempt.split()[1]}" if attempt else f"c{case}")
-    ckpt = d / "run" / "checkpoints" / "last.pt"
+    ckpt = d / "run" / "checkpoints" / "last"
     extra_args = {
         "5": [],
         "6": [],
@@ -588,10 +599,10 @@ def signal_case(ctx: Ctx, case: str, attempt: str = "") -> list[Row]:
     p.signal(signum, group=case != "5")
     r = p.finish(120)  # a stop takes seconds; longer is a hang
     how = {
-        "5": "; then kill -TERM <pid> once RUN/checkpoints/last.pt exists",
-        "6": "; then Ctrl-C (SIGINT to its process group) once last.pt exists",
+        "5": "; then kill -TERM <pid> once RUN/checkpoints/last exists",
+        "6": "; then Ctrl-C (SIGINT to its process group) once last exists",
         "9": "; then Ctrl-C (SIGINT to its process group, env workers included) "
-        "once last.pt exists",
+        "once last exists",
     }[case]
     name = {
         "5": "SIGTERM mid-run",
@@ -608,7 +619,7 @@ def signal_case(ctx: Ctx, case: str, attempt: str = "") -> list[Row]:
         checks["no BrokenPipeError"] = "BrokenPipeError" not in r.stderr
     extra = []
     if ckpt.exists():
-        extra.append(f"[check] last.pt holds {checkpoint_frames(ckpt)} frames")
+        extra.append(f"[check] last holds {checkpoint_frames(ckpt)} frames")
     out = row(case, name, r, paths, checks, extra)
     out.command += how
     return [out]
@@ -618,7 +629,7 @@ def double_sigint(ctx: Ctx) -> list[Row]:
     """7: a second Ctrl-C while the stop's checkpoint is written (slowed by the
     harness), then the checkpoint read back."""
     d, paths = ctx.case_dir("c7")
-    ckpt = d / "run" / "checkpoints" / "last.pt"
+    ckpt = d / "run" / "checkpoints" / "last"
     flag = d / "slow"
     paths.add(flag, "TMP/slow")
     p = Process(
@@ -642,24 +653,29 @@ def double_sigint(ctx: Ctx) -> list[Row]:
             "first checkpoint appeared": started,
             "second signal sent during the save": saving,
             "exit 130": r.returncode == 130,
-            "second signal's message": "SIGINT: already stopping" in r.stderr,
+            # GracefulStop's, through torchrl's logger (on stdout)
+            "second signal's message": "SIGINT: a checkpoint is being written; "
+            "it is completed first" in r.stdout + r.stderr,
             "resume hint": f"resume with: resume={ckpt}" in r.stdout,
             "no Traceback": not traceback_shown(r),
-            "no last.pt.tmp left": not ckpt.with_name("last.pt.tmp").exists(),
+            "no staging left beside last": not staged_left(ckpt),
         },
     )
     first.command += (
-        "; then touch TMP/slow and Ctrl-C once last.pt exists, and Ctrl-C again "
+        "; then touch TMP/slow and Ctrl-C once last exists, and Ctrl-C again "
         "0.5 s into the checkpoint's write"
     )
     read = run(
         [
             PY,
             "-c",
-            "from torchrl_acer.training.checkpoint import read_header; "
-            f'i = read_header("{ckpt}"); '
-            'print("read back:", i.header["frames"], "frames,", i.payload_bytes, '
-            '"payload bytes, sha256 verified")',
+            f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); "
+            "from _common import read_checkpoint; "
+            f"m, s = read_checkpoint({str(ckpt)!r}, 'trainer_state'); "
+            "files = m['metadata']['torchrl_acer']['files']; "
+            'print("read back:", s["trainer_state"]["collected_frames"], "frames,", '
+            'len(files), "files,", sum(f["bytes"] for f in files.values()), '
+            '"bytes, sha256 verified")',
         ],
         d,
         tag="read",
@@ -671,7 +687,7 @@ def double_sigint(ctx: Ctx) -> list[Row]:
         read,
         paths,
         {
-            "read_header succeeds": read.returncode == 0,
+            "ACERCheckpoint.verify and the read succeed": read.returncode == 0,
             "holds the frames the run stopped at": stopped is not None
             and f"read back: {stopped.group(1)} frames" in read.stdout,
         },
@@ -683,7 +699,7 @@ def double_sigint(ctx: Ctx) -> list[Row]:
 def quick_double_sigint(ctx: Ctx) -> list[Row]:
     """7b: two Ctrl-C 50 ms apart, no harness: what a user pressing twice sees."""
     d, paths = ctx.case_dir("c7b")
-    ckpt = d / "run" / "checkpoints" / "last.pt"
+    ckpt = d / "run" / "checkpoints" / "last"
     p = Process(
         example(*TINY, LONG, "checkpoint.interval=320", f"logger.run_dir={d / 'run'}"),
         d,
@@ -697,10 +713,10 @@ def quick_double_sigint(ctx: Ctx) -> list[Row]:
     extra = []
     complete = False
     try:
-        extra.append(f"[check] last.pt read back: {checkpoint_frames(ckpt)} frames")
+        extra.append(f"[check] last read back: {checkpoint_frames(ckpt)} frames")
         complete = True
     except Exception as err:
-        extra.append(f"[check] last.pt unreadable: {err}")
+        extra.append(f"[check] last unreadable: {err}")
     out = row(
         "7b",
         "two Ctrl-C 50 ms apart (no harness)",
@@ -715,14 +731,14 @@ def quick_double_sigint(ctx: Ctx) -> list[Row]:
         },
         extra,
     )
-    out.command += "; then Ctrl-C twice, 50 ms apart, once last.pt exists"
+    out.command += "; then Ctrl-C twice, 50 ms apart, once last exists"
     return [out]
 
 
 def kill9_then_resume(ctx: Ctx) -> list[Row]:
     """8: kill -9 mid-run (CSV logs), then resume from the last checkpoint."""
     d, paths = ctx.case_dir("c8")
-    ckpt = d / "run" / "checkpoints" / "last.pt"
+    ckpt = d / "run" / "checkpoints" / "last"
     common = [
         *QUIET,
         "logger.backend=csv",
@@ -747,12 +763,12 @@ def kill9_then_resume(ctx: Ctx) -> list[Row]:
         paths,
         {"killed": killed.returncode == -signal.SIGKILL, "checkpoint there": started},
         extra=[
-            f"[check] RUN/checkpoints/last.pt: {frames} frames, complete; "
+            f"[check] RUN/checkpoints/last: {frames} frames, complete; "
             f"RUN/logs holds {past} CSV rows past {frames} frames"
         ],
     )
     first.command += (
-        "; then kill -9 <pid> once last.pt holds >= 640 frames and the CSV logs "
+        "; then kill -9 <pid> once last holds >= 640 frames and the CSV logs "
         "hold rows past it"
     )
     if "leaked semaphore" in killed.stderr:
@@ -799,7 +815,7 @@ def finished_and_copied(ctx: Ctx) -> list[Row]:
     run_dir = runs[0]
     paths.add(run_dir.resolve(), "RUN")
     paths.add(str(run_dir.relative_to(d)), "RUN")
-    ckpt = run_dir / "checkpoints" / "last.pt"
+    ckpt = run_dir / "checkpoints" / "last"
     before = sha256_tree(d / "runs")
     r10 = run(
         example(*TINY, "collector.total_frames=320", f"resume={ckpt.relative_to(d)}"),
@@ -832,10 +848,10 @@ def finished_and_copied(ctx: Ctx) -> list[Row]:
             setup=[base],
         )
     ]
-    copy = d / "elsewhere" / "last.pt"
-    copy.parent.mkdir()
-    shutil.copy(ckpt, copy)
-    finished = ckpt.read_bytes()  # the 320-frame checkpoint, for 11b's copy
+    # a copy outside any run's checkpoints/ folder: make_trainer cannot tell
+    # which run it belongs to (experiment.checkpoint_run_dir)
+    copy = d / "elsewhere" / "last"
+    shutil.copytree(ckpt, copy)
     r11 = run(
         example(*TINY, "collector.total_frames=640", f"resume={copy}"),
         d,
@@ -844,17 +860,17 @@ def finished_and_copied(ctx: Ctx) -> list[Row]:
     rows.append(
         row(
             "11",
-            "resume from a copy of RUN's last.pt (cp to TMP/elsewhere/)",
+            "resume from a copy of RUN's checkpoints/last (cp -r to TMP/elsewhere/)",
             r11,
             paths,
             {
-                "exit 0": r11.returncode == 0,
-                "writes into its own run": f"checkpoint: {ckpt.resolve()}"
-                in r11.stdout,
+                "refused": r11.returncode != 0,
+                "cannot tell its run": "cannot tell which run directory it belongs to"
+                in r11.stderr,
+                "names logger.run_dir": "set logger.run_dir" in r11.stderr,
             },
         )
     )
-    copy.write_bytes(finished)  # the same 320-frame copy (RUN's last.pt moved on)
     original = sha256_tree(run_dir)
     r11b = run(
         example(
@@ -875,7 +891,7 @@ def finished_and_copied(ctx: Ctx) -> list[Row]:
             {
                 "exit 0": r11b.returncode == 0,
                 "writes into logger.run_dir": "checkpoint: "
-                f"{d / 'other' / 'checkpoints' / 'last.pt'}" in r11b.stdout,
+                f"{d / 'other' / 'checkpoints' / 'last'}" in r11b.stdout,
                 "the original run untouched": sha256_tree(run_dir) == original,
             },
         )
@@ -887,7 +903,7 @@ def changed_config(ctx: Ctx) -> list[Row]:
     """12: resume with another activation or width: refused with the key diff; the
     activation allowed by name."""
     d, paths = ctx.case_dir("c12")
-    ckpt = d / "run" / "checkpoints" / "last.pt"
+    ckpt = d / "run" / "checkpoints" / "last"
     base_args = [*QUIET, "logger.backend=null", f"logger.run_dir={d / 'run'}"]
     base = run(
         example(*base_args, "model.num_cells=[16]", "collector.total_frames=320"),
@@ -954,24 +970,31 @@ def changed_config(ctx: Ctx) -> list[Row]:
 
 
 def damaged_checkpoints(ctx: Ctx) -> list[Row]:
-    """13: 8 bytes flipped in the middle of last.pt; last.pt cut in half."""
+    """13: 8 bytes flipped in the middle of the largest file of checkpoints/last;
+    that file cut in half."""
     d, paths = ctx.case_dir("c13")
-    ckpt = d / "run" / "checkpoints" / "last.pt"
+    ckpt = d / "run" / "checkpoints" / "last"
     base = run(
         example(*TINY, "collector.total_frames=320", f"logger.run_dir={d / 'run'}"),
         d,
         tag="base",
     )
-    data = ckpt.read_bytes()
+    damaged = checkpoint_files(ckpt)[0]  # the largest: the replay's, likely
+    name = damaged.relative_to(ckpt)
+    data = damaged.read_bytes()
     rows = []
     flipped = bytearray(data)
     for i in range(len(data) // 2, len(data) // 2 + 8):
         flipped[i] ^= 0xFF
     for label, content, why in [
-        ("8 bytes flipped in the middle of last.pt", bytes(flipped), "is corrupted"),
-        ("last.pt cut in half", data[: len(data) // 2], "is truncated"),
+        (
+            f"8 bytes flipped in the middle of last/{name}",
+            bytes(flipped),
+            "is corrupted",
+        ),
+        (f"last/{name} cut in half", data[: len(data) // 2], "is truncated"),
     ]:
-        ckpt.write_bytes(content)
+        damaged.write_bytes(content)
         r = run(
             example(*TINY, "collector.total_frames=640", f"resume={ckpt}"),
             d,
@@ -986,13 +1009,14 @@ def damaged_checkpoints(ctx: Ctx) -> list[Row]:
                 {
                     "refused": r.returncode != 0,
                     f"says it {why}": why in r.stderr,
-                    "names the file": f"{ckpt} {why}" in r.stderr,
-                    "nothing written": ckpt.read_bytes() == content,
+                    "names the checkpoint": f"{ckpt} {why}" in r.stderr,
+                    "names the file": str(name) in r.stderr,
+                    "nothing written": damaged.read_bytes() == content,
                 },
                 setup=[base],
             )
         )
-    ckpt.write_bytes(data)
+    damaged.write_bytes(data)
     return rows
 
 
@@ -1092,9 +1116,10 @@ def same_second(ctx: Ctx, tries: int = 2) -> list[Row]:
 
 
 def checkpoint_size(ctx: Ctx, env_name: str, frames: int) -> list[Row]:
-    """18: bytes on disk of last.pt after a short run with the default replay."""
+    """18: bytes on disk of checkpoints/last (its files) after a short run with the
+    default replay."""
     d, paths = ctx.case_dir(f"c18_{env_name.replace('/', '_')}")
-    ckpt = d / "run" / "checkpoints" / "last.pt"
+    ckpt = d / "run" / "checkpoints" / "last"
     args = [*QUIET, "logger.backend=null"]
     if env_name != "CartPole-v1":
         args.append(f"env.name={env_name}")
@@ -1104,7 +1129,7 @@ def checkpoint_size(ctx: Ctx, env_name: str, frames: int) -> list[Row]:
         ),
         d,
     )
-    size = ckpt.stat().st_size if ckpt.exists() else None
+    size = checkpoint_bytes(ckpt) if ckpt.exists() else None
     out = row(
         "18",
         f"checkpoint size, {env_name} after {frames} env steps (default model and "
@@ -1113,12 +1138,12 @@ def checkpoint_size(ctx: Ctx, env_name: str, frames: int) -> list[Row]:
         paths,
         {"exit 0": r.returncode == 0, "checkpoint written": size is not None},
         extra=[
-            f"[check] RUN/checkpoints/last.pt: {size:,} bytes ({size / 1e6:.2f} MB)"
+            f"[check] RUN/checkpoints/last: {size:,} bytes ({size / 1e6:.2f} MB)"
             if size
             else "[check] no checkpoint"
         ],
     )
-    out.command += "; then stat -c %s RUN/checkpoints/last.pt"
+    out.command += "; then du -sb --apparent-size RUN/checkpoints/last"
     out.size_bytes = size
     return [out]
 

@@ -5,12 +5,14 @@ without them.
                                 [--atari-batches 2] [--no-atari] [--threads N]
 
 Two trainers are built alike from the same seed, one with ``check_health=True``
-(the default: one reduction and one read-back per update over the loss terms and
-the gradient norm, one over each collected batch, one over the observations the
-policy acts on at each step) and one with
-``check_health=False``. They draw the same Poisson numbers of replayed updates
-(the trainer's own generator), so each round gives both the same work; rounds
-alternate which goes first. Reported per loop: the median seconds per collected
+(the default: the :class:`~torchrl_acer.trainers.NonFiniteGuard` stepper, one
+reduction and one read-back per update over the loss terms and the gradient norm,
+one over each collected batch) and one with ``check_health=False`` (TorchRL's
+default stepper). Both are :class:`~torchrl_acer.trainers.ACERTrainer` s driven a
+collected batch at a time (``_common.train_on_batch``: ``Trainer.train``'s loop
+body). They draw the same Poisson numbers of replayed updates (the schedule's own
+generator, same seed), so each round gives both the same work; rounds alternate
+which goes first. Reported per loop: the median seconds per collected
 batch of each, and the median over rounds of the ratio checked / unchecked.
 
 Loops: CartPole-v1 with ``examples/config_gym.yaml``'s defaults (8 envs, T = 20,
@@ -34,18 +36,25 @@ import torch
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT / "examples"))
-from _common import example_config, interleaved_medians, save  # noqa: E402
+from _common import (  # noqa: E402
+    bare_trainer,
+    close,
+    example_config,
+    interleaved_medians,
+    save,
+    start,
+    train_on_batch,
+    update,
+    updates,
+)
 from utils_gym import make_env, make_models  # noqa: E402
 
+from torchrl_acer.trainers import ACERTrainer, make_segment_replay_buffer  # noqa: E402
+from torchrl_acer.trainers.hooks import _batch_is_finite  # noqa: E402
 from torchrl_acer.training.experiment import (  # noqa: E402
     make_collector,
     make_loss,
     make_optimizer,
-)
-from torchrl_acer.training.trainer import (  # noqa: E402
-    ACERTrainer,
-    _batch_is_finite,
-    make_segment_replay_buffer,
 )
 
 
@@ -61,20 +70,14 @@ def cartpole_trainer(check_health: bool) -> ACERTrainer:
     collector = make_collector(
         cfg, functools.partial(make_env, cfg), actor, device="cpu", env=env
     )
-    return ACERTrainer(
+    return bare_trainer(
+        cfg,
         collector=collector,
-        loss_module=loss,
+        loss=loss,
         optimizer=make_optimizer(cfg.optim, loss.parameters()),
-        total_frames=10**9,
-        replay_buffer=make_segment_replay_buffer(
+        replay=make_segment_replay_buffer(
             cfg.replay.capacity, T, cfg.replay.batch_segments or num_envs
         ),
-        replay_ratio=cfg.replay.ratio,
-        replay_start=cfg.replay.start,
-        target_eps=cfg.loss.alpha,
-        max_grad_norm=cfg.optim.max_grad_norm,
-        progress_bar=False,
-        seed=cfg.seed,
         check_health=check_health,
     )
 
@@ -82,65 +85,51 @@ def cartpole_trainer(check_health: bool) -> ACERTrainer:
 def atari_trainer(check_health: bool) -> ACERTrainer:
     from throughput import make_trainer
 
-    trainer = make_trainer("ALE/Breakout-v5", 16, 20)
-    trainer.check_health = check_health
-    return trainer
+    return make_trainer("ALE/Breakout-v5", 16, 20, check_health=check_health)
 
 
 def compare(build, rounds: int, batches: int, warmup: int) -> dict:
     trainers = {"checked": build(True), "unchecked": build(False)}
-    # the trainer's own iteration: the policy's inputs are checked there
-    iterators = {name: t._collected_batches() for name, t in trainers.items()}
+    iterators = {name: start(t) for name, t in trainers.items()}
     for name, trainer in trainers.items():
         for _ in range(warmup):
-            trainer.train_on_batch(next(iterators[name]))
+            train_on_batch(trainer, next(iterators[name]))
     seconds = {name: [] for name in trainers}
-    updates = {name: 0 for name in trainers}
+    timed = {name: 0 for name in trainers}
     for r in range(rounds):
         order = ["checked", "unchecked"] if r % 2 == 0 else ["unchecked", "checked"]
         for name in order:
             trainer = trainers[name]
-            before = trainer.updates
-            start = time.perf_counter()
+            before = updates(trainer)
+            tick = time.perf_counter()
             for _ in range(batches):
-                trainer.train_on_batch(next(iterators[name]))
-            seconds[name].append((time.perf_counter() - start) / batches)
-            updates[name] += trainer.updates - before
+                train_on_batch(trainer, next(iterators[name]))
+            seconds[name].append((time.perf_counter() - tick) / batches)
+            timed[name] += updates(trainer) - before
     ratios = [
         c / u for c, u in zip(seconds["checked"], seconds["unchecked"], strict=True)
     ]
-    for trainer in trainers.values():
-        assert trainer.nonfinite_updates == trainer.nonfinite_batches == 0
-    # the parts, less noisy: one replayed update with and without its check, and
-    # the check of one collected batch
+    assert trainers["checked"].optimization_stepper.nonfinite == {
+        "updates": 0,
+        "batches": 0,
+    }
+    # the parts, less noisy: one replayed update with and without its check (each
+    # trainer's own stepper on the same replayed batch), and the check of one
+    # collected batch
     trainer = trainers["checked"]
     replayed = trainer.replay_buffer.sample()
     fresh = next(iterators["checked"])
     keys = trainer.loss_module.in_keys
-    step = fresh[..., 0]
-    policy_keys = trainer.loss_module.actor_network.in_keys
-
-    def update(check):
-        def run():
-            trainer.check_health = check
-            trainer.update(replayed, tag="off_policy")
-
-        return run
-
     parts = interleaved_medians(
         {
-            "update_checked": update(True),
-            "update_unchecked": update(False),
+            "update_checked": lambda: update(trainers["checked"], replayed),
+            "update_unchecked": lambda: update(trainers["unchecked"], replayed),
             "batch_check": lambda: _batch_is_finite(fresh.select(*keys, strict=False)),
-            # what the policy's pre-hook checks at every environment step
-            "policy_input_check": lambda: _batch_is_finite(
-                step.select(*policy_keys, strict=False)
-            ),
         },
         rounds=rounds,
     )
     for t in trainers.values():
-        t.close()
+        close(t)
     return {
         "update_seconds": {
             "checked": parts["update_checked"],
@@ -151,14 +140,9 @@ def compare(build, rounds: int, batches: int, warmup: int) -> dict:
         "batch_check_seconds": parts["batch_check"],
         "batch_check_fraction_of_iteration": parts["batch_check"]
         / statistics.median(seconds["unchecked"]),
-        "policy_input_check_seconds": parts["policy_input_check"],
-        # T checks per collected batch
-        "policy_input_checks_fraction_of_iteration": parts["policy_input_check"]
-        * fresh.shape[-1]
-        / statistics.median(seconds["unchecked"]),
         "rounds": rounds,
         "batches_per_round": batches,
-        "updates_timed": updates,  # equal: the same work on both sides
+        "updates_timed": timed,  # equal: the same work on both sides
         "seconds_per_batch": {k: statistics.median(v) for k, v in seconds.items()},
         "seconds_per_batch_all": seconds,
         "ratio_checked_over_unchecked": statistics.median(ratios),

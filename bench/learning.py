@@ -32,7 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import RESULTS, save  # noqa: E402
+from _common import RESULTS, checkpoint_path, save  # noqa: E402
 
 from torchrl_acer.training.plot import plot_groups, read_scalar  # noqa: E402
 
@@ -49,7 +49,7 @@ def run_seed(example, overrides, seed, run_dir, log):
         "logger.progress_bar=false",
         f"logger.run_dir={run_dir}",
     ]
-    checkpoint = Path(run_dir) / "checkpoints" / "last.pt"
+    checkpoint = checkpoint_path(run_dir)  # a directory, ACERCheckpoint's
     resumed = checkpoint.exists()
     if resumed:
         cmd.append(f"resume={checkpoint}")

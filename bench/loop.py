@@ -8,9 +8,12 @@ Measures, in one run, alternating windows of each:
 - the whole loop of ``examples/acer_gym.py`` at its defaults (CartPole-v1, 8
   envs, T = 20, replay ratio 4 with 32 replayed segments, Adam, gradient
   clipping, the averaged policy, the health checks; evaluation, logging and
-  checkpoints off), past its replay start: env steps per second, and where its
-  time goes (collection, the loss's forward and backward, the optimizer step,
-  the averaged-policy step, replay storage and sampling, the rest);
+  checkpoints off), past its replay start, on
+  :class:`~torchrl_acer.trainers.ACERTrainer` driven a collected batch at a
+  time (``_common.train_on_batch``, ``Trainer.train``'s loop body): env steps
+  per second, and where its time goes (collection, the loss's forward and
+  backward, the optimizer step, the averaged-policy step, replay storage and
+  sampling, the rest: TorchRL's hooks among it);
 - the compute bound of the same networks on the same shapes: for each batch
   the loop collected, T policy inferences on the 8 environments' observations,
   and for each update the loop made (its own count), the policy and critic
@@ -37,7 +40,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import save  # noqa: E402
+from _common import close, save, start, train_on_batch, updates  # noqa: E402
 from health_cost import cartpole_trainer  # noqa: E402
 
 
@@ -74,38 +77,40 @@ def time_loop(trainer, iterator, batches: int, breakdown: bool) -> dict:
     with ``breakdown``, where the time went (the timers' own cost included)."""
     timers = Timers()
     if breakdown:
-        timers.wrap(trainer, "update", "updates")
+        # an update is the stepper's step (loss, backward, clipping, checks,
+        # optimizer step), then the post_optim hooks (the averaged policy's step)
+        timers.wrap(trainer.optimization_stepper, "step", "updates")
         timers.wrap(trainer.loss_module, "forward", "loss forward")
         timers.wrap(trainer.optimizer, "step", "optimizer step")
-        timers.wrap(trainer.target_updater, "step", "averaged-policy step")
+        timers.wrap(trainer.target_net_updater, "step", "averaged-policy step")
         timers.wrap(trainer.replay_buffer, "extend", "replay extend")
         timers.wrap(trainer.replay_buffer, "sample", "replay sample")
-    frames, updates = trainer.frames, trainer.updates
+    frames, before = trainer.collected_frames, updates(trainer)
     collect = 0.0
-    start = time.perf_counter()
+    begin = time.perf_counter()
     for _ in range(batches):
         tick = time.perf_counter()
         batch = next(iterator)
         collect += time.perf_counter() - tick
-        trainer.train_on_batch(batch)
-    elapsed = time.perf_counter() - start
+        train_on_batch(trainer, batch)
+    elapsed = time.perf_counter() - begin
     timers.restore()
+    steps = trainer.collected_frames - frames
     out = {
-        "steps_per_s": (trainer.frames - frames) / elapsed,
-        "updates": trainer.updates - updates,
-        "steps": trainer.frames - frames,
+        "steps_per_s": steps / elapsed,
+        "updates": updates(trainer) - before,
+        "steps": steps,
         "seconds": elapsed,
     }
     if breakdown:
         parts = dict(timers.seconds)
         parts["collection"] = collect
-        # the loss's backward, clipping and checks are inside an update, outside
-        # its forward, the optimizer and the averaged-policy step
+        # the loss's backward, clipping and checks are inside the stepper's
+        # step, outside the loss's forward and the optimizer's step
         parts["backward, clipping, checks"] = (
             parts.pop("updates")
             - parts.get("loss forward", 0.0)
             - parts.get("optimizer step", 0.0)
-            - parts.get("averaged-policy step", 0.0)
         )
         parts["rest"] = elapsed - sum(parts.values())
         out["fractions"] = {k: v / elapsed for k, v in parts.items()}
@@ -209,15 +214,14 @@ def main():
         trainer.loss_module.compile()  # as examples/acer_gym.py does
     num_envs = trainer.collector.env.batch_size.numel()
     batch_segments = trainer.replay_buffer._batch_size
-    # the trainer's own iteration: the policy's inputs are checked there
-    iterator = trainer._collected_batches()
+    iterator = start(trainer)
     # T from a collected batch ([num_envs, T]): TorchRL's collectors keep
     # frames_per_batch per environment, not the total they were given
     batch = next(iterator)
     T = batch.shape[-1]
-    trainer.train_on_batch(batch)
+    train_on_batch(trainer, batch)
     for _ in range(7):  # past replay.start (1 000 steps)
-        trainer.train_on_batch(next(iterator))
+        train_on_batch(trainer, next(iterator))
     rounds = []
     for r in range(args.repeats):
         loop = time_loop(trainer, iterator, args.batches, breakdown=False)
@@ -240,7 +244,7 @@ def main():
             flush=True,
         )
     breakdown = time_loop(trainer, iterator, args.batches, breakdown=True)
-    trainer.close()
+    close(trainer)
 
     def median(key):
         return statistics.median(r[key] for r in rounds)
@@ -251,7 +255,7 @@ def main():
             "num_envs": num_envs,
             "T": T,
             "batch_segments": batch_segments,
-            "replay_ratio": trainer.replay_ratio,
+            "replay_ratio": trainer.schedule.replay_ratio,
             "batches_per_round": args.batches,
             "repeats": args.repeats,
             "torch_threads": args.threads,

@@ -68,6 +68,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import checkpoint_path  # noqa: E402
 from time_to_solve import (  # noqa: E402
     ROOT,
     Recorder,
@@ -160,29 +161,30 @@ def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
         f"logger.run_dir={run_dir}",
         f"checkpoint.interval={CHECKPOINT_INTERVAL}",
     ]
-    checkpoint = run_dir / "checkpoints" / "last.pt"
+    checkpoint = checkpoint_path(run_dir)
     resume = [f"resume={checkpoint}"] if checkpoint.exists() else []
 
-    def patch(Trainer):
-        save, load = Trainer.save_checkpoint, Trainer.load_checkpoint
+    def patch(trainer):
+        # the trainer's saves (every one: on schedule, at a stop, after a
+        # failure) go through _save_trainer; resume() loads with load_from_file
+        save, load = trainer._save_trainer, trainer.load_from_file
 
-        def save_and_keep(self, *args, **kwargs):
+        def save_and_keep(*args, **kwargs):
             tick = time.perf_counter()
-            rec.keep(self.frames)  # first: a checkpoint never lacks its clock
+            rec.keep(
+                trainer.collected_frames
+            )  # first: a checkpoint never lacks its clock
             try:
-                return save(self, *args, **kwargs)
+                return save(*args, **kwargs)
             finally:
                 rec.start += time.perf_counter() - tick  # not training time
 
-        def load_and_restore(self, *args, **kwargs):
-            out = load(self, *args, **kwargs)
-            rec.restore(self.frames)
+        def load_and_restore(*args, **kwargs):
+            out = load(*args, **kwargs)
+            rec.restore(trainer.collected_frames)
             return out
 
-        Trainer.save_checkpoint, Trainer.load_checkpoint = (
-            save_and_keep,
-            load_and_restore,
-        )
+        trainer._save_trainer, trainer.load_from_file = save_and_keep, load_and_restore
 
     torchrl_version = train_ours([*overrides, *resume], rec, tree, patch)
     frames = rec.evals[-1]["env_steps"] if rec.evals else 0

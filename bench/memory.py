@@ -52,7 +52,10 @@ def template_batch(num_envs, T):
     )
     batch = next(iter(collector))
     collector.shutdown()
-    # what ACERTrainer stores: without the policy's intermediate outputs
+    # the collected batch without the policy's intermediate outputs, as the old
+    # trainer stored it. ACERTrainer (trainers/acer.py) stores less still: only
+    # what the loss reads and the replay's own keys (replay_keys), so the bytes
+    # per step measured here are an upper bound of its replay's
     return batch.exclude("hidden")
 
 

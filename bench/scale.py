@@ -7,7 +7,9 @@
 **Side by side** (the default mode), for each task, every ``collector.backend``
 configuration is built as its example builds it (``make_collector`` and the
 example's ``make_env``/``make_models``/loss/optimizer/averaged policy) and handed
-to :class:`~torchrl_acer.training.trainer.ACERTrainer`, all of them alive at
+to :class:`~torchrl_acer.trainers.ACERTrainer` (``_common.bare_trainer``: the
+hooks ``experiment.make_trainer`` wires for the loop, without checkpoints, logging
+or evaluation), all of them alive at
 once, then timed in interleaved rounds (each round times every configuration once,
 in a rotating order, so that load from elsewhere hits all of them alike):
 
@@ -22,10 +24,9 @@ configuration's window collects about ``--batches`` single-process batches'
 worth of steps, after as many untimed batches as it has workers, which drains
 what its workers collected while the others were timed):
 
-- collection only: the trainer's own iterator (``_collected_batches``), no
-  learning;
-- the whole loop: that iterator and ``train_on_batch``, as ``bench/loop.py``
-  drives the trainer (the example's replay ratio, updates, weight pushes, health
+- collection only: the trainer's collector's iterator, no learning;
+- the whole loop: that iterator and ``_common.train_on_batch`` (the body of
+  ``Trainer.train``'s loop), as ``bench/loop.py`` drives the trainer (the example's replay ratio, updates, weight pushes, health
   checks; evaluation, logging and checkpoints off; replay from the first batch,
   and a replay smaller than the example's, which changes no per-update cost).
 
@@ -46,17 +47,18 @@ Per-step costs, for a scaling model (medians of interleaved rounds,
 - ``torchrl_env_step``: the same through TorchRL's wrapper and the example's
   transforms, per agent step;
 - ``policy_forward``: the workers' policy (a no-grad
-  :class:`~torchrl_acer.training.trainer.VersionedPolicy` copy) on one vector
+  :class:`~torchrl_acer.trainers.hooks.VersionedPolicy` copy) on one vector
   step's observations, on one thread as in a worker, per agent step;
-- ``update_on_policy`` / ``update_replayed``: ``trainer.update`` (the loss's
-  forward and backward, clipping, checks, the optimizer and averaged-policy
-  steps) on a collected ``[num_envs, T]`` batch and on a replayed one (sampling
+- ``update_on_policy`` / ``update_replayed``: ``_common.update`` (the trainer's
+  stepper: the loss's forward and backward, clipping, checks, the optimizer step;
+  then its ``post_optim`` hooks: the averaged-policy step) on a collected ``[num_envs, T]`` batch and on a replayed one (sampling
   included), per update and per sample; with the replay ratio, the learner's
   seconds per collected agent step;
 - ``ray_transfer``: a remote call returning one collected batch from a Ray actor
   on this node, against the same call returning nothing (the difference is the
   transfer of a batch through Ray's object store);
-- ``weight_push``: the trainer's push of the policy weights to the workers,
+- ``weight_push``: the trainer's push of the policy weights to the workers
+  (``UpdateWeights``' call of the collector's ``update_policy_weights_``),
   timed inside the loop windows, per push.
 
 A ``model`` section puts these together: collector cost per agent step on one
@@ -113,19 +115,27 @@ ROOT = Path(__file__).parents[1]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(EXAMPLES))
-from _common import example_config, interleaved_medians, save  # noqa: E402
+from _common import (  # noqa: E402
+    UpdateTimer,
+    bare_trainer,
+    close,
+    example_config,
+    interleaved_medians,
+    save,
+    start,
+    train_on_batch,
+    update,
+    updates,
+)
 
+from torchrl_acer.trainers import ACERTrainer, make_segment_replay_buffer  # noqa: E402
+from torchrl_acer.trainers.hooks import VersionedPolicy  # noqa: E402
 from torchrl_acer.training.experiment import (  # noqa: E402
     check_config,
     collector_workers,
     make_collector,
     make_loss,
     make_optimizer,
-)
-from torchrl_acer.training.trainer import (  # noqa: E402
-    ACERTrainer,
-    VersionedPolicy,
-    make_segment_replay_buffer,
 )
 
 # name -> (collector.backend, collector.num_workers, collector.sync, threads):
@@ -177,8 +187,6 @@ def load_config(task: str, backend: str, workers: int, sync: bool):
 def make_trainer(task: str, cfg, pieces: dict | None = None) -> ACERTrainer:
     """The example's pieces for ``cfg`` (``examples/acer_gym.py`` or
     ``examples/acer_atari.py``), without evaluation, logging or checkpoints."""
-    from torchrl.objectives import SoftUpdate
-
     torch.manual_seed(cfg.seed)
     if task == "atari":
         import utils_atari as utils
@@ -193,7 +201,6 @@ def make_trainer(task: str, cfg, pieces: dict | None = None) -> ACERTrainer:
     loss = make_loss(cfg.loss, actor, critic)
     if task == "atari":
         loss.set_keys(**utils.TRAINING_KEYS)
-    target_updater = SoftUpdate(loss, eps=cfg.loss.alpha)
     optimizer = make_optimizer(cfg.optim, loss.parameters())
     collector = make_collector(
         cfg, functools.partial(utils.make_env, cfg), actor, device="cpu", env=env
@@ -206,23 +213,8 @@ def make_trainer(task: str, cfg, pieces: dict | None = None) -> ACERTrainer:
         )
     else:
         replay = make_segment_replay_buffer(cfg.replay.capacity, T, segments)
-    return ACERTrainer(
-        collector=collector,
-        loss_module=loss,
-        optimizer=optimizer,
-        target_updater=target_updater,
-        total_frames=10**12,
-        replay_buffer=replay,
-        replay_ratio=cfg.replay.ratio,
-        on_policy_updates=cfg.replay.on_policy_updates,
-        replay_start=cfg.replay.start,
-        max_grad_norm=cfg.optim.max_grad_norm,
-        progress_bar=False,
-        seed=cfg.seed,
-        check_health=cfg.health.check,
-        max_nonfinite_in_a_row=cfg.health.max_nonfinite_in_a_row,
-        weight_update_interval=cfg.collector.weight_update_interval,
-        max_policy_lag=cfg.collector.max_policy_lag,
+    return bare_trainer(
+        cfg, collector=collector, loss=loss, optimizer=optimizer, replay=replay
     )
 
 
@@ -246,52 +238,42 @@ class Setup:
         # as a fresh example process has them (with threads=N, set before the
         # collector is built)
         torch.set_num_threads(threads or base_threads)
-        start = time.perf_counter()
+        began = time.perf_counter()
         self.trainer = make_trainer(task, self.cfg)
-        self.iterator = self.trainer._collected_batches()
         # the example's learner runs with what the collector left it
         self.threads = torch.get_num_threads()
-        self.build_s = time.perf_counter() - start
+        self.build_s = time.perf_counter() - began
         self.push_s: list[float] = []
-        original = self.trainer._push_policy_weights
+        collector = self.trainer.collector
+        original = collector.update_policy_weights_  # PolicyVersion's, if any
 
-        def timed_push():
+        def timed_push(*args, **kwargs):
             tick = time.perf_counter()
             try:
-                return original()
+                return original(*args, **kwargs)
             finally:
                 self.push_s.append(time.perf_counter() - tick)
 
-        self.trainer._push_policy_weights = timed_push
+        collector.update_policy_weights_ = timed_push
+        self.iterator = start(self.trainer)  # pushes the first weights
 
     def warm_up(self, train: bool):
         # drains what the workers collected while other configurations ran
         for _ in range(self.workers):
             batch = next(self.iterator)
             if train:
-                self.trainer.train_on_batch(batch)
+                train_on_batch(self.trainer, batch)
 
     def window(self, steps: int, train: bool) -> dict:
         torch.set_num_threads(self.threads)
         self.warm_up(train)
         trainer = self.trainer
-        updates, dropped = trainer.updates, trainer.dropped_batches
+        before, dropped = updates(trainer), self.dropped_batches()
         pushes = len(self.push_s)
-        update_s = [0.0]
-        original = trainer.update
-
-        def timed_update(batch, tag="update"):
-            tick = time.perf_counter()
-            try:
-                return original(batch, tag)
-            finally:
-                update_s[0] += time.perf_counter() - tick
-
-        trainer.update = timed_update
         collect_s, done, batches = 0.0, 0, 0
         busy0, total0 = cpu_times()
-        start = time.perf_counter()
-        try:
+        begin = time.perf_counter()
+        with UpdateTimer(trainer) as update_s:
             while done < steps:
                 tick = time.perf_counter()
                 batch = next(self.iterator)
@@ -299,10 +281,8 @@ class Setup:
                 done += batch.numel()
                 batches += 1
                 if train:
-                    trainer.train_on_batch(batch)
-        finally:
-            trainer.update = original
-        elapsed = time.perf_counter() - start
+                    train_on_batch(trainer, batch)
+        elapsed = time.perf_counter() - begin
         busy1, total1 = cpu_times()
         out = {
             "steps_per_s": done / elapsed,
@@ -314,16 +294,22 @@ class Setup:
             "loadavg_1min": os.getloadavg()[0],
         }
         if train:
-            out["updates"] = trainer.updates - updates
-            out["update_fraction"] = update_s[0] / elapsed
-            out["dropped_batches"] = trainer.dropped_batches - dropped
+            out["updates"] = updates(trainer) - before
+            out["update_fraction"] = update_s.seconds / elapsed
+            out["dropped_batches"] = self.dropped_batches() - dropped
             window_pushes = self.push_s[pushes:]
             out["pushes"] = len(window_pushes)
             out["push_fraction"] = sum(window_pushes) / elapsed
         return out
 
+    def dropped_batches(self) -> int:
+        """Batches dropped for their policy lag (``PolicyVersion``'s count; none
+        without a multi-process or Ray collector)."""
+        version = getattr(self.trainer, "policy_version", None)
+        return 0 if version is None else version.dropped_batches
+
     def close(self):
-        self.trainer.close()
+        close(self.trainer)
 
 
 @contextlib.contextmanager
@@ -432,10 +418,10 @@ def step_costs(task: str, single: Setup, rounds: int, with_ray: bool) -> dict:
         on_batch = on_batch.unsqueeze(0)
 
     def update_on_policy():
-        trainer.update(on_batch, tag="on_policy")
+        update(trainer, on_batch)
 
     def update_replayed():
-        trainer.update(trainer.replay_buffer.sample(), tag="off_policy")
+        update(trainer, trainer.replay_buffer.sample())
 
     def one_thread(fn):
         def run():

@@ -39,10 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import git_commit, machine, save  # noqa: E402
+from _common import (  # noqa: E402
+    checkpoint_path,
+    git_commit,
+    machine,
+    read_checkpoint,
+    save,
+)
 from utils_gym import make_env, make_models  # noqa: E402
 
-from torchrl_acer.training.checkpoint import read_checkpoint  # noqa: E402
 from torchrl_acer.training.experiment import make_loss  # noqa: E402
 
 MAX_OXYGEN = 200  # minatar.environments.seaquest.max_oxygen
@@ -52,8 +57,15 @@ EPISODE_SEED = 10_000  # episode i is seeded EPISODE_SEED + i, as the evaluation
 
 def load_policy(run_dir: Path):
     """The trained policy of ``run_dir``'s last checkpoint, as a function from one
-    observation to the logits, and the checkpoint's header."""
-    header, state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
+    observation to the logits, and what the checkpoint says of itself: its run's
+    config, the commit that wrote it and its frames (``header``)."""
+    manifest, state = read_checkpoint(
+        checkpoint_path(run_dir), "loss_module", "trainer_state"
+    )
+    header = {
+        **manifest["metadata"]["torchrl_acer"],
+        "frames": state["trainer_state"]["collected_frames"],
+    }
     cfg = OmegaConf.create(header["config"])
     if cfg.env.name != "MinAtar/Seaquest-v1":
         raise ValueError(

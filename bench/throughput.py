@@ -50,20 +50,30 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT / "examples"))
-from _common import example_config, save  # noqa: E402
+from _common import (  # noqa: E402
+    UpdateTimer,
+    bare_trainer,
+    close,
+    example_config,
+    save,
+    start,
+    train_on_batch,
+    updates,
+)
 from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay  # noqa: E402
 
+from torchrl_acer.trainers import ACERTrainer  # noqa: E402
 from torchrl_acer.training.experiment import (  # noqa: E402
     make_collector,
     make_loss,
     make_optimizer,
 )
-from torchrl_acer.training.trainer import ACERTrainer  # noqa: E402
 
 
-def make_trainer(game, num_envs, T, device="cpu"):
+def make_trainer(game, num_envs, T, device="cpu", check_health=None) -> ACERTrainer:
     """``examples/acer_atari.py``'s pieces with its config, without evaluation,
-    logging or checkpoints, and with replay that starts at once."""
+    logging or checkpoints (``_common.bare_trainer``), and with replay that starts
+    at once; ``check_health`` replaces the config's ``health.check``."""
     device = torch.device(device)
     cfg = example_config("config_atari")
     OmegaConf.update(cfg, "env.name", game)
@@ -79,18 +89,15 @@ def make_trainer(game, num_envs, T, device="cpu"):
     collector = make_collector(
         cfg, functools.partial(make_env, cfg), actor, device=device, env=env
     )
-    return ACERTrainer(
+    OmegaConf.update(cfg, "replay.start", 0)
+    if check_health is not None:
+        OmegaConf.update(cfg, "health.check", check_health)
+    return bare_trainer(
+        cfg,
         collector=collector,
-        loss_module=loss,
+        loss=loss,
         optimizer=make_optimizer(cfg.optim, loss.parameters()),
-        total_frames=10**9,
-        replay_buffer=make_replay(num_envs, 50 * num_envs * T, T, num_envs),
-        replay_ratio=cfg.replay.ratio,
-        replay_start=0,
-        target_eps=cfg.loss.alpha,
-        max_grad_norm=cfg.optim.max_grad_norm,
-        progress_bar=False,
-        seed=cfg.seed,
+        replay=make_replay(num_envs, 50 * num_envs * T, T, num_envs),
     )
 
 
@@ -99,32 +106,21 @@ def no_sync():
 
 
 def time_loop(trainer, iterator, batches, sync=no_sync):
-    """Agent steps per second of the whole loop, and the time inside updates.
+    """Agent steps per second of the whole loop, and the time inside updates (the
+    trainer's optimization stepper and ``post_optim`` hooks: ``UpdateTimer``).
 
     On a GPU, ``sync`` waits for the queued work at the edges of each update, so
     that its time is counted there rather than in what follows it."""
-    update_time = [0.0]
-    original = trainer.update
-
-    def timed_update(batch, tag="update"):
+    frames, before = trainer.collected_frames, updates(trainer)
+    with UpdateTimer(trainer, sync) as timer:
         sync()
-        start = time.perf_counter()
-        out = original(batch, tag)
+        tick = time.perf_counter()
+        for _ in range(batches):
+            train_on_batch(trainer, next(iterator))
         sync()
-        update_time[0] += time.perf_counter() - start
-        return out
-
-    trainer.update = timed_update
-    frames, updates = trainer.frames, trainer.updates
-    sync()
-    start = time.perf_counter()
-    for _ in range(batches):
-        trainer.train_on_batch(next(iterator))
-    sync()
-    elapsed = time.perf_counter() - start
-    trainer.update = original
-    steps = trainer.frames - frames
-    return steps / elapsed, update_time[0] / elapsed, trainer.updates - updates, steps
+        elapsed = time.perf_counter() - tick
+    steps = trainer.collected_frames - frames
+    return steps / elapsed, timer.seconds / elapsed, updates(trainer) - before, steps
 
 
 def compute_bound(
@@ -197,10 +193,10 @@ def main():
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else no_sync
     trainer = make_trainer(args.game, args.envs, args.T, device)
-    iterator = iter(trainer.collector)
+    iterator = start(trainer)
     # fill some replay first, so that every batch makes its replayed updates
     for _ in range(args.prefill):
-        trainer.train_on_batch(next(iterator))
+        train_on_batch(trainer, next(iterator))
     actor = trainer.loss_module.actor_network
     critic = trainer.loss_module.critic_network
     loops, bounds, update_shares, parts = [], [], [], []
@@ -226,7 +222,7 @@ def main():
             f"ratio {steps_per_s / bound:.2f}, time in updates {update_share:.0%}, "
             f"overlapped estimate / serial {part['overlap_estimate_over_serial']:.2f}"
         )
-    trainer.close()
+    close(trainer)
     ratios = [a / b for a, b in zip(loops, bounds, strict=True)]
     result = {
         "settings": vars(args)

@@ -26,7 +26,10 @@ Candidates:
 - ``ours``: ``examples/acer_gym.py`` at its defaults (``env.name`` switched; the
   README documents no Acrobot setting), in the project's venv; the bench only sets
   the budget, the protocol, one thread, no progress bar and no mid-run checkpoints.
-  Timed from a wrapper around ``ACERTrainer.train`` and ``ACERTrainer._evaluate``.
+  Timed from wrappers around the trainer's ``train`` and its ``Evaluation``
+  hook's ``evaluate`` (``experiment.make_trainer`` wrapped to put them on the
+  trainer the example builds); a run that reached the threshold stops with
+  ``trainer.request_stop``.
 - ``sb3_ppo``, ``sb3_a2c``: Stable-Baselines3 with rl-baselines3-zoo's tuned
   hyperparameters (``ZOO``, from rl_zoo3 2.9.2's ``hyperparams/ppo.yml`` and
   ``a2c.yml``), in ``.venv-bench``. A learning-rate or clip schedule runs over the
@@ -246,8 +249,9 @@ def eval_envs(task, episodes=PROTOCOL["episodes"]):
 def train_ours(overrides, rec, tree=ROOT, patch=None):
     """Runs ``examples/acer_gym.py`` from ``tree`` with ``overrides`` in this
     process, ``rec`` timing its training loop and recording its evaluations (the
-    loop ends after the batch whose evaluation ``rec`` stops at); ``patch(Trainer)``
-    may wrap more of the trainer. Returns the torchrl version."""
+    loop ends after the batch whose evaluation ``rec`` stops at:
+    ``trainer.request_stop``); ``patch(trainer)`` may wrap more of the trainer
+    the example builds. Returns the torchrl version."""
     import runpy
 
     tree = Path(tree)
@@ -255,35 +259,46 @@ def train_ours(overrides, rec, tree=ROOT, patch=None):
     import torchrl
 
     import torchrl_acer
-    from torchrl_acer.training import trainer as trainer_module
+    from torchrl_acer.training import experiment
 
     if Path(torchrl_acer.__file__).parents[1] != tree:
         raise RuntimeError(
             f"torchrl_acer came from {torchrl_acer.__file__}, not {tree}"
         )
 
-    Trainer = trainer_module.ACERTrainer
-    train, evaluate = Trainer.train, Trainer._evaluate
+    make_trainer = experiment.make_trainer
 
-    def timed_train(self):
-        rec.begin()
-        return train(self)
+    @functools.wraps(make_trainer)
+    def timed_make_trainer(*args, **kwargs):
+        trainer = make_trainer(*args, **kwargs)
+        train = trainer.train  # the instance's, its hooks' wrappers included
+        evaluation = trainer.evaluation  # the Evaluation hook
+        evaluate = evaluation.evaluate
 
-    def timed_evaluate(self):
-        result = {}
+        def timed_train():
+            rec.begin()
+            return train()
 
-        def once():
-            result.update(evaluate(self))
-            return result["reward"]
+        def timed_evaluate():
+            result = {}
 
-        rec.evaluate(self.frames, once)
-        if rec.stop_reason(self.frames):
-            self.total_frames = self.frames  # the loop ends after this batch
-        return result
+            def once():
+                result.update(evaluate())
+                return result["reward"]
 
-    Trainer.train, Trainer._evaluate = timed_train, timed_evaluate
-    if patch is not None:
-        patch(Trainer)
+            frames = trainer.collected_frames
+            rec.evaluate(frames, once)
+            reason = rec.stop_reason(frames)
+            if reason:  # the loop ends after this batch, with a checkpoint
+                trainer.request_stop(f"time_to_solve: {reason}")
+            return result
+
+        trainer.train, evaluation.evaluate = timed_train, timed_evaluate
+        if patch is not None:
+            patch(trainer)
+        return trainer
+
+    experiment.make_trainer = timed_make_trainer
     sys.path.insert(0, str(tree / "examples"))
     sys.argv = [str(tree / "examples" / "acer_gym.py"), *overrides]
     try:
@@ -291,6 +306,8 @@ def train_ours(overrides, rec, tree=ROOT, patch=None):
     except SystemExit as err:  # hydra's exit after main returns
         if err.code not in (None, 0):
             raise
+    finally:
+        experiment.make_trainer = make_trainer
     return torchrl.__version__
 
 
