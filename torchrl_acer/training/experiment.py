@@ -778,7 +778,7 @@ def make_trainer(
         )
     # under "collector", which the trainer then leaves alone: the collector's
     # counters and carried step with its environments' state
-    for name, state in zip(("collector", "eval_envs"), environments):
+    for name, state in zip(("collector", "eval_envs"), environments, strict=False):
         checkpoint.register(name, state, adapter=envs_adapter)
     checkpoint.register("rng", GlobalRNGState())
     if replay is not None and not isinstance(replay, ReplayBuffer):
@@ -804,7 +804,9 @@ def make_trainer(
         seed=cfg.seed,
         log_interval=cfg.logger.log_interval,
         save_trainer_file=run_dir / "checkpoints" / "last",
-        save_trainer_interval=cfg.checkpoint.interval or 2**62,
+        # TorchRL saves once more than save_trainer_interval frames have passed
+        # since the last save: checkpoint.interval frames apart is interval - 1
+        save_trainer_interval=(cfg.checkpoint.interval or 2**62) - 1,
         checkpoint=checkpoint,
     )
     trainer.environments = environments
