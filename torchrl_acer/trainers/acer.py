@@ -22,6 +22,7 @@ from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import TargetNetUpdater
 from torchrl.record.loggers import Logger
 from torchrl.trainers.trainers import (
+    TYPE_DESCR,
     DefaultOptimizationStepper,
     OptimizationStepper,
     TargetNetUpdaterHook,
@@ -442,6 +443,28 @@ class ACERTrainer(Trainer):
         # logs: the trust region's statistics of each update, the replay's size
         self.register_op("post_optim_log", self._log_trust_region)
         self.register_op("post_steps_log", self._log_replay)
+        if progress_bar:
+            self.register_op("setup", self._draw_bar_once_a_batch)
+
+    def _draw_bar_once_a_batch(self) -> None:
+        # TorchRL's bar draws at update() (at its own rate) and again for the
+        # description, the last batch a third time when closed: drawn here once
+        # a batch (:meth:`_pbar_description`), the last one by close()
+        self._pbar.mininterval = math.inf
+
+    def _pbar_description(self) -> None:
+        if not self.progress_bar:
+            return
+        shown = self._pbar_str
+        self._pbar.set_description(
+            ", ".join(
+                f"{key}: {shown[key]:{TYPE_DESCR.get(type(shown[key]), '4.4f')}}"
+                for key in sorted(shown)
+            ),
+            refresh=False,
+        )
+        if self.collected_frames < self.total_frames:
+            self._pbar.refresh()
 
     def _log_trust_region(self, sub_batch: TensorDictBase) -> dict | None:
         stats = getattr(self.loss_module, "trust_region_stats", None)
