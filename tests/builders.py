@@ -695,3 +695,24 @@ def load_example_module(name: str):
     if examples not in sys.path:
         sys.path.insert(0, examples)
     return importlib.import_module(name)
+
+
+def resume_small_trainer(run_dir, **overrides):
+    """:func:`small_trainer` resuming the run in ``run_dir`` from its
+    ``checkpoints/last``, as ``examples/acer_gym.py resume=...`` does
+    (``experiment.resume``)."""
+    from torchrl_acer.training import experiment
+
+    checkpoint = Path(run_dir) / "checkpoints" / "last"
+    trainer = small_trainer(run_dir, resume=str(checkpoint), **overrides)
+    experiment.resume(trainer, checkpoint)
+    return trainer
+
+
+def close_trainer(trainer) -> None:
+    """Shuts down what a :func:`small_trainer` holds open: its collector and its
+    evaluation environments."""
+    trainer.collector.shutdown()
+    evaluate = trainer.evaluation.evaluate
+    if hasattr(evaluate, "close"):
+        evaluate.close()

@@ -3,14 +3,18 @@ old trainer's parameters reached at the same seed."""
 
 import os
 import signal
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+from builders import gym_config
 from tensordict import TensorDict
-from test_trainer import make_trainer
 from torchrl.checkpoint import GlobalRNGState
+from torchrl.record.loggers import get_logger
 from torchrl.trainers import Trainer
 
+from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
 from torchrl_acer.trainers.acer import (
     ACERTrainer,
     ACERUpdateSchedule,
@@ -18,8 +22,110 @@ from torchrl_acer.trainers.acer import (
     make_segment_replay_buffer,
 )
 from torchrl_acer.trainers.checkpoint import ACERCheckpoint, FiniteStateDictAdapter
+from torchrl_acer.trainers.evaluation import GreedyEvaluator
 from torchrl_acer.trainers.hooks import GracefulStop
 from torchrl_acer.training.env_state import CollectorState
+from torchrl_acer.training.envs import make_env
+from torchrl_acer.training.experiment import (
+    check_config,
+    make_collector,
+    make_loss,
+    make_optimizer,
+)
+from torchrl_acer.training.trainer import ACERTrainer as OldACERTrainer
+
+OLD_SMALL = {
+    "env.num_envs": 2,
+    "collector.T": 5,
+    "collector.total_frames": 100,
+    "replay.ratio": 2.0,
+    "replay.start": 0,
+    "replay.capacity": 200,
+    "eval.interval": 50,
+    "eval.episodes": 2,
+    "eval.max_steps": 30,
+    "logger.backend": None,
+    "logger.progress_bar": False,
+    "model.num_cells": [16],
+}
+
+
+def old_small_config(**overrides):
+    return gym_config(OLD_SMALL, **overrides)
+
+
+def import_utils_gym():
+    """``examples/utils_gym.py``, the gym example's environments and networks."""
+    examples = str(Path(__file__).parent.parent / "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    import utils_gym
+
+    return utils_gym
+
+
+def make_old_trainer(run_dir, **overrides):
+    """The old trainer (``torchrl_acer.training.trainer``) over the pieces
+    ``examples/acer_gym.py`` builds, from the small config (moved unchanged from
+    tests/test_trainer.py, for the parity tests until the old trainer goes)."""
+    cfg = old_small_config(**overrides)
+    check_config(cfg)
+    torch.manual_seed(cfg.seed)
+    if cfg.model.recurrent or cfg.env.observation_indices:
+        # the example's own builders: env transforms and models made for each other
+        utils_gym = import_utils_gym()
+
+        def build_env(name, num_envs, seed):
+            return utils_gym.make_env(cfg, num_envs, seed)
+
+        env = build_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
+        actor, critic = utils_gym.make_models(cfg, env)
+    else:
+        build_env = make_env
+        env = build_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
+        spec = env.action_spec[(0,) * env.batch_dims]
+        obs = env.observation_spec["observation"].shape[-1]
+        if cfg.env.name.startswith("MinAtar/"):
+            actor, critic = minatar_actor_critic(obs, spec.shape[-1], action_spec=spec)
+        else:
+            actor, critic = mlp_actor_critic(
+                obs, spec.shape[-1], num_cells=cfg.model.num_cells, action_spec=spec
+            )
+    loss = make_loss(cfg.loss, actor, critic)
+    T, num_envs = cfg.collector.T, cfg.env.num_envs
+    collector = make_collector(cfg, None, actor, device="cpu", env=env)
+    replay = None
+    if cfg.replay.ratio > 0:
+        replay = make_segment_replay_buffer(
+            cfg.replay.capacity, T, cfg.replay.batch_segments or num_envs
+        )
+    eval_env = build_env(
+        cfg.env.name, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000
+    )
+    logger = None
+    if cfg.logger.backend:
+        logger = get_logger(
+            cfg.logger.backend, logger_name=str(run_dir), experiment_name="logs"
+        )
+    return OldACERTrainer(
+        collector=collector,
+        loss_module=loss,
+        optimizer=make_optimizer(cfg.optim, loss.parameters()),
+        total_frames=cfg.collector.total_frames,
+        replay_buffer=replay,
+        replay_ratio=cfg.replay.ratio,
+        replay_start=cfg.replay.start,
+        target_eps=cfg.loss.alpha,
+        max_grad_norm=cfg.optim.max_grad_norm,
+        evaluator=GreedyEvaluator(eval_env, actor, max_steps=cfg.eval.max_steps),
+        eval_interval=cfg.eval.interval,
+        logger=logger,
+        log_interval=cfg.logger.log_interval,
+        checkpoint_dir=Path(run_dir) / "checkpoints",
+        checkpoint_interval=cfg.checkpoint.interval,
+        progress_bar=False,
+        seed=cfg.seed,
+    )
 
 
 def new_trainer_like(old, **kwargs):
@@ -44,7 +150,7 @@ def new_trainer_like(old, **kwargs):
 @pytest.mark.parametrize("backend", ["lean", "single"])
 def test_reaches_the_old_trainers_parameters_after_three_iterations(tmp_path, backend):
     settings = {"collector.backend": backend, "collector.total_frames": 30}
-    old = make_trainer(tmp_path / "old", **settings)
+    old = make_old_trainer(tmp_path / "old", **settings)
     it = iter(old.collector)
     for _ in range(3):
         old.train_on_batch(next(it))
@@ -52,7 +158,7 @@ def test_reaches_the_old_trainers_parameters_after_three_iterations(tmp_path, ba
     assert old.updates > 3  # replayed updates happened too
     old.close()
 
-    pieces = make_trainer(tmp_path / "new", **settings)  # same seed, fresh pieces
+    pieces = make_old_trainer(tmp_path / "new", **settings)  # same seed, fresh pieces
     trainer = new_trainer_like(pieces)
     trainer.schedule.generator.manual_seed(0)  # the old trainer's Poisson stream
     trainer.train()
@@ -65,7 +171,7 @@ def test_reaches_the_old_trainers_parameters_after_three_iterations(tmp_path, ba
 
 
 def test_is_a_torchrl_trainer_that_a_user_extends_with_register_op(tmp_path):
-    pieces = make_trainer(tmp_path, **{"collector.total_frames": 30})
+    pieces = make_old_trainer(tmp_path, **{"collector.total_frames": 30})
     trainer = new_trainer_like(pieces)
     assert isinstance(trainer, Trainer)
     seen = {"batches": [], "updates": 0}
@@ -154,7 +260,7 @@ def run_resumable(tmp_path, frames, *, save=None, load=None, hooks=()):
     through ACERCheckpoint with the environments and the random state, from
     ``load`` if given, with ``hooks(trainer)`` registered; returns the parameters,
     the averaged policy, the optimizer state and the trainer."""
-    pieces = make_trainer(tmp_path / "pieces", **{"collector.backend": "single"})
+    pieces = make_old_trainer(tmp_path / "pieces", **{"collector.backend": "single"})
     checkpoint = (
         ACERCheckpoint(config={"seed": 0})
         .register(
@@ -242,7 +348,7 @@ class NaNRewardOnce:
 
 
 def test_a_non_finite_batch_is_neither_trained_on_nor_stored(tmp_path):
-    pieces = make_trainer(tmp_path, **{"collector.total_frames": 30})
+    pieces = make_old_trainer(tmp_path, **{"collector.total_frames": 30})
     trainer = new_trainer_like(pieces)
     trainer.collector = NaNRewardOnce(pieces.collector, nan_at=1)
     with pytest.warns(RuntimeWarning, match="non-finite batch not trained on"):
@@ -261,7 +367,7 @@ def test_greedy_evaluation_on_a_frame_schedule_and_at_the_end(tmp_path):
 
     from torchrl_acer.trainers.evaluation import Evaluation
 
-    pieces = make_trainer(tmp_path, **{"collector.total_frames": 50})
+    pieces = make_old_trainer(tmp_path, **{"collector.total_frames": 50})
     logger = CSVLogger("eval", log_dir=str(tmp_path / "logs"))
     trainer = new_trainer_like(pieces, logger=logger)
     calls = []

@@ -22,7 +22,7 @@ import torch
 from builders import random_batch, replay_draws
 from torch import distributions as D
 from torchrl.collectors import Collector
-from torchrl.objectives import SoftUpdate
+from torchrl.data import ReplayBuffer
 
 from torchrl_acer import ACERLoss, RetraceEstimator
 from torchrl_acer.modules.models import (
@@ -30,14 +30,17 @@ from torchrl_acer.modules.models import (
     gaussian_actor_sdn,
     mlp_actor_critic,
 )
-from torchrl_acer.training.envs import make_env
-from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
-from torchrl_acer.training.gym_collector import GymVectorCollector
-from torchrl_acer.training.trainer import (
+from torchrl_acer.trainers import (
+    ACERCheckpoint,
     ACERTrainer,
+    Evaluation,
     GreedyEvaluator,
     make_segment_replay_buffer,
 )
+from torchrl_acer.trainers.checkpoint import FiniteStateDictAdapter
+from torchrl_acer.training.envs import make_env
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
+from torchrl_acer.training.gym_collector import GymVectorCollector
 
 DEVICE = os.environ.get("ACER_TEST_DEVICE")
 
@@ -356,11 +359,21 @@ def make_device_trainer(
 ):
     """``examples/acer_*.py``'s layout: networks, loss and optimizer on ``device``,
     the environments on the CPU, the collector's policy on ``device`` and its
-    batches (and the replay) in host memory."""
+    batches (and the replay) in host memory. The trainer saves to
+    ``tmp_path/checkpoints/last`` at the end, evaluates greedily, and keeps each
+    batch's loss terms in ``trainer.losses``."""
     actor, critic = actor.to(device), critic.to(device)
     loss = ACERLoss(actor, critic, trust_region_delta=1.0)
     loss.make_value_estimator(gamma=0.99)
-    return ACERTrainer(
+    checkpoint = ACERCheckpoint()
+    if not isinstance(replay, ReplayBuffer):
+        # a replay of our own (Atari's frames), as experiment.make_trainer saves it
+        checkpoint.register(
+            "replay_buffer",
+            replay,
+            adapter=FiniteStateDictAdapter(payload_format="torch", weights_only=False),
+        )
+    trainer = ACERTrainer(
         collector=Collector(
             env,
             actor,
@@ -372,35 +385,46 @@ def make_device_trainer(
         ),
         loss_module=loss,
         optimizer=torch.optim.Adam(loss.parameters(), lr=1e-3),
-        target_updater=SoftUpdate(loss, eps=0.99),
+        alpha=0.99,
         total_frames=batches * T * env.batch_size.numel(),
         replay_buffer=replay,
         replay_ratio=2.0,
         replay_start=0,
-        max_grad_norm=10.0,
-        evaluator=GreedyEvaluator(eval_env, actor, max_steps=10),
-        checkpoint_dir=tmp_path / "checkpoints",
+        clip_norm=10.0,
         progress_bar=False,
         seed=0,
+        save_trainer_file=tmp_path / "checkpoints" / "last",
+        checkpoint=checkpoint,
     )
+    trainer.evaluation = Evaluation(GreedyEvaluator(eval_env, actor, max_steps=10))
+    trainer.evaluation.register(trainer)
+    trainer.losses = []
+    trainer.register_op(
+        "post_optim_complete_log",
+        lambda steps, losses: trainer.losses.append(losses),
+    )
+    return trainer
 
 
 def check_trained_on(trainer, device, batches):
     loss = trainer.loss_module
-    assert trainer.frames == trainer.total_frames
-    assert trainer.updates > batches  # replayed updates happened
+    assert trainer.collected_frames == trainer.total_frames
+    assert trainer.optimization_stepper.optimizer_step_count > batches  # replayed
     for p in loss.parameters():
         assert p.device.type == device.type and torch.isfinite(p).all()
     # the collector's policy is the learner's (same storage, no stale copy)
     actor_storage = {p.data_ptr() for p in loss.actor_network_params.values(True, True)}
     policy_storage = {p.data_ptr() for p in trainer.collector.policy.parameters()}
     assert policy_storage == actor_storage
-    logs = trainer.last_train_log
-    assert logs and all(
-        torch.isfinite(torch.as_tensor(v)).all() for k, v in logs.items() if "loss" in k
+    logs = trainer.losses
+    assert len(logs) == batches and all(
+        torch.isfinite(value).all()
+        for losses in logs
+        for key, value in losses.items()
+        if "loss" in key
     )
-    assert trainer.last_eval is not None
-    assert (trainer.checkpoint_dir / "last.pt").exists()
+    assert trainer.evaluation.last is not None
+    assert trainer.save_trainer_file.is_dir()
 
 
 def test_cartpole_trainer_with_the_learner_on_the_device(device, tmp_path):
@@ -423,7 +447,7 @@ def test_cartpole_trainer_with_the_learner_on_the_device(device, tmp_path):
     )
     trainer.train()
     check_trained_on(trainer, device, batches=10)
-    trainer.close()
+    trainer.evaluation.evaluate.close()
 
 
 def test_lean_collector_with_the_policy_on_the_device_equals_torchrls(device):
@@ -489,4 +513,4 @@ def test_atari_trainer_with_the_learner_on_the_device(device, tmp_path):
     trainer.loss_module.set_keys(**ATARI_KEYS)
     trainer.train()
     check_trained_on(trainer, device, batches=3)
-    trainer.close()
+    trainer.evaluation.evaluate.close()

@@ -12,16 +12,21 @@ batches and either collector's; it refuses what it does not reproduce; and the
 trainer runs with ``collector.backend=lean`` as with ``single``.
 """
 
+import shutil
 import warnings
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from builders import gym_config
+from builders import (
+    close_trainer,
+    gym_config,
+    resume_small_trainer,
+    small_trainer,
+)
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
-from test_trainer import make_trainer
 from torch import nn
 from torchrl.collectors import Collector
 from torchrl.data import Categorical, Composite, OneHot
@@ -38,7 +43,7 @@ from torchrl_acer.modules.models import (
     minatar_actor_critic,
     mlp_actor_critic,
 )
-from torchrl_acer.training.checkpoint import read_checkpoint
+from torchrl_acer.trainers.hooks import PolicyVersion
 from torchrl_acer.training.env_state import (
     collector_state_dict,
     load_collector_state_dict,
@@ -352,40 +357,46 @@ def test_trainer_with_lean_backend_trains_as_with_single(tmp_path):
     resumed from the single backend's checkpoint, it goes on as single does."""
     runs = {}
     for backend in ("single", "lean"):
-        trainer = make_trainer(
+        trainer = small_trainer(
             tmp_path / backend,
             **{"collector.backend": backend, "collector.total_frames": 60},
         )
         assert isinstance(trainer.collector, GymVectorCollector) == (backend == "lean")
-        assert not trainer._push_weights
+        # it acts with the learner's own policy: no weights to push
+        assert not any(isinstance(m, PolicyVersion) for m in trainer._modules.values())
         trainer.train()
-        trainer.close()
+        close_trainer(trainer)
         runs[backend] = trainer
     single, lean = runs["single"], runs["lean"]
-    assert lean.frames == single.frames == 60 and lean.updates == single.updates
+    assert lean.collected_frames == single.collected_frames == 60
+    assert lean._optim_count == single._optim_count
     mine, theirs = single.loss_module.state_dict(), lean.loss_module.state_dict()
     for key, value in mine.items():
         assert torch.equal(value, theirs[key]), key
-    a, b = single.replay_buffer, lean.replay_buffer
+    a, b = single.schedule.replay_buffer, lean.schedule.replay_buffer
     assert len(a) == len(b) > 0
     assert (a.storage[: len(a)] == b.storage[: len(b)]).all()
-    assert lean.last_eval == single.last_eval
+    assert lean.evaluation.last == single.evaluation.last
 
     resumed = {}
     for backend in ("single", "lean"):
-        # read for each: torch.optim keeps the loaded state's tensors (no copy)
-        _, state = read_checkpoint(tmp_path / "single" / "checkpoints" / "last.pt")
-        trainer = make_trainer(
-            tmp_path / f"resumed_{backend}",
+        # a copy of the single backend's run for each (a run directory takes
+        # checkpoints of its own run only)
+        run_dir = tmp_path / f"resumed_{backend}"
+        shutil.copytree(tmp_path / "single", run_dir)
+        trainer = resume_small_trainer(
+            run_dir,
             seed=7,  # everything it builds starts elsewhere
+            resume_allow_config_change=["seed"],
             **{"collector.backend": backend, "collector.total_frames": 80},
         )
-        trainer.load_state_dict(state)
-        assert trainer.resume_notes[0].startswith(
-            "training environments: state restored"
+        assert (
+            trainer.environments[0]
+            .notes[0]
+            .startswith("training environments: state restored")
         )
         trainer.train()
-        trainer.close()
+        close_trainer(trainer)
         resumed[backend] = trainer.loss_module.state_dict()
     for key, value in resumed["single"].items():
         assert torch.equal(value, resumed["lean"][key]), key
@@ -433,21 +444,21 @@ def test_auto_backend_is_lean_where_it_reproduces_single(tmp_path, capsys):
     """``collector.backend=auto`` (the gym example's default) collects with
     GymVectorCollector where it reproduces TorchRL's Collector and with the
     Collector elsewhere, saying why; ``lean`` refuses instead."""
-    trainer = make_trainer(tmp_path / "feed_forward", **{"collector.backend": "auto"})
+    trainer = small_trainer(tmp_path / "feed_forward", **{"collector.backend": "auto"})
     assert isinstance(trainer.collector, GymVectorCollector)
-    trainer.close()
+    close_trainer(trainer)
     recurrent = {"model.recurrent": "lstm", "model.recurrent_size": 8}
-    trainer = make_trainer(
+    trainer = small_trainer(
         tmp_path / "lstm", **{"collector.backend": "auto", **recurrent}
     )
     assert type(trainer.collector) is Collector
-    trainer.close()
+    close_trainer(trainer)
     assert (
         "collector.backend=auto: TorchRL's Collector, since GymVectorCollector "
         "does not reproduce the transform InitTracker"
     ) in capsys.readouterr().out
     with pytest.raises(ValueError, match="transform InitTracker"):
-        make_trainer(tmp_path / "lean", **{"collector.backend": "lean", **recurrent})
+        small_trainer(tmp_path / "lean", **{"collector.backend": "lean", **recurrent})
 
 
 def test_auto_backend_raises_what_the_policy_raises(capsys):

@@ -1,17 +1,18 @@
 """The training loop's plumbing: what replay stores, the optimizer it builds."""
 
 import torch
+from builders import close_trainer, small_trainer
 from omegaconf import OmegaConf
 from tensordict.utils import unravel_key
-from test_faults import batches, build
 
 from torchrl_acer.training.experiment import make_optimizer
 
 
 def test_replay_stores_only_what_the_loss_reads(tmp_path):
-    trainer = build(tmp_path)
-    batches(trainer, 2)
-    stored = trainer.replay_buffer.storage[: len(trainer.replay_buffer)]
+    trainer = small_trainer(tmp_path, **{"collector.total_frames": 20})
+    trainer.train()
+    replay = trainer.schedule.replay_buffer
+    stored = replay.storage[: len(replay)]
     # "index": the buffer's own bookkeeping, written by TensorDictReplayBuffer
     keys = {unravel_key(k) for k in stored.keys(True, True)} - {"index"}
     wanted = {unravel_key(k) for k in trainer.loss_module.in_keys}
@@ -19,10 +20,11 @@ def test_replay_stores_only_what_the_loss_reads(tmp_path):
     # episode returns are still counted from the collected batch
     assert ("next", "episode_reward") not in keys
     # and a replayed update runs on what was stored
-    updates = trainer.updates
-    trainer.update(trainer.replay_buffer.sample(), tag="off_policy")
-    assert trainer.updates == updates + 1
-    trainer.close()
+    stepper = trainer.optimization_stepper
+    updates = stepper.optimizer_step_count
+    stepper.step(trainer, replay.sample())
+    assert stepper.optimizer_step_count == updates + 1
+    close_trainer(trainer)
 
 
 def _steps(optimizer, params, n=5):

@@ -1,144 +1,71 @@
+"""ACER's training run as the gym example builds it (``experiment.make_trainer``:
+the ACERTrainer and its hooks), its greedy evaluator, its config checks and the
+example itself."""
+
 import json
-import sys
-from pathlib import Path
+import os
+import shutil
+import signal
 
 import pytest
 import torch
-from builders import cartpole_states, gym_config, run_example
-from tensordict import TensorDict
-from torchrl.record.loggers import get_logger
-
-from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
-from torchrl_acer.training.checkpoint import read_checkpoint
-from torchrl_acer.training.envs import make_env
-from torchrl_acer.training.experiment import (
-    check_config,
-    get_device,
-    make_collector,
-    make_loss,
-    make_optimizer,
+from builders import (
+    cartpole_states,
+    close_trainer,
+    load_example_module,
+    resume_small_trainer,
+    run_example,
+    small_gym_config,
+    small_trainer,
 )
-from torchrl_acer.training.trainer import (
+from tensordict import TensorDict
+
+from torchrl_acer.modules.models import mlp_actor_critic
+from torchrl_acer.trainers import (
     ACERTrainer,
     GreedyEvaluator,
     make_segment_replay_buffer,
 )
-
-SMALL = {
-    "env.num_envs": 2,
-    "collector.T": 5,
-    "collector.total_frames": 100,
-    "replay.ratio": 2.0,
-    "replay.start": 0,
-    "replay.capacity": 200,
-    "eval.interval": 50,
-    "eval.episodes": 2,
-    "eval.max_steps": 30,
-    "logger.backend": None,
-    "logger.progress_bar": False,
-    "model.num_cells": [16],
-}
+from torchrl_acer.training.envs import make_env
+from torchrl_acer.training.experiment import check_config, get_device
 
 
-def small_config(**overrides):
-    return gym_config(SMALL, **overrides)
+def updates(trainer) -> int:
+    """The optimizer steps taken (skipped non-finite updates left out)."""
+    return trainer.optimization_stepper.optimizer_step_count
 
 
-def import_utils_gym():
-    """``examples/utils_gym.py``, the gym example's environments and networks."""
-    examples = str(Path(__file__).parent.parent / "examples")
-    if examples not in sys.path:
-        sys.path.insert(0, examples)
-    import utils_gym
+def record_losses(trainer) -> list:
+    """Each batch's loss terms (the average over its updates), as the trainer
+    hands them to its log, appended to the returned list as training goes."""
+    seen = []
 
-    return utils_gym
-
-
-def make_trainer(run_dir, **overrides):
-    """The pieces ``examples/acer_gym.py`` builds, from the small config."""
-    cfg = small_config(**overrides)
-    check_config(cfg)
-    torch.manual_seed(cfg.seed)
-    if cfg.model.recurrent or cfg.env.observation_indices:
-        # the example's own builders: env transforms and models made for each other
-        utils_gym = import_utils_gym()
-
-        def build_env(name, num_envs, seed):
-            return utils_gym.make_env(cfg, num_envs, seed)
-
-        env = build_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
-        actor, critic = utils_gym.make_models(cfg, env)
-    else:
-        build_env = make_env
-        env = build_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
-        spec = env.action_spec[(0,) * env.batch_dims]
-        obs = env.observation_spec["observation"].shape[-1]
-        if cfg.env.name.startswith("MinAtar/"):
-            actor, critic = minatar_actor_critic(obs, spec.shape[-1], action_spec=spec)
-        else:
-            actor, critic = mlp_actor_critic(
-                obs, spec.shape[-1], num_cells=cfg.model.num_cells, action_spec=spec
-            )
-    loss = make_loss(cfg.loss, actor, critic)
-    T, num_envs = cfg.collector.T, cfg.env.num_envs
-    collector = make_collector(cfg, None, actor, device="cpu", env=env)
-    replay = None
-    if cfg.replay.ratio > 0:
-        replay = make_segment_replay_buffer(
-            cfg.replay.capacity, T, cfg.replay.batch_segments or num_envs
+    def record(optim_steps, average_losses):
+        seen.append(
+            {k: v.clone() for k, v in average_losses.items() if k.startswith("loss")}
         )
-    eval_env = build_env(
-        cfg.env.name, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000
-    )
-    logger = None
-    if cfg.logger.backend:
-        logger = get_logger(
-            cfg.logger.backend, logger_name=str(run_dir), experiment_name="logs"
-        )
-    return ACERTrainer(
-        collector=collector,
-        loss_module=loss,
-        optimizer=make_optimizer(cfg.optim, loss.parameters()),
-        total_frames=cfg.collector.total_frames,
-        replay_buffer=replay,
-        replay_ratio=cfg.replay.ratio,
-        replay_start=cfg.replay.start,
-        target_eps=cfg.loss.alpha,
-        max_grad_norm=cfg.optim.max_grad_norm,
-        evaluator=GreedyEvaluator(eval_env, actor, max_steps=cfg.eval.max_steps),
-        eval_interval=cfg.eval.interval,
-        logger=logger,
-        log_interval=cfg.logger.log_interval,
-        checkpoint_dir=Path(run_dir) / "checkpoints",
-        checkpoint_interval=cfg.checkpoint.interval,
-        progress_bar=False,
-        seed=cfg.seed,
-    )
 
-
-def first_batches(trainer, n):
-    it = iter(trainer.collector)
-    for _ in range(n):
-        trainer.train_on_batch(next(it))
-
-
-def loss_logs(trainer):
-    return {k: v for k, v in trainer.last_train_log.items() if "loss" in k}
+    trainer.register_op("post_optim_complete_log", record)
+    return seen
 
 
 def test_two_runs_give_identical_first_losses(tmp_path):
     logs = []
-    for _ in range(2):
-        trainer = make_trainer(tmp_path, **{"logger.log_interval": 10})
-        first_batches(trainer, 3)
-        logs.append(loss_logs(trainer))
-        trainer.close()
-    assert logs[0] and logs[0] == logs[1]
+    for i in range(2):
+        trainer = small_trainer(tmp_path / str(i), **{"collector.total_frames": 30})
+        losses = record_losses(trainer)
+        trainer.train()
+        close_trainer(trainer)
+        logs.append(losses)
+    assert len(logs[0]) == 3 and logs[0] == logs[1]
     # and another seed differs
-    trainer = make_trainer(tmp_path, seed=1, **{"logger.log_interval": 10})
-    first_batches(trainer, 3)
-    assert loss_logs(trainer) != logs[0]
-    trainer.close()
+    trainer = small_trainer(
+        tmp_path / "seed1", seed=1, **{"collector.total_frames": 30}
+    )
+    losses = record_losses(trainer)
+    trainer.train()
+    close_trainer(trainer)
+    assert losses != logs[0]
 
 
 def assert_tree_equal(a, b, path="state"):
@@ -158,54 +85,75 @@ def assert_tree_equal(a, b, path="state"):
         assert a == b, path
 
 
+def component_states(trainer) -> dict:
+    """The state dict of each component of the trainer's checkpoint (the replay
+    buffer's apart: it dumps files)."""
+    components = trainer._sync_checkpoint_components().components
+    return {
+        name: component.state_dict()
+        for name, component in components.items()
+        if name != "replay_buffer"
+    }
+
+
 def test_checkpoint_restores_every_piece(tmp_path):
-    trainer = make_trainer(tmp_path / "a")
-    first_batches(trainer, 4)
-    assert trainer.updates > 4  # replayed updates happened
-    path = trainer.save_checkpoint()
-    saved = trainer.state_dict()
-    other = make_trainer(tmp_path / "b", seed=7)
-    other.load_checkpoint(path)
-    restored = other.state_dict()
-    # the pieces, one by one
-    for piece in ("loss_module", "optimizer", "target_updater", "counters", "rng"):
-        assert_tree_equal(saved[piece], restored[piece], piece)
-    storage = trainer.replay_buffer.storage
-    other_storage = other.replay_buffer.storage
-    assert len(trainer.replay_buffer) == len(other.replay_buffer) == 4 * 2
-    assert (storage[:8] == other_storage[:8]).all()
-    assert trainer.replay_buffer._writer._cursor == other.replay_buffer._writer._cursor
+    trainer = small_trainer(tmp_path / "a", **{"collector.total_frames": 40})
+    trainer.train()
+    assert updates(trainer) > 4  # replayed updates happened
+    trainer.save_trainer(force_save=True)  # after the final evaluation too
+    saved = component_states(trainer)
+    # a copy of the run (a run directory takes checkpoints of its own run only),
+    # resumed with another seed: everything it builds starts elsewhere
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    other = small_trainer(
+        tmp_path / "b",
+        seed=7,
+        resume=str(tmp_path / "b" / "checkpoints" / "last"),
+        resume_allow_config_change=["seed"],
+    )
+    other.load_from_file(tmp_path / "b" / "checkpoints" / "last")
+    restored = component_states(other)
+    # the pieces, one by one: parameters, averaged policy, optimizer, counters,
+    # schedules, the environments and every random state
+    assert set(saved) == set(restored)
+    assert {"loss_module", "optimizer", "target_updater", "rng", "collector"} <= set(
+        saved
+    )
+    for name in saved:
+        if name in ("collector", "eval_envs"):
+            # pickled environments, whose bytes are not canonical: that they go
+            # on with the same episodes is test_gym_collector's and the bit-exact
+            # resume's (test_acer_trainer)
+            continue
+        assert_tree_equal(saved[name], restored[name], name)
+    replay, other_replay = trainer.schedule.replay_buffer, other.schedule.replay_buffer
+    assert len(replay) == len(other_replay) == 4 * 2
+    assert (replay.storage[:8] == other_replay.storage[:8]).all()
+    assert replay._writer._cursor == other_replay._writer._cursor
     for name in ("actor_network_params", "target_actor_network_params"):
         for key, value in getattr(trainer.loss_module, name).items(True, True):
             assert torch.equal(value, getattr(other.loss_module, name)[key]), name
-    assert other.frames == trainer.frames == 40
-    assert other.updates == trainer.updates
+    assert other.collected_frames == trainer.collected_frames == 40
+    assert updates(other) == updates(trainer) == other._optim_count
     # the optimizer state is the saved one (Adam moments)
     moments = [s["exp_avg"] for s in other.optimizer.state_dict()["state"].values()]
     assert moments and all(m.abs().sum() > 0 for m in moments)
-    trainer.close()
-    other.close()
+    close_trainer(trainer)
+    close_trainer(other)
 
 
 def test_resumed_run_continues_from_saved_frames(tmp_path):
-    trainer = make_trainer(tmp_path, **{"collector.total_frames": 40})
+    trainer = small_trainer(tmp_path, **{"collector.total_frames": 40})
     trainer.train()
-    assert trainer.frames == 40
-    trainer.close()
-    resumed = make_trainer(tmp_path, **{"collector.total_frames": 80})
-    resumed.load_checkpoint(tmp_path / "checkpoints" / "last.pt")
-    assert resumed.frames == 40
+    assert trainer.collected_frames == 40
+    close_trainer(trainer)
+    resumed = resume_small_trainer(tmp_path, **{"collector.total_frames": 80})
+    assert resumed.collected_frames == 40
     seen = []
-    original = resumed.train_on_batch
-
-    def spy(batch):
-        original(batch)
-        seen.append(resumed.frames)
-
-    resumed.train_on_batch = spy
+    resumed.register_op("post_steps", lambda: seen.append(resumed.collected_frames))
     resumed.train()
     assert seen[0] == 50 and seen[-1] == 80
-    resumed.close()
+    close_trainer(resumed)
 
 
 def first_episode_returns(env, policy, max_steps):
@@ -284,34 +232,39 @@ def test_greedy_evaluator_acts_on_the_states_its_episodes_are_in():
 
 
 def test_checkpoint_holds_the_next_checkpoint_to_write(tmp_path):
-    trainer = make_trainer(
+    trainer = small_trainer(
         tmp_path, **{"collector.total_frames": 40, "checkpoint.interval": 20}
     )
     saves = []
-    original = trainer.save_checkpoint
+    original = trainer.checkpoint.save
 
-    def spy(path=None):
-        saves.append((trainer.frames, trainer.state_dict()["counters"]))
-        return original(path)
+    def spy(*args, **kwargs):
+        saves.append((trainer.collected_frames, dict(trainer._get_state())))
+        return original(*args, **kwargs)
 
-    trainer.save_checkpoint = spy
+    trainer.checkpoint.save = spy
     trainer.train()
-    trainer.close()
-    assert [frames for frames, _ in saves] == [20, 40, 40]  # interval, interval, end
-    for frames, counters in saves:
-        assert counters["next_checkpoint"] > frames
+    close_trainer(trainer)
+    assert [frames for frames, _ in saves] == [20, 40]  # interval, end
+    for frames, state in saves:
+        # the save is counted in what it saves: a run resumed from it saves next
+        # checkpoint.interval frames later, not at once
+        assert state["_last_save"] == frames
 
 
-class Interrupting:
-    """A collector that raises KeyboardInterrupt (Ctrl-C) after n batches."""
+class SignalBefore:
+    """A collector that sends ``signum`` to this process before yielding its
+    ``n``-th batch (from 0): Ctrl-C while collecting."""
 
-    def __init__(self, collector, n):
-        self.collector, self.n = collector, n
+    init_random_frames = 0
+
+    def __init__(self, collector, n, signum=signal.SIGINT):
+        self.collector, self.n, self.signum = collector, n, signum
 
     def __iter__(self):
         for i, batch in enumerate(self.collector):
             if i == self.n:
-                raise KeyboardInterrupt
+                os.kill(os.getpid(), self.signum)
             yield batch
 
     def shutdown(self):
@@ -319,13 +272,16 @@ class Interrupting:
 
 
 def test_ctrl_c_writes_a_checkpoint(tmp_path):
-    trainer = make_trainer(tmp_path)
-    trainer.collector = Interrupting(trainer.collector, 3)
+    trainer = small_trainer(tmp_path)
+    trainer.collector = SignalBefore(trainer.collector, 2)
     trainer.train()
-    assert trainer.interrupted and trainer.frames == 30
-    _, state = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
-    assert state["counters"]["frames"] == 30
-    trainer.close()
+    # the batch under way is trained on, then the trainer saves and returns
+    assert trainer.stop.signum == signal.SIGINT and trainer.stop.exit_code == 130
+    assert trainer.collected_frames == 30
+    close_trainer(trainer)
+    resumed = resume_small_trainer(tmp_path)
+    assert resumed.collected_frames == 30
+    close_trainer(resumed)
 
 
 def test_replay_segments_never_mix_environments():
@@ -345,26 +301,29 @@ def test_replay_segments_never_mix_environments():
 
 
 def test_poisson_number_of_replayed_updates(tmp_path):
-    trainer = make_trainer(
-        tmp_path, **{"replay.ratio": 3.0, "collector.total_frames": 1000}
+    trainer = small_trainer(
+        tmp_path,
+        **{"replay.ratio": 3.0, "collector.total_frames": 600, "eval.interval": None},
     )
-    first_batches(trainer, 60)
-    off_policy = trainer.updates - 60
+    trainer.train()
+    off_policy = updates(trainer) - 60
     # mean 3 per batch; 60 batches: standard deviation of the total is sqrt(180)
     assert abs(off_policy - 180) < 4 * 180**0.5
-    trainer.close()
+    close_trainer(trainer)
 
 
 def test_on_policy_only(tmp_path):
-    trainer = make_trainer(tmp_path, **{"replay.ratio": 0.0})
-    assert trainer.replay_buffer is None
-    first_batches(trainer, 3)
-    assert trainer.updates == 3
-    trainer.close()
+    trainer = small_trainer(
+        tmp_path, **{"replay.ratio": 0.0, "collector.total_frames": 30}
+    )
+    assert trainer.replay_buffer is None and trainer.schedule.replay_buffer is None
+    trainer.train()
+    assert updates(trainer) == trainer._optim_count == 3
+    close_trainer(trainer)
 
 
 def test_evaluation_and_logging(tmp_path):
-    trainer = make_trainer(
+    trainer = small_trainer(
         tmp_path, **{"logger.backend": "csv", "logger.log_interval": 10}
     )
     trainer.train()
@@ -372,22 +331,22 @@ def test_evaluation_and_logging(tmp_path):
     for metric in (
         "eval/reward",
         "train/reward",
-        "train/loss_objective",
-        "train/loss_critic",
-        "train/loss_entropy",
-        "train/entropy",
-        "train/kl_avg",
+        "loss_objective",
+        "loss_critic",
+        "loss_entropy",
+        "entropy",
+        "kl_avg",
         "train/trust_region_active_fraction",
         "train/trust_region_k_norm",
         "replay/steps",
         "time/fps",
     ):
         assert (scalars / f"{metric}.csv").is_file(), metric
-    rows = (scalars / "eval" / "reward.csv").read_text().split()
+    header, *rows = (scalars / "eval" / "reward.csv").read_text().split()
     steps = [int(r.split(",")[0]) for r in rows]
     # on schedule, and once at the end (not twice when the schedule ends there)
     assert steps == sorted(set(steps)) and steps[-1] == 100
-    trainer.close()
+    close_trainer(trainer)
 
 
 @pytest.mark.parametrize(
@@ -408,21 +367,21 @@ def test_evaluation_and_logging(tmp_path):
 )
 def test_bad_config_fails_at_start(override, match):
     with pytest.raises(ValueError, match=match):
-        check_config(small_config(**override))
+        check_config(small_gym_config(**override))
 
 
 @pytest.mark.parametrize("check_values", [True, False])
 def test_check_values_setting_reaches_the_estimator(tmp_path, check_values):
-    trainer = make_trainer(tmp_path, **{"loss.check_values": check_values})
+    trainer = small_trainer(tmp_path, **{"loss.check_values": check_values})
     assert trainer.loss_module.value_estimator.check_values is check_values
-    trainer.close()
+    close_trainer(trainer)
 
 
 def test_reward_scale_scales_what_the_loss_sees_not_the_logged_return():
     """``env.reward_scale`` multiplies the stored rewards; each episode's logged
     return (``episode_reward``) is still its number of CartPole steps."""
-    env = import_utils_gym().make_env(
-        small_config(**{"env.reward_scale": 0.1}), 2, seed=0
+    env = load_example_module("utils_gym").make_env(
+        small_gym_config(**{"env.reward_scale": 0.1}), 2, seed=0
     )
     steps = env.rollout(300, break_when_any_done=False)
     torch.testing.assert_close(
@@ -455,7 +414,7 @@ def test_unknown_env_id_is_named():
 
 
 def test_trainer_argument_checks(tmp_path):
-    trainer = make_trainer(tmp_path)
+    trainer = small_trainer(tmp_path)
     kwargs = dict(
         collector=trainer.collector,
         loss_module=trainer.loss_module,
@@ -466,17 +425,17 @@ def test_trainer_argument_checks(tmp_path):
         ACERTrainer(**kwargs, replay_ratio=4.0)
     with pytest.raises(ValueError, match="replay_ratio must be >= 0"):
         ACERTrainer(**kwargs, replay_ratio=-0.5)
-    trainer.close()
+    close_trainer(trainer)
 
 
 def test_minatar_runs(tmp_path):
-    trainer = make_trainer(
+    trainer = small_trainer(
         tmp_path,
         **{"env.name": "MinAtar/Breakout-v1", "collector.total_frames": 30},
     )
     trainer.train()
-    assert trainer.frames == 30 and trainer.last_eval is not None
-    trainer.close()
+    assert trainer.collected_frames == 30 and trainer.evaluation.last is not None
+    close_trainer(trainer)
 
 
 def test_example_trains_resumes_and_reports(tmp_path):
@@ -501,7 +460,7 @@ def test_example_trains_resumes_and_reports(tmp_path):
     assert (tmp_path / "run" / "eval_reward.png").is_file()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["frames"] == 200
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    checkpoint = tmp_path / "run" / "checkpoints" / "last"
     out = run_example(
         "acer_gym.py",
         *common,
@@ -541,7 +500,7 @@ def test_example_compiled_trains_and_resumes_uncompiled(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "final greedy evaluation (2 episodes) after 200 env steps" in out.stdout
     # the compiled loss's checkpoint has the plain parameter names
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    checkpoint = tmp_path / "run" / "checkpoints" / "last"
     out = run_example(
         "acer_gym.py",
         *common,
@@ -612,8 +571,10 @@ def test_the_progress_bar_ends_once_and_shows_no_nan(first_run):
     lines = [line for line in out.stderr.replace("\r", "\n").splitlines() if line]
     assert sum("60/60" in line for line in lines) == 1, lines
     assert "nan" not in out.stderr
-    # no episode ended in the first batch of 10 steps (CartPole lasts longer)
-    assert "ret=-" in lines[1], lines
+    # no episode ended in the first batch of 10 steps (CartPole lasts longer):
+    # no return shown yet, then the mean return once episodes ended
+    assert "20/60" in lines[1] and "train/reward" not in lines[1], lines
+    assert "train/reward: " in lines[-1], lines
 
 
 def test_quieting_torchrl_keeps_its_warnings_and_its_own_setting(monkeypatch):
@@ -636,7 +597,7 @@ def test_quieting_torchrl_keeps_its_warnings_and_its_own_setting(monkeypatch):
 def test_a_synchronous_batch_counts_every_workers_steps(capsys):
     from torchrl_acer.training.experiment import frames_to_run
 
-    sync = small_config(
+    sync = small_gym_config(
         **{
             "collector.backend": "multiprocess",
             "collector.sync": True,
@@ -648,7 +609,7 @@ def test_a_synchronous_batch_counts_every_workers_steps(capsys):
     assert "x collector.num_workers=3): training runs 2 batches" in (
         capsys.readouterr().out
     )
-    exact = small_config(**{"collector.total_frames": 100})
+    exact = small_gym_config(**{"collector.total_frames": 100})
     assert frames_to_run(exact) == 100 and capsys.readouterr().out == ""
 
 

@@ -22,6 +22,7 @@ from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import TargetNetUpdater
 from torchrl.record.loggers import Logger
 from torchrl.trainers.trainers import (
+    TYPE_DESCR,
     DefaultOptimizationStepper,
     OptimizationStepper,
     TargetNetUpdaterHook,
@@ -177,6 +178,7 @@ class ACERUpdateSchedule(TrainerHookBase):
         self.generator = torch.Generator().manual_seed(seed)
         self.segment_length: int | None = None
         self._pending: list = []  # what the batch's remaining updates train on
+        self._trainer: Trainer | None = None
 
     @property
     def replay_steps(self) -> int:
@@ -210,6 +212,10 @@ class ACERUpdateSchedule(TrainerHookBase):
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         """The next batch to update on; ``StopIteration`` once they are done."""
         if not self._pending:
+            if self._trainer is not None:
+                # TorchRL counts the iteration that asks for one more batch
+                # before asking: its _optim_count then counts updates only
+                self._trainer._optim_count -= 1
             raise StopIteration
         sub_batch = self._pending.pop(0)
         if sub_batch is None:
@@ -229,6 +235,7 @@ class ACERUpdateSchedule(TrainerHookBase):
         self.segment_length = state_dict["segment_length"]
 
     def register(self, trainer: Trainer, name: str = "acer_update_schedule") -> None:
+        self._trainer = trainer
         trainer.register_op("batch_process", self.store)
         trainer.register_op("process_optim_batch", self)
         trainer.register_module(name, self)
@@ -254,6 +261,11 @@ class ACERTrainer(Trainer):
     - :class:`~torchrl.trainers.UpdateWeights` (``post_steps``): the learner's
       policy weights to the collector's workers every
       ``weight_update_interval`` batches (a no-op for an in-process collector).
+
+    It logs, besides the loss terms TorchRL's trainer logs, the trust region's
+    statistics of each update (``train/trust_region_active_fraction``,
+    ``train/trust_region_k_norm``, ``train/trust_region_k_dot_g``) and the
+    steps held in replay (``replay/steps``); its ``_optim_count`` counts updates.
 
     Everything else (logging, evaluation, checkpoints, the guards of
     :mod:`torchrl_acer.trainers.hooks`) is registered with :meth:`register_op`,
@@ -427,6 +439,41 @@ class ACERTrainer(Trainer):
             ),
         )
         self.register_op("post_steps", update_weights)
+        # ACER's own numbers in the training log, beside the loss terms TorchRL
+        # logs: the trust region's statistics of each update, the replay's size
+        self.register_op("post_optim_log", self._log_trust_region)
+        self.register_op("post_steps_log", self._log_replay)
+        if progress_bar:
+            self.register_op("setup", self._draw_bar_once_a_batch)
+
+    def _draw_bar_once_a_batch(self) -> None:
+        # TorchRL's bar draws at update() (at its own rate) and again for the
+        # description, the last batch a third time when closed: drawn here once
+        # a batch (:meth:`_pbar_description`), the last one by close()
+        self._pbar.mininterval = math.inf
+
+    def _pbar_description(self) -> None:
+        if not self.progress_bar:
+            return
+        shown = self._pbar_str
+        self._pbar.set_description(
+            ", ".join(
+                f"{key}: {shown[key]:{TYPE_DESCR.get(type(shown[key]), '4.4f')}}"
+                for key in sorted(shown)
+            ),
+            refresh=False,
+        )
+        if self.collected_frames < self.total_frames:
+            self._pbar.refresh()
+
+    def _log_trust_region(self, sub_batch: TensorDictBase) -> dict | None:
+        stats = getattr(self.loss_module, "trust_region_stats", None)
+        if stats is None:
+            return None
+        return {f"train/trust_region_{key}": value for key, value in stats.items()}
+
+    def _log_replay(self, batch: TensorDictBase) -> dict:
+        return {"replay/steps": self.schedule.replay_steps}
 
 
 class _DetachingStepper(DefaultOptimizationStepper):

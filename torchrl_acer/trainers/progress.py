@@ -27,11 +27,7 @@ class TrainingLog(TrainerHookBase):
       this batch, once any episode has finished (no ``nan`` before);
     - ``time/fps``: frames per second of wall-clock time since the previous batch
       (collection and updates together);
-    - ``train/updates``: the optimizer steps so far;
-    - ``trust_region_<stat>``: after each update, the loss's ``trust_region_stats``
-      (:class:`~torchrl_acer.ACERLoss`: the share of steps where the trust region
-      was active, the mean norm of the KL gradient and its dot product with the
-      step's gradient), when the loss has a trust region.
+    - ``train/updates``: the optimizer steps so far.
 
     Args:
         window (int): finished episodes averaged in ``train/reward``. Defaults to
@@ -73,17 +69,10 @@ class TrainingLog(TrainerHookBase):
             out["time/fps"] = (trainer.collected_frames - frames) / (now - then)
         return out
 
-    def _trust_region(self, sub_batch: TensorDictBase) -> dict[str, Any] | None:
-        stats = getattr(self._trainer.loss_module, "trust_region_stats", None)
-        if stats is None:
-            return None
-        return {f"trust_region_{key}": value for key, value in stats.items()}
-
     def register(self, trainer: Trainer, name: str = "training_log") -> None:
         self._trainer = trainer
         trainer.register_op("pre_steps_log", self._episodes)
         trainer.register_op("post_steps_log", self._pace)
-        trainer.register_op("post_optim_log", self._trust_region)
         trainer.register_module(name, self)
 
     def state_dict(self) -> dict[str, Any]:

@@ -804,7 +804,9 @@ def make_trainer(
         seed=cfg.seed,
         log_interval=cfg.logger.log_interval,
         save_trainer_file=run_dir / "checkpoints" / "last",
-        save_trainer_interval=cfg.checkpoint.interval or 2**62,
+        # TorchRL saves once more than save_trainer_interval frames have passed
+        # since the last save: checkpoint.interval frames apart is interval - 1
+        save_trainer_interval=(cfg.checkpoint.interval or 2**62) - 1,
         checkpoint=checkpoint,
     )
     trainer.environments = environments
