@@ -502,6 +502,26 @@ def test_a_checkpoint_of_another_run_is_not_loaded_into_a_run_directory(tmp_path
         trainer.load_from_file(tmp_path / "other" / "checkpoint")
 
 
+def test_a_copied_checkpoint_resumed_in_a_new_directory_takes_its_run(tmp_path):
+    """A resume in a directory without a run (a checkpoint copied elsewhere) is
+    that run: the directory takes the checkpoint's id, which later resumes and
+    refusals of other runs there go by."""
+    first = make_trainer(tmp_path / "first", batches=1)
+    lock = RunDirectoryLock()
+    lock.register(first)
+    first.train()
+    copy = make_trainer(tmp_path / "copy", batches=2)
+    adopted = RunDirectoryLock(resume=True)
+    adopted.register(copy)
+    assert not (tmp_path / "copy" / "run_id").exists()  # nothing until it loads
+    copy.load_from_file(tmp_path / "first" / "checkpoint")
+    copy.train()
+    assert adopted.run_id == lock.run_id
+    assert (tmp_path / "copy" / "run_id").read_text().strip() == lock.run_id
+    with pytest.raises(RunDirectoryOwnedError):
+        RunDirectoryLock().register(make_trainer(tmp_path / "copy", batches=1))
+
+
 def test_a_run_directory_another_process_trains_in_is_refused(tmp_path):
     import fcntl
 

@@ -894,7 +894,9 @@ class RunDirectoryLock(TrainerHookBase):
     (:class:`RunDirectoryOwnedError`) where the directory has a ``run_id`` or
     the trainer's checkpoint destination exists, and otherwise writes its id. A
     resumed run (``resume=True``) takes the directory's id, and a checkpoint
-    written by another run is refused when ``trainer.load_from_file`` loads it.
+    written by another run is refused when ``trainer.load_from_file`` loads it; a
+    resumed run in a directory without an id (a checkpoint copied elsewhere) takes
+    the checkpoint's.
 
     Args:
         run_dir (path, optional): the run's directory. Defaults to where the
@@ -934,17 +936,26 @@ class RunDirectoryLock(TrainerHookBase):
                 f"over its checkpoint. Resume it (RunDirectoryLock(resume=True), "
                 f"then trainer.load_from_file) or use another directory"
             )
-        self.run_id = stored or uuid.uuid4().hex
-        if stored is None:
-            tmp = id_file.with_name(f".{RUN_ID_FILE}.{os.getpid()}")
-            tmp.write_text(self.run_id + "\n")
-            tmp.replace(id_file)
+        self.run_id = stored
+        if stored is None and not self.resume:
+            self._write_id(uuid.uuid4().hex)
+        # resumed into a directory of its own (a copied checkpoint): the run's
+        # id comes with the checkpoint, in load_state_dict
         trainer.register_module(name, self)
+
+    def _write_id(self, run_id: str) -> None:
+        self.run_id = run_id
+        id_file = self.run_dir / RUN_ID_FILE
+        tmp = id_file.with_name(f".{RUN_ID_FILE}.{os.getpid()}")
+        tmp.write_text(run_id + "\n")
+        tmp.replace(id_file)
 
     def state_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.run_id is None and state_dict["run_id"] is not None:
+            self._write_id(state_dict["run_id"])
         if state_dict["run_id"] != self.run_id:
             raise RunDirectoryOwnedError(
                 f"the checkpoint being loaded was written by run "
