@@ -2,6 +2,7 @@
 pointed at another run's directory, a logger that cannot write, a signal other
 than Ctrl-C or SIGTERM (issue #31's classes 1-3; the fault tests cover the rest)."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from test_faults import (
     start_example,
 )
 
+from torchrl_acer.trainers import hooks
 from torchrl_acer.training import experiment
 
 
@@ -83,6 +85,8 @@ def test_a_new_run_in_another_runs_directory_is_refused_touching_nothing(tmp_pat
     )
     trainer.train()
     close(trainer)
+    # this process's run is over: its lock goes (the process would have ended)
+    os.close(hooks._RUN_DIR_LOCKS.pop((tmp_path / "run").resolve()))
     before = snapshot(tmp_path / "run")
     args = [
         sys.executable,
