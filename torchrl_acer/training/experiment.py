@@ -761,7 +761,14 @@ def make_trainer(
     - policy versions and lag (:class:`PolicyVersion`) for collectors whose
       workers act with their own copy of the policy;
     - the training log (:class:`TrainingLog`) and greedy evaluation
-      (:class:`Evaluation`), to ``logger``.
+      (:class:`Evaluation`), to ``logger``;
+    - non-finite observations refused while the policy acts, naming them, and
+      the trainer's phase (:class:`PolicyInputCheck`, ``trainer.policy_check``):
+      an error while the environments step (or the policy acts in them) leaves
+      their state out of the checkpoint written after it, so that a resume
+      starts fresh episodes instead of stepping into the same failure; a
+      second signal while collecting stops the collection at once and still
+      saves what was trained before it.
     """
 
     def frames() -> int:  # stored with the environments' state
