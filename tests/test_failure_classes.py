@@ -2,6 +2,7 @@
 pointed at another run's directory, a logger that cannot write, a signal other
 than Ctrl-C or SIGTERM (issue #31's classes 1-3; the fault tests cover the rest)."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -11,13 +12,17 @@ from builders import snapshot
 from test_faults import (
     EXAMPLE_ARGS,
     ROOT,
-    batches,
     build,
+    close,
+    failure_note,
+    frames_in,
+    last,
     signal_when_there,
     start_example,
 )
 
-from torchrl_acer.training.checkpoint import read_checkpoint
+from torchrl_acer.trainers import hooks
+from torchrl_acer.training import experiment
 
 
 class FailingLogger:
@@ -32,49 +37,56 @@ class FailingLogger:
         self.ok -= 1
 
 
-def test_a_logger_failure_keeps_what_was_trained(tmp_path):
-    trainer = build(
-        tmp_path,
-        trainer_kwargs={"logger": FailingLogger(ok=5), "log_interval": 10},
-        **{"checkpoint.interval": None},
-    )
+def test_a_logger_failure_keeps_what_was_trained(tmp_path, capsys):
+    overrides = {"checkpoint.interval": None, "logger.log_interval": 9}
+    trainer = build(tmp_path, **overrides)
+    trainer.logger = FailingLogger(ok=5)
     with pytest.raises(OSError, match="No space left on device") as err:
         trainer.train()
-    checkpoint = tmp_path / "checkpoints" / "last.pt"
-    assert err.value.__notes__ == [
-        f"training stopped while training on a batch; a checkpoint of the "
-        f"{trainer.frames} frames trained on was written. Resume with: "
-        f"resume={checkpoint}"
-    ]
-    assert read_checkpoint(checkpoint)[0]["frames"] == trainer.frames > 0
-    trainer.close()
+    checkpoint = last(tmp_path)
+    frames = trainer.collected_frames
+    # not a failure of the environments: saved with them
+    assert len(err.value.__notes__) == 1
+    assert f"training failed after {frames} frames" in err.value.__notes__[0]
+    assert failure_note(checkpoint) in err.value.__notes__[0]
+    assert frames_in(checkpoint) == frames > 0
+    close(trainer)
 
-    resumed = build(tmp_path, **{"checkpoint.interval": None})
-    resumed.load_checkpoint(checkpoint)
-    batches(resumed, 2)  # the environments were saved too: training goes on
-    resumed.close()
+    resumed = build(tmp_path, resume=checkpoint, **overrides)
+    resumed.total_frames = frames + 20
+    capsys.readouterr()
+    experiment.resume(resumed, checkpoint)
+    # the environments were saved too: their episodes go on
+    assert "training environments: state restored" in capsys.readouterr().out
+    resumed.train()
+    assert resumed.collected_frames == frames + 20
+    close(resumed)
 
 
 def test_sighup_stops_with_a_checkpoint_and_the_resume_hint(tmp_path):
     """A closed terminal (SIGHUP) stops the run as Ctrl-C does: a checkpoint of
     what was trained, the hint, status 128 + 1 (it used to kill the run)."""
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    checkpoint = last(tmp_path / "run")
     process = start_example(tmp_path, "plain", "checkpoint.interval=50")
     started, out, err = signal_when_there(
         process, checkpoint, signal.SIGHUP, timeout=240
     )
     assert started, err[-3000:]
     assert process.returncode == 128 + signal.SIGHUP, err[-3000:]
-    frames = read_checkpoint(checkpoint)[0]["frames"]
+    frames = frames_in(checkpoint)
     assert f"interrupted (SIGHUP) at {frames} frames" in out
     assert f"resume with: resume={checkpoint}" in out
 
 
 def test_a_new_run_in_another_runs_directory_is_refused_touching_nothing(tmp_path):
-    trainer = build(tmp_path / "run", **{"checkpoint.interval": None})
-    batches(trainer, 2)
-    trainer.save_checkpoint()
-    trainer.close()
+    trainer = build(
+        tmp_path / "run",
+        **{"checkpoint.interval": None, "collector.total_frames": 20},
+    )
+    trainer.train()
+    close(trainer)
+    # this process's run is over: its lock goes (the process would have ended)
+    os.close(hooks._RUN_DIR_LOCKS.pop((tmp_path / "run").resolve()))
     before = snapshot(tmp_path / "run")
     args = [
         sys.executable,
@@ -85,7 +97,10 @@ def test_a_new_run_in_another_runs_directory_is_refused_touching_nothing(tmp_pat
     ]
     new = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True)
     assert new.returncode != 0
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
-    assert f"holds another run's checkpoint {checkpoint} (20 frames)" in new.stderr
+    checkpoint = last(tmp_path / "run")
+    assert f"run directory {(tmp_path / 'run').resolve()} already holds a run" in (
+        new.stderr
+    )
+    assert str(checkpoint) in new.stderr
     assert f"resume={checkpoint}" in new.stderr
     assert snapshot(tmp_path / "run") == before

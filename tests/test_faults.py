@@ -1,11 +1,17 @@
 """Faults a long run meets: non-finite rewards, observations and losses, signals,
-a kill during a save, damaged checkpoint files, and resuming with another config.
+a kill during a save, damaged checkpoints, and resuming with another config.
 
-Tiny CartPole runs (2 envs, T = 5, no evaluation); the trainer's API directly,
-except for the signals, which are sent to ``examples/acer_gym.py`` in a subprocess.
+Tiny CartPole runs (2 envs, T = 5, no evaluation) of the gym example's pieces on
+the new trainer (``builders.small_trainer``: ``experiment.make_trainer``'s
+hooks), except for the signals, which are sent to ``examples/acer_gym.py`` in a
+subprocess. Faults come from :class:`Inject`, a wrapper of each CartPole copy
+(the environment ``InjectedCartPole-v1``), armed after a given number of frames.
 """
 
+import copy
 import os
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,43 +22,25 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from builders import gym_config, snapshot
-from omegaconf import OmegaConf
-from torchrl.collectors import Collector
+from builders import small_trainer, snapshot
 
-from torchrl_acer.modules.models import mlp_actor_critic
-from torchrl_acer.objectives.acer import ACERLoss
-from torchrl_acer.training.checkpoint import (
-    CheckpointError,
-    read_checkpoint,
-    read_header,
+from torchrl_acer.trainers.checkpoint import (
+    ACERCheckpoint,
+    ACERCheckpointError,
+    FiniteStateDictAdapter,
+    NonFiniteCheckpointError,
 )
-from torchrl_acer.training.envs import make_env
-from torchrl_acer.training.experiment import make_optimizer
-from torchrl_acer.training.trainer import (
-    ACERTrainer,
-    GreedyEvaluator,
-    NonFiniteTrainingError,
-    make_segment_replay_buffer,
-)
+from torchrl_acer.trainers.hooks import NonFiniteTrainingError, lock_run_dir
+from torchrl_acer.training import experiment
 
 ROOT = Path(__file__).parents[1]
+# on top of builders.SMALL_GYM: the sizes these tests always ran at
 SMALL = {
-    "env.num_envs": 2,
-    "collector.T": 5,
     "collector.total_frames": 200,
     "replay.ratio": 1.0,
-    "replay.start": 0,
-    "replay.capacity": 200,
     "eval.interval": None,
-    "logger.backend": None,
-    "logger.progress_bar": False,
-    "model.num_cells": [16],
 }
-
-
-def small_config(**overrides):
-    return gym_config(SMALL, **overrides)
+INJECTED = "InjectedCartPole-v1"
 
 
 class Inject(gym.Wrapper):
@@ -88,6 +76,14 @@ class Inject(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+def _injected_cartpole(**kwargs):
+    return Inject(gym.make("CartPole-v1", **kwargs))
+
+
+if INJECTED not in gym.registry:
+    gym.register(INJECTED, entry_point=_injected_cartpole, disable_env_checker=True)
+
+
 @pytest.fixture(autouse=True)
 def disarm():
     Inject.armed, Inject.what = False, "reward"
@@ -100,157 +96,170 @@ class Recorder:
         self.scalars = []
 
     def log_scalar(self, name, value, step):
-        self.scalars.append((name, value, step))
+        self.scalars.append((name, float(value), step))
 
 
-def build(run_dir, *, wrappers=(), with_config=True, trainer_kwargs=None, **overrides):
-    """The pieces ``examples/acer_gym.py`` builds, from the small config."""
-    cfg = small_config(**overrides)
-    torch.manual_seed(cfg.seed)
-    env = make_env(
-        cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed, wrappers=wrappers
-    )
-    spec = env.action_spec[(0,) * env.batch_dims]
-    actor, critic = mlp_actor_critic(
-        env.observation_spec["observation"].shape[-1],
-        spec.shape[-1],
-        num_cells=cfg.model.num_cells,
-        shared=cfg.model.shared,
-        activation=cfg.model.activation,
-        action_spec=spec,
-    )
-    loss = ACERLoss(actor, critic, trust_region_delta=cfg.loss.trust_region_delta)
-    loss.make_value_estimator(gamma=cfg.loss.gamma, lmbda=1.0, c_thresh=1.0)
-    T, num_envs = cfg.collector.T, cfg.env.num_envs
-    collector = Collector(
-        env,
-        actor,
-        frames_per_batch=T * num_envs,
-        total_frames=-1,
-        auto_register_policy_transforms=False,
-    )
-    kwargs = dict(
-        collector=collector,
-        loss_module=loss,
-        optimizer=make_optimizer(cfg.optim, loss.parameters()),
-        total_frames=cfg.collector.total_frames,
-        replay_buffer=make_segment_replay_buffer(
-            cfg.replay.capacity, T, cfg.replay.batch_segments or num_envs
-        ),
-        replay_ratio=cfg.replay.ratio,
-        target_eps=cfg.loss.alpha,
-        max_grad_norm=cfg.optim.max_grad_norm,
-        checkpoint_dir=Path(run_dir) / "checkpoints",
-        progress_bar=False,
-        seed=cfg.seed,
-        check_health=cfg.health.check,
-        max_nonfinite_in_a_row=cfg.health.max_nonfinite_in_a_row,
-        config=OmegaConf.to_container(cfg, resolve=True) if with_config else None,
-    )
-    kwargs.update(trainer_kwargs or {})
-    return ACERTrainer(**kwargs)
+def build(run_dir, *, inject=False, resume=None, **overrides):
+    """What ``examples/acer_gym.py`` builds, at :data:`SMALL`'s sizes; with
+    ``inject`` its environments are :class:`Inject`'s; ``resume`` sets the run's
+    ``resume`` (the checkpoint is loaded by :func:`experiment.resume`)."""
+    settings = {**SMALL, **overrides}
+    if inject:
+        settings["env.name"] = INJECTED
+    if resume is not None:
+        settings["resume"] = str(resume)
+    return small_trainer(run_dir, **settings)
 
 
-def batches(trainer, n):
-    it = iter(trainer.collector)
-    for _ in range(n):
-        trainer.train_on_batch(next(it))
+def at_frames(trainer, frames, action):
+    """Calls ``action()`` once, after the updates of the batch that brings the
+    trainer to ``frames`` collected frames (``post_steps``)."""
+
+    def maybe():
+        if trainer.collected_frames == frames:
+            action()
+
+    trainer.register_op("post_steps", maybe)
+
+
+def arm(what):
+    def action():
+        Inject.what, Inject.armed = what, True
+
+    return action
 
 
 def all_finite(trainer):
     return all(bool(torch.isfinite(p).all()) for p in trainer.loss_module.parameters())
 
 
+def stored(trainer):
+    replay = trainer.schedule.replay_buffer
+    return replay[: len(replay)]
+
+
+def last(run_dir):
+    return Path(run_dir) / "checkpoints" / "last"
+
+
+def saved(path, name):
+    """Component ``name`` of the checkpoint at ``path`` as saved (verified first),
+    loaded into nothing."""
+    record = ACERCheckpoint.verify(path)["components"][name]
+    adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
+    return adapter.read(Path(path) / record["path"])
+
+
+def frames_in(path):
+    return saved(path, "trainer_state")["collected_frames"]
+
+
+def failure_note(path):
+    """:class:`FailureCheckpoint`'s note on an error it saved after."""
+    return f"what was trained was saved to {path}. Resume with"
+
+
+def close(trainer):
+    trainer.collector.shutdown()
+    trainer.evaluation.evaluate.close()
+
+
 # -- numerical health ----------------------------------------------------------------
 
 
 def test_a_nan_reward_batch_is_dropped_counted_and_logged(tmp_path):
-    trainer = build(tmp_path, wrappers=[Inject], **{"logger.log_interval": 10})
-    trainer.logger = Recorder()
-    batches(trainer, 3)
-    updates = trainer.updates
-    Inject.armed = True
-    with pytest.warns(RuntimeWarning, match="non-finite batch not trained on"):
-        batches(trainer, 6)
-    assert trainer.nonfinite_batches == 1 and trainer.nonfinite_updates == 0
-    assert trainer.updates > updates  # training went on
-    assert all_finite(trainer)
-    stored = trainer.replay_buffer.storage[: len(trainer.replay_buffer)]
-    assert torch.isfinite(stored["next", "reward"]).all()
-    logged = [v for k, v, _ in trainer.logger.scalars if k == "train/nonfinite_batches"]
-    assert sum(logged) == 1 and len(logged) == 9  # logged every time, 0 or 1
-    assert not any(
-        np.isnan(v) for k, v, _ in trainer.logger.scalars if k.startswith("train/loss")
+    # logger.log_interval=9: TorchRL's trainer logs a key once more than that many
+    # frames passed, so every 10-frame batch
+    trainer = build(
+        tmp_path,
+        inject=True,
+        **{"collector.total_frames": 90, "logger.log_interval": 9},
     )
-    trainer.close()
+    trainer.logger = Recorder()
+    steps = {}
+
+    def nan_reward():
+        steps["before"] = trainer.optimization_stepper.optimizer_step_count
+        arm("reward")()
+
+    at_frames(trainer, 30, nan_reward)
+    with pytest.warns(RuntimeWarning, match="non-finite batch not trained on"):
+        trainer.train()
+    guard = trainer.optimization_stepper
+    assert guard.nonfinite == {"updates": 0, "batches": 1}
+    assert guard.optimizer_step_count > steps["before"]  # training went on
+    assert trainer.collected_frames == 90
+    assert all_finite(trainer)
+    assert torch.isfinite(stored(trainer)["next", "reward"]).all()
+    scalars = trainer.logger.scalars
+    logged = [v for k, v, _ in scalars if k == "train/nonfinite_batches"]
+    # logged every time: the count so far, 1 from the fourth batch on
+    assert logged == [0] * 3 + [1] * 6
+    losses = [v for k, v, _ in scalars if k.startswith("loss")]
+    assert losses and not any(np.isnan(v) for v in losses)
+    close(trainer)
 
 
 def test_nan_rewards_in_a_row_stop_naming_the_batch_and_frames(tmp_path):
-    trainer = build(tmp_path, wrappers=[Inject], **{"health.max_nonfinite_in_a_row": 3})
-    batches(trainer, 2)
-    Inject.what, Inject.armed = "rewards", True
+    trainer = build(tmp_path, inject=True, **{"health.max_nonfinite_in_a_row": 3})
+    at_frames(trainer, 20, arm("rewards"))
     with pytest.warns(RuntimeWarning), pytest.raises(NonFiniteTrainingError) as err:
         trainer.train()
     message = str(err.value)
+    frames = trainer.collected_frames
     assert "3 collected batches in a row were non-finite" in message
-    assert f"stopped at {trainer.frames} frames" in message
-    assert "batch collected at 30 frames held 10 non-finite rewards" in message
+    assert f"stopped at {frames} frames" in message
+    assert "the batch collected after 20 frames held 10 non-finite rewards" in message
     assert "0 non-finite observations" in message
     assert all_finite(trainer)
     # what was trained before the streak is kept: a checkpoint of the last
     # finite parameters, at the frames where it stopped
-    checkpoint = tmp_path / "checkpoints" / "last.pt"
-    assert err.value.__notes__ == [
-        f"training stopped while updating; a checkpoint of the {trainer.frames} "
-        f"frames trained on was written. Resume with: resume={checkpoint}"
-    ]
-    header, state = read_checkpoint(checkpoint)
-    assert header["frames"] == trainer.frames
-    saved = state["loss_module"]
+    checkpoint = last(tmp_path)
+    assert len(err.value.__notes__) == 1
+    assert f"training failed after {frames} frames" in err.value.__notes__[0]
+    assert failure_note(checkpoint) in err.value.__notes__[0]
+    assert frames_in(checkpoint) == frames
+    params = saved(checkpoint, "loss_module")
     current = trainer.loss_module.state_dict()
-    assert all(torch.equal(saved[k], current[k]) for k in current)
-    assert state["counters"]["nonfinite"]["streaks"]["batches"] == 3
-    trainer.close()
+    assert all(torch.equal(params[k], current[k]) for k in current)
+    streak = saved(checkpoint, "trainer_module.optimization_stepper")["streak"]
+    assert streak["batches"] == 3
+    close(trainer)
 
 
 def test_nan_observation_is_caught_before_it_is_stored(tmp_path):
     # at an episode's end: the policy never sees it (the next step starts from the
     # reset observation), so only the loss and the replay would
-    trainer = build(tmp_path, wrappers=[Inject], **{"health.max_nonfinite_in_a_row": 1})
-    batches(trainer, 1)
-    Inject.what, Inject.armed = "final_observation", True
+    trainer = build(tmp_path, inject=True, **{"health.max_nonfinite_in_a_row": 1})
+    at_frames(trainer, 10, arm("final_observation"))
     with pytest.warns(RuntimeWarning), pytest.raises(NonFiniteTrainingError) as err:
         trainer.train()
     message = str(err.value)
     assert "1 collected batches in a row" in message
     assert "0 non-finite rewards and 4 non-finite observations" in message
     assert "('next', 'observation'): 4" in message
-    assert f"at {trainer.frames} frames" in message
-    stored = trainer.replay_buffer.storage[: len(trainer.replay_buffer)]
-    assert torch.isfinite(stored["next", "observation"]).all()
+    assert f"at {trainer.collected_frames} frames" in message
+    assert torch.isfinite(stored(trainer)["next", "observation"]).all()
     assert all_finite(trainer)
-    trainer.close()
-
-
-def _frames_in(path):
-    return read_checkpoint(path)[0]["frames"]
+    close(trainer)
 
 
 @pytest.mark.parametrize("what", ["observation", "raise"])
-def test_a_failure_while_collecting_keeps_what_was_trained(tmp_path, what):
+def test_a_failure_while_collecting_keeps_what_was_trained(tmp_path, what, capsys):
     """A non-finite observation the policy would act on stops the run naming it
     (it used to fail inside the action distribution: "probability tensor contains
     either inf, nan or element < 0"); an environment that raises stops it with its
     own error. Either way a checkpoint of the batches trained on is written, and
     resumes with fresh episodes."""
-    trainer = build(tmp_path, wrappers=[Inject], **{"checkpoint.interval": None})
-    batches(trainer, 2)
-    frames = trainer.frames
-    Inject.what, Inject.armed = what, True
+    overrides = {"checkpoint.interval": None}
+    trainer = build(tmp_path, inject=True, **overrides)
+    at_frames(trainer, 20, arm(what))
     expected = NonFiniteTrainingError if what == "observation" else RuntimeError
     with pytest.raises(expected) as err:
         trainer.train()
-    checkpoint = tmp_path / "checkpoints" / "last.pt"
+    frames = trainer.collected_frames
+    assert frames == 20
+    checkpoint = last(tmp_path)
     if what == "observation":
         assert str(err.value).startswith(
             f"the policy was given non-finite observations while collecting after "
@@ -258,64 +267,65 @@ def test_a_failure_while_collecting_keeps_what_was_trained(tmp_path, what):
         )
     else:
         assert str(err.value) == "the simulator crashed"
-    assert err.value.__notes__ == [
-        f"training stopped while collecting; a checkpoint of the {frames} frames "
-        f"trained on was written (without the environments' state: a resume starts "
-        f"fresh episodes). Resume with: resume={checkpoint}"
-    ]
-    assert _frames_in(checkpoint) == frames
-    trainer.close()
+    notes = err.value.__notes__
+    assert notes[0] == (
+        "training stopped while collecting; the training environments' state is "
+        "left out of the checkpoint: a resume starts fresh episodes"
+    )
+    assert f"training failed after {frames} frames" in notes[1]
+    assert failure_note(checkpoint) in notes[1]
+    assert frames_in(checkpoint) == frames
+    trainer.evaluation.evaluate.close()
 
-    resumed = build(tmp_path, wrappers=[Inject], **{"checkpoint.interval": None})
-    resumed.load_checkpoint(checkpoint)
-    assert resumed.frames == frames
-    assert any(
+    resumed = build(tmp_path, inject=True, resume=checkpoint, **overrides)
+    resumed.total_frames = frames + 20
+    capsys.readouterr()
+    experiment.resume(resumed, checkpoint)
+    assert resumed.collected_frames == frames
+    assert (
         f"state not saved (collecting failed with {expected.__name__} after "
-        f"{frames} frames); fresh episodes" in note
-        for note in resumed.resume_notes
-    ), resumed.resume_notes
-    batches(resumed, 2)
-    assert resumed.frames == frames + 20 and all_finite(resumed)
-    resumed.close()
+        f"{frames} frames); fresh episodes" in capsys.readouterr().out
+    )
+    resumed.train()
+    assert resumed.collected_frames == frames + 20 and all_finite(resumed)
+    resumed.evaluation.evaluate.close()
 
 
 def test_a_nan_observation_while_evaluating_is_named(tmp_path):
-    trainer = build(tmp_path, **{"checkpoint.interval": None})
-    batches(trainer, 1)
-    trainer.evaluator = GreedyEvaluator(
-        make_env("CartPole-v1", num_envs=1, seed=1, wrappers=[Inject]),
-        trainer.loss_module.actor_network,
-        max_steps=50,
+    trainer = build(
+        tmp_path, inject=True, **{"checkpoint.interval": None, "eval.interval": 20}
     )
-    Inject.what, Inject.armed = "observation", True
-    with pytest.raises(
-        NonFiniteTrainingError, match="while evaluating after 10 frames"
-    ):
-        trainer._evaluate()
-    assert _frames_in(tmp_path / "checkpoints" / "last.pt") == 10
-    trainer.evaluator.close()
-    trainer.close()
+    # evaluated after the first batch's updates (10 frames): armed before
+    at_frames(trainer, 10, arm("observation"))
+    with pytest.raises(NonFiniteTrainingError, match="while evaluating after 10 fr"):
+        trainer.train()
+    assert frames_in(last(tmp_path)) == 10
+    close(trainer)
 
 
 def test_a_non_finite_streak_goes_on_after_a_resume(tmp_path):
     overrides = {"health.max_nonfinite_in_a_row": 3, "checkpoint.interval": None}
-    trainer = build(tmp_path, wrappers=[Inject], **overrides)
-    batches(trainer, 1)
-    Inject.what, Inject.armed = "rewards", True
+    trainer = build(
+        tmp_path, inject=True, **{**overrides, "collector.total_frames": 30}
+    )
+    at_frames(trainer, 10, arm("rewards"))
     with pytest.warns(RuntimeWarning, match="non-finite batch not trained on"):
-        batches(trainer, 2)
-    path = trainer.save_checkpoint()
-    trainer.close()
+        trainer.train()  # 2 batches of NaN rewards, then the end's checkpoint
+    path = last(tmp_path)
+    close(trainer)
 
-    resumed = build(tmp_path, wrappers=[Inject], **overrides)
-    resumed.load_checkpoint(path)
-    assert resumed.nonfinite_batches == 2
+    resumed = build(tmp_path, inject=True, resume=path, **overrides)
+    experiment.resume(resumed, path)
+    guard = resumed.optimization_stepper
+    assert guard.nonfinite["batches"] == 2
     with pytest.raises(NonFiniteTrainingError) as err:  # the third in a row
-        batches(resumed, 1)
+        resumed.train()
     assert "3 collected batches in a row were non-finite" in str(err.value)
-    assert "batch collected at 20 frames held 10 non-finite rewards" in str(err.value)
-    assert resumed.nonfinite_batches == 3
-    resumed.close()
+    assert "batch collected after 10 frames held 10 non-finite rewards" in str(
+        err.value
+    )
+    assert guard.nonfinite["batches"] == 3
+    close(resumed)
 
 
 def blow_up(trainer):
@@ -329,108 +339,158 @@ def blow_up(trainer):
 
 def test_non_finite_updates_are_skipped_then_stop_naming_the_term(tmp_path):
     trainer = build(tmp_path, **{"health.max_nonfinite_in_a_row": 4})
-    batches(trainer, 2)
-    blow_up(trainer)
-    before = {k: v.clone() for k, v in trainer.loss_module.state_dict().items()}
-    updates = trainer.updates
+    guard = trainer.optimization_stepper
+    at_blow_up = {}
+
+    def blow():
+        blow_up(trainer)
+        at_blow_up["state"] = {
+            k: v.clone() for k, v in trainer.loss_module.state_dict().items()
+        }
+        at_blow_up["steps"] = guard.optimizer_step_count
+
+    at_frames(trainer, 20, blow)
     with pytest.warns(RuntimeWarning), pytest.raises(NonFiniteTrainingError) as err:
-        batches(trainer, 10)
+        trainer.train()
     message = str(err.value)
     assert "4 updates in a row were non-finite" in message
     assert "first non-finite term loss_" in message
     assert "0 non-finite rewards and 0 non-finite observations" in message
-    assert f"stopped at {trainer.frames} frames" in message
-    assert trainer.nonfinite_updates == 4 and trainer.updates == updates
-    after = trainer.loss_module.state_dict()
+    assert f"stopped at {trainer.collected_frames} frames" in message
+    assert guard.nonfinite["updates"] == 4
+    assert guard.optimizer_step_count == at_blow_up["steps"]
+    before, after = at_blow_up["state"], trainer.loss_module.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # no step
-    trainer.close()
+    close(trainer)
 
 
 def test_no_checkpoint_from_non_finite_parameters(tmp_path):
     # with the checks off, a non-finite update is applied; the save refuses it
-    trainer = build(tmp_path, **{"health.check": False})
-    batches(trainer, 2)
-    path = trainer.save_checkpoint()
-    previous = path.read_bytes()
-    blow_up(trainer)
-    batches(trainer, 1)
+    trainer = build(
+        tmp_path,
+        **{
+            "health.check": False,
+            "checkpoint.interval": None,
+            "collector.total_frames": 30,
+        },
+    )
+    previous = {}
+
+    def save_then_blow_up():
+        trainer.save_trainer(force_save=True)
+        previous["files"] = snapshot(tmp_path / "checkpoints")
+        blow_up(trainer)
+
+    at_frames(trainer, 20, save_then_blow_up)
+    # the end's save refuses; the failure's save too
+    with pytest.raises(NonFiniteCheckpointError, match="refusing to write a check"):
+        trainer.train()
     assert not all_finite(trainer)
-    with pytest.raises(NonFiniteTrainingError, match="refusing to write a checkpoint"):
-        trainer.save_checkpoint()
-    assert path.read_bytes() == previous
-    assert not path.with_name("last.pt.tmp").exists()
-    trainer.close()
+    assert previous["files"] and snapshot(tmp_path / "checkpoints") == previous["files"]
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["last"]
+    close(trainer)
 
 
 # -- checkpoint files ----------------------------------------------------------------
 
 
-def test_damaged_checkpoints_are_refused_naming_the_file(tmp_path):
-    trainer = build(tmp_path / "a")
-    batches(trainer, 2)
-    path = trainer.save_checkpoint()
-    header, state = read_checkpoint(path)
-    assert header["format_version"] == 1 and header["frames"] == 20
-    assert header["library_version"] and "git_commit" in header
-    assert header["config"]["model"]["num_cells"] == [16]
-    data = path.read_bytes()
-    other = build(tmp_path / "b", seed=1)
-    params = {k: v.clone() for k, v in other.loss_module.state_dict().items()}
-    flipped = tmp_path / "flipped.pt"
-    middle = bytearray(data)
+def _flip_middle(path):
+    data = bytearray(path.read_bytes())
     for i in range(len(data) // 2, len(data) // 2 + 8):
-        middle[i] ^= 0xFF
-    flipped.write_bytes(bytes(middle))
-    truncated = tmp_path / "truncated.pt"
-    truncated.write_bytes(data[: len(data) - 1000])
-    plain = tmp_path / "plain.pt"
-    torch.save(state, plain)
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _largest_file(checkpoint):
+    files = (p for p in (checkpoint / "components").rglob("*") if p.is_file())
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+def test_damaged_checkpoints_are_refused_naming_the_file(tmp_path):
+    trainer = build(tmp_path / "a", **{"collector.total_frames": 20})
+    trainer.train()
+    close(trainer)
+    path = last(tmp_path / "a")
+    ours = ACERCheckpoint.verify(path)["metadata"]["torchrl_acer"]
+    assert ours["format_version"] == 1 and frames_in(path) == 20
+    assert ours["versions"]["torchrl-acer"] and "git_commit" in ours
+    assert ours["config"]["model"]["num_cells"] == [16]
+    # the run's directory, with damaged copies of its checkpoint beside it
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    checkpoints = tmp_path / "b" / "checkpoints"
+    flipped = checkpoints / "flipped"
+    shutil.copytree(path, flipped)
+    _flip_middle(_largest_file(flipped))
+    truncated = checkpoints / "truncated"
+    shutil.copytree(path, truncated)
+    data = _largest_file(truncated).read_bytes()
+    _largest_file(truncated).write_bytes(data[: len(data) - 100])
+    manifest = checkpoints / "manifest"
+    shutil.copytree(path, manifest)
+    _flip_middle(manifest / "manifest.json")
+    plain = checkpoints / "plain"  # what torchrl's own Checkpoint writes
+    shutil.copytree(path, plain)
+    (plain / "manifest.json.sha256").unlink()
+    torch_file = checkpoints / "torch.pt"
+    torch.save(saved(path, "loss_module"), torch_file)
+    other = build(
+        tmp_path / "b", seed=1, resume=path, resume_allow_config_change=["seed"]
+    )
+    params = {k: v.clone() for k, v in other.loss_module.state_dict().items()}
     for bad, why in [
         (flipped, "is corrupted"),
+        (manifest, "is corrupted"),
         (truncated, "is truncated"),
-        (plain, "is not a torchrl-acer checkpoint"),
+        (plain, "was not written by ACERCheckpoint"),
+        (torch_file, "is not a torchrl-acer checkpoint"),
     ]:
-        with pytest.raises(CheckpointError, match=why) as err:
-            other.load_checkpoint(bad)
+        with pytest.raises(ACERCheckpointError, match=why) as err:
+            experiment.resume(other, bad)
         assert str(bad) in str(err.value)
     after = other.loss_module.state_dict()
     assert all(torch.equal(params[k], after[k]) for k in params)  # nothing loaded
-    other.load_checkpoint(path, allow_config_change=["seed"])
-    assert other.frames == 20
-    trainer.close()
-    other.close()
+    assert other.collected_frames == 0
+    experiment.resume(other, last(tmp_path / "b"))
+    assert other.collected_frames == 20
+    close(other)
 
 
 def test_resuming_with_another_config(tmp_path):
-    trainer = build(tmp_path)
-    batches(trainer, 2)
-    path = trainer.save_checkpoint()
-    trainer.close()
+    trainer = build(tmp_path, **{"collector.total_frames": 20})
+    trainer.train()
+    close(trainer)
+    path = last(tmp_path)
     # the same shapes, another network: loads without error unless refused
-    tanh = build(tmp_path, **{"model.activation": "tanh"})
-    with pytest.raises(CheckpointError) as err:
-        tanh.load_checkpoint(path)
+    tanh = build(tmp_path, resume=path, **{"model.activation": "tanh"})
+    with pytest.raises(ACERCheckpointError) as err:
+        experiment.resume(tanh, path)
     message = str(err.value)
     assert "model.activation: 'relu' in the checkpoint, 'tanh' now" in message
     assert "resume_allow_config_change=[model.activation]" in message
-    assert tanh.frames == 0
-    tanh.load_checkpoint(path, allow_config_change=["model.activation"])
-    assert tanh.frames == 20
-    tanh.close()
-    wider = build(tmp_path, **{"model.num_cells": [32]})
-    with pytest.raises(CheckpointError, match=r"model.num_cells: \[16\] in the"):
-        wider.load_checkpoint(path)
+    assert tanh.collected_frames == 0
+    tanh.checkpoint.allow_config_change = ("model.activation",)
+    experiment.resume(tanh, path)
+    assert tanh.collected_frames == 20
+    close(tanh)
+    wider = build(tmp_path, resume=path, **{"model.num_cells": [32]})
+    with pytest.raises(ACERCheckpointError, match=r"model.num_cells: \[16\] in the"):
+        experiment.resume(wider, path)
     # forced, the parameters still load strictly, naming the keys
-    with pytest.raises(CheckpointError, match=r"weight: \(16, 4\) in the checkpoint"):
-        wider.load_checkpoint(path, force=True)
-    wider.close()
+    wider.checkpoint.force = True
+    with pytest.raises(
+        ACERCheckpointError, match=r"weight: \(16, 4\) in the checkpoint"
+    ):
+        experiment.resume(wider, path)
+    close(wider)
     # settings safe to change
     longer = build(
-        tmp_path, **{"collector.total_frames": 1_000, "checkpoint.every_minutes": 1}
+        tmp_path,
+        resume=path,
+        **{"collector.total_frames": 1_000, "checkpoint.every_minutes": 1},
     )
-    longer.load_checkpoint(path)
-    assert longer.frames == 20 and longer.total_frames == 1_000
-    longer.close()
+    experiment.resume(longer, path)
+    assert longer.collected_frames == 20 and longer.total_frames == 1_000
+    close(longer)
 
 
 class StoppedOnce:
@@ -451,49 +511,60 @@ def _evaluated_frames(recorder):
     return [step for name, _, step in recorder.scalars if name == "eval/reward"]
 
 
-def test_an_evaluation_stopped_by_a_signal_runs_first_on_resume(tmp_path):
-    """No evaluation point is lost to a signal: the one it stopped is due in the
-    checkpoint and runs before the resumed run collects, as it would have."""
-    overrides = {"checkpoint.interval": None, "collector.total_frames": 60}
+def test_an_evaluation_stopped_by_a_signal_is_not_lost(tmp_path):
+    """No evaluation point is lost to a signal: the one it arrives in completes
+    and is logged, the checkpoint written at the stop has the next one due, and
+    the resumed run evaluates from there as the uninterrupted run did."""
+    overrides = {
+        "checkpoint.interval": None,
+        "collector.total_frames": 60,
+        "eval.interval": 20,
+    }
 
     def run(evaluator, run_dir, resume=None):
-        recorder = Recorder()
-        trainer = build(
-            run_dir,
-            trainer_kwargs=dict(evaluator=evaluator, eval_interval=20, logger=recorder),
-            **overrides,
-        )
+        trainer = build(run_dir, resume=resume, **overrides)
+        trainer.logger = recorder = Recorder()
+        trainer.evaluation.evaluate = evaluator
         if resume is not None:
-            trainer.load_checkpoint(resume)
+            experiment.resume(trainer, resume)
         trainer.train()
-        trainer.close()
+        trainer.collector.shutdown()
         return trainer, _evaluated_frames(recorder)
 
     _, uninterrupted = run(StoppedOnce(), tmp_path / "a")
     assert uninterrupted == [10, 20, 40, 60]
     stopped, before = run(StoppedOnce(stop_at=2), tmp_path / "b")
-    assert stopped.interrupted and stopped.frames == 20
-    assert before == [10]  # the second evaluation (at 20) was stopped
-    _, after = run(StoppedOnce(), tmp_path / "c", stopped.checkpoint_dir / "last.pt")
+    assert stopped.stop.signum == signal.SIGINT and stopped.collected_frames == 20
+    assert before == [10, 20]  # the second evaluation (at 20) completed
+    _, after = run(StoppedOnce(), tmp_path / "b", last(tmp_path / "b"))
     assert before + after == uninterrupted
 
 
 # -- signals and kills, on the example -----------------------------------------------
 
+# The example's process, with torch.save (which writes the environments' state
+# into each checkpoint) made slow ("slow": once the flag file exists, each call
+# touches the marker and takes 3 s) or broken ("hang": the second checkpoint's
+# first file is half written, then the process hangs)
 DRIVER = """
 import io, os, runpy, sys, time
 from pathlib import Path
 import torch
+from torchrl_acer.trainers import checkpoint
 
 mode, flag, marker, script = sys.argv[1:5]
-original, calls = torch.save, []
+original, saves = torch.save, []
+original_save = checkpoint.ACERCheckpoint.save
+
+def count(self, *args, **kwargs):
+    saves.append(1)
+    return original_save(self, *args, **kwargs)
 
 def save(obj, f, *args, **kwargs):
-    calls.append(1)
     if mode == "slow" and Path(flag).exists():
         Path(marker).touch()
         time.sleep(3)
-    if mode == "hang" and len(calls) == 2:  # half the second checkpoint, then hang
+    if mode == "hang" and len(saves) == 2:  # half the second checkpoint, then hang
         buffer = io.BytesIO()
         original(obj, buffer, *args, **kwargs)
         data = buffer.getvalue()
@@ -505,6 +576,7 @@ def save(obj, f, *args, **kwargs):
     return original(obj, f, *args, **kwargs)
 
 torch.save = save
+checkpoint.ACERCheckpoint.save = count
 sys.argv = [script, *sys.argv[5:]]
 sys.path.insert(0, str(Path(script).parent))
 runpy.run_path(script, run_name="__main__")
@@ -527,6 +599,7 @@ EXAMPLE_ARGS = [
 def start_example(tmp_path, mode, *args):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     return subprocess.Popen(
         [
             sys.executable,
@@ -543,6 +616,7 @@ def start_example(tmp_path, mode, *args):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
     )
 
 
@@ -576,12 +650,12 @@ def stopped_run(tmp_path_factory):
     """The example stopped by SIGTERM, with a second signal (SIGINT) arriving
     while its final checkpoint is being written (slowly)."""
     tmp = tmp_path_factory.mktemp("sigterm")
-    checkpoint = tmp / "run" / "checkpoints" / "last.pt"
+    checkpoint = last(tmp / "run")
     process = start_example(tmp, "slow", "checkpoint.interval=50")
     try:
         started = wait_for(checkpoint, process)
-        previous = read_header(checkpoint).header["frames"] if started else None
-        (tmp / "flag").touch()  # from now on each save takes 3 s
+        previous = frames_in(checkpoint) if started else None
+        (tmp / "flag").touch()  # from now on each save takes 3 s or more
         if started:
             process.send_signal(signal.SIGTERM)
         if wait_for(tmp / "marker", process, timeout=60):
@@ -606,33 +680,40 @@ def test_sigterm_writes_a_checkpoint_that_resumes(stopped_run, tmp_path):
     assert run["previous"] is not None, run["err"][-3000:]
     assert run["rc"] == 128 + signal.SIGTERM, run["err"][-3000:]
     assert f"resume with: resume={run['checkpoint']}" in run["out"]
-    header, _ = read_checkpoint(run["checkpoint"])
-    frames = header["frames"]
+    frames = frames_in(run["checkpoint"])
     # written at the signal: it holds the frames the run stopped at
     assert f"interrupted (SIGTERM) at {frames} frames" in run["out"]
+    # resumed in a copy of the run (the fixture's is read by the next test)
+    run_dir = tmp_path / "run"
+    shutil.copytree(run["checkpoint"].parent.parent, run_dir)
     trainer = build(
-        tmp_path,
+        run_dir,
+        resume=last(run_dir),
         **{
             "collector.total_frames": frames + 20,
             "replay.ratio": 4.0,  # the example's settings
             "replay.capacity": 100_000,
+            "eval.episodes": 1,
+            "eval.max_steps": 10,
+            "checkpoint.every_minutes": 5,
         },
     )
-    trainer.load_checkpoint(run["checkpoint"])
-    assert trainer.frames == frames
+    experiment.resume(trainer, last(run_dir))
+    assert trainer.collected_frames == frames
     trainer.train()
-    assert trainer.frames == frames + 20 and not trainer.interrupted
-    trainer.close()
+    assert trainer.collected_frames == frames + 20 and trainer.stop.signum is None
+    close(trainer)
 
 
 def test_a_second_signal_during_the_save_waits_for_it(stopped_run):
     run = stopped_run
-    assert "SIGINT: already stopping" in run["err"], run["err"][-3000:]
-    header, _ = read_checkpoint(run["checkpoint"])
-    # the final checkpoint, complete: it holds the frames the run stopped at
-    assert f"at {header['frames']} frames" in run["out"]
-    assert header["frames"] >= run["previous"]
-    assert not run["checkpoint"].with_name("last.pt.tmp").exists()
+    output = run["out"] + run["err"]
+    assert "SIGINT: a checkpoint is being written" in output, output[-3000:]
+    frames = frames_in(run["checkpoint"])  # the final checkpoint, complete
+    assert f"at {frames} frames" in run["out"], run["out"][-3000:]
+    assert frames >= run["previous"]
+    leftovers = [p.name for p in run["checkpoint"].parent.iterdir()]
+    assert leftovers == ["last"]  # no staged or half-replaced checkpoint
 
 
 def test_kill_9_during_a_save_keeps_the_previous_checkpoint(tmp_path):
@@ -644,49 +725,41 @@ def test_kill_9_during_a_save_keeps_the_previous_checkpoint(tmp_path):
     )
     assert reached, err[-3000:]
     assert process.returncode == -signal.SIGKILL
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
-    header, state = read_checkpoint(checkpoint)
-    assert header["frames"] > 0 and state["counters"]["frames"] == header["frames"]
-    partial = checkpoint.with_name("last.pt.tmp")
-    assert partial.exists()
-    with pytest.raises(CheckpointError, match="truncated or incomplete"):
-        read_header(partial)
+    checkpoint = last(tmp_path / "run")
+    frames = frames_in(checkpoint)  # verified: every file whole
+    assert frames > 0 and saved(checkpoint, "collector")["at_frames"] == frames
+    (partial,) = [p for p in checkpoint.parent.iterdir() if p.name != "last"]
+    with pytest.raises(ACERCheckpointError, match="not a checkpoint|not written by"):
+        ACERCheckpoint.verify(partial)
 
 
 def test_signal_handlers_are_restored(tmp_path):
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     trainer = build(tmp_path, **{"collector.total_frames": 20})
     seen = []
-    original = trainer.train_on_batch
-
-    def spy(batch):
-        seen.append(signal.getsignal(signal.SIGTERM))
-        original(batch)
-
-    trainer.train_on_batch = spy
+    trainer.register_op(
+        "post_steps", lambda: seen.append(signal.getsignal(signal.SIGTERM))
+    )
     trainer.train()
-    assert seen and all(h == trainer._on_signal for h in seen)
+    assert seen and all(h == trainer.stop._on_signal for h in seen)
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
-    trainer.close()
+    close(trainer)
 
 
 def test_copies_of_the_actor_do_not_carry_the_trainer(tmp_path):
     """The policy-input check is a hook on the actor: a deepcopy or a pickle of the
     actor (what a multiprocess collector sends its workers) must not copy the
     trainer, its collector and its replay with it."""
-    import copy
-    import pickle
-
     trainer = build(tmp_path)
     actor = trainer.loss_module.actor_network
     hooks = list(actor._forward_pre_hooks.values())
-    assert any(getattr(h, "trainer", None) is trainer for h in hooks)
+    assert any(getattr(h, "owner", None) is trainer.policy_check for h in hooks)
     for clone in (copy.deepcopy(actor), pickle.loads(pickle.dumps(actor))):
         copied = list(clone._forward_pre_hooks.values())
         assert len(copied) == len(hooks)
-        assert all(getattr(h, "trainer", None) is None for h in copied)
+        assert all(getattr(h, "owner", None) is None for h in copied)
     assert len(pickle.dumps(actor)) < 100_000
-    trainer.close()
+    close(trainer)
 
 
 @pytest.mark.parametrize("signals", [1, 2])
@@ -694,24 +767,22 @@ def test_ctrl_c_while_collecting(tmp_path, signals):
     """A first Ctrl-C in the middle of collecting waits for the batch, which is
     trained on before the stop (interrupted inside a step, a vector environment
     of worker processes was left mid-step: closing it hung or broke its pipes);
-    a second one stops the collection at once."""
-    trainer = build(tmp_path, wrappers=[Inject], **{"checkpoint.interval": None})
-    batches(trainer, 2)
-    frames = trainer.frames
-    Inject.what = "sigint" if signals == 1 else "sigint_twice"
-    Inject.armed = True
+    a second one stops the collection at once, and what was trained before it
+    is saved."""
+    trainer = build(tmp_path, inject=True, **{"checkpoint.interval": None})
+    at_frames(trainer, 20, arm("sigint" if signals == 1 else "sigint_twice"))
     trainer.train()
-    assert trainer.interrupted and trainer.stop_signal == signal.SIGINT
+    assert trainer.stop.signum == signal.SIGINT
     # one signal: the batch it arrived in is trained on; two: it is dropped
-    assert trainer.frames == (frames + 10 if signals == 1 else frames)
-    assert _frames_in(tmp_path / "checkpoints" / "last.pt") == trainer.frames
-    trainer.close()
+    assert trainer.collected_frames == (30 if signals == 1 else 20)
+    assert frames_in(last(tmp_path)) == trainer.collected_frames
+    close(trainer)
 
 
 def test_a_second_process_on_a_running_run_is_refused_touching_nothing(tmp_path):
     # the mistake this guards: resuming a run while its first process still trains
     # (the resume cut the first's logs back to its checkpoint)
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    checkpoint = last(tmp_path / "run")
     first = start_example(tmp_path, "plain", "checkpoint.interval=50")
     try:
         assert wait_for(checkpoint, first), first.communicate()[1][-3000:]
@@ -740,15 +811,13 @@ def test_a_second_process_on_a_running_run_is_refused_touching_nothing(tmp_path)
         first.kill()  # SIGKILL: the lock goes with the process, nothing to clear
         first.communicate()
     # the directory is free again, here and in another process
-    from torchrl_acer.training import experiment
-
-    experiment.lock_run_dir(tmp_path / "run")
-    experiment.lock_run_dir(tmp_path / "run")  # again in the holder: nothing happens
+    lock_run_dir(tmp_path / "run")
+    lock_run_dir(tmp_path / "run")  # again in the holder: nothing happens
     probe = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import sys; from torchrl_acer.training.experiment import lock_run_dir; "
+            "import sys; from torchrl_acer.trainers.hooks import lock_run_dir; "
             "lock_run_dir(sys.argv[1])",
             str(tmp_path / "run"),
         ],

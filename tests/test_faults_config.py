@@ -4,6 +4,7 @@ collide; Ctrl-C with parallel environments ends with the resume hint."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,17 +17,14 @@ from builders import run_example
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
+from torchrl.checkpoint import CheckpointError
 
-from torchrl_acer.trainers import hooks
+from torchrl_acer.trainers import ACERTrainer, GreedyEvaluator, hooks
+from torchrl_acer.trainers.checkpoint import ACERCheckpointError
+from torchrl_acer.trainers.hooks import RunDirInUseError, lock_run_dir
 from torchrl_acer.training import experiment
-from torchrl_acer.training.checkpoint import CheckpointError
-from torchrl_acer.training.experiment import (
-    RunDirInUseError,
-    check_config,
-    run_dir_for,
-)
+from torchrl_acer.training.experiment import check_config, run_dir_for
 from torchrl_acer.training.refusal import ConfigError, Refusal, report_refusals
-from torchrl_acer.training.trainer import ACERTrainer, GreedyEvaluator
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 CONFIGS = ("config_gym", "config_atari", "config_mujoco")
@@ -209,15 +207,23 @@ def test_report_refusals_lets_other_errors_through_with_their_traceback(capsys):
     def fails():
         raise RuntimeError("a bug")
 
+    @report_refusals
+    def refused_by_torchrl():  # a checkpoint TorchRL's own checks refuse
+        raise CheckpointError("checkpoint c has no component 'x'")
+
     with pytest.raises(SystemExit) as exit_:
         refuses()
     assert exit_.value.code == 1
     assert capsys.readouterr().err == "bad config: x=1 must be 2\n"
     with pytest.raises(RuntimeError, match="a bug"):
         fails()
+    with pytest.raises(SystemExit) as exit_:
+        refused_by_torchrl()
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err == "checkpoint c has no component 'x'\n"
     # the refusals of the checkpoint, the run directory and the environments are
     # refusals; the errors they stand for still catch them
-    assert issubclass(CheckpointError, (Refusal, ValueError))
+    assert issubclass(ACERCheckpointError, (Refusal, ValueError, CheckpointError))
     assert issubclass(RunDirInUseError, (Refusal, RuntimeError))
 
 
@@ -246,14 +252,18 @@ def tiny_checkpoint(tmp_path_factory):
         cwd=run.parent,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return run / "checkpoints" / "last.pt"
+    return run / "checkpoints" / "last"
 
 
 def _corrupted(checkpoint, tmp_path):
-    corrupted = tmp_path / "corrupted.pt"
-    data = bytearray(checkpoint.read_bytes())
+    """A copy of ``checkpoint`` with one byte of its largest file flipped."""
+    corrupted = tmp_path / "corrupted"
+    shutil.copytree(checkpoint, corrupted)
+    files = [p for p in (corrupted / "components").rglob("*") if p.is_file()]
+    largest = max(files, key=lambda p: p.stat().st_size)
+    data = bytearray(largest.read_bytes())
     data[-100] ^= 0xFF
-    corrupted.write_bytes(bytes(data))
+    largest.write_bytes(bytes(data))
     return corrupted
 
 
@@ -267,7 +277,7 @@ REFUSED_RUNS = {
     ),
     "a corrupted checkpoint": (
         lambda ckpt, tmp: [f"resume={_corrupted(ckpt, tmp)}"],
-        lambda ckpt, tmp: f"{tmp / 'corrupted.pt'} is corrupted",
+        lambda ckpt, tmp: f"{tmp / 'corrupted'} is corrupted",
     ),
     "no checkpoint": (
         lambda ckpt, tmp: ["resume=nothing.pt"],
@@ -298,7 +308,7 @@ def test_a_run_refused_ends_with_its_message_alone(tiny_checkpoint, tmp_path, ca
 
 def test_a_run_directory_in_use_is_refused_with_its_message_alone(tmp_path):
     run = tmp_path / "run"
-    experiment.lock_run_dir(run)  # held by this process
+    lock_run_dir(run)  # held by this process
     try:
         out = run_example(
             "acer_gym.py",
@@ -397,7 +407,7 @@ def test_ctrl_c_with_parallel_envs_prints_the_resume_hint(tmp_path):
     )
     try:
         deadline = time.monotonic() + 300
-        checkpoint = run / "checkpoints" / "last.pt"
+        checkpoint = run / "checkpoints" / "last"
         while not checkpoint.exists() and process.poll() is None:
             assert time.monotonic() < deadline, "training did not start"
             time.sleep(0.2)

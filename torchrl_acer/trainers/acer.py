@@ -370,6 +370,10 @@ class ACERTrainer(Trainer):
     ) -> None:
         if total_frames <= 0:
             raise ValueError(f"total_frames must be positive, got {total_frames}")
+        # refused before any of the pieces is touched
+        check_update_schedule(
+            replay_buffer, replay_ratio, replay_start, on_policy_updates
+        )
         if not weight_update_interval >= 1:
             raise ValueError(
                 f"weight_update_interval must be >= 1, got {weight_update_interval}"

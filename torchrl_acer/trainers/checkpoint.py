@@ -163,6 +163,10 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
             component only. ``False`` unpickles what the checkpoint holds: use it
             for state that is pickled anyway (an environment's), from checkpoints
             you trust; :class:`ACERCheckpoint` has verified the file's sha256.
+        check_finite: record the non-finite entries (refusing the save).
+            ``False`` for state where they are legitimate: an environment's
+            running episode return after a NaN reward that training dropped.
+            Defaults to ``True``.
     """
 
     name: str | None = None
@@ -174,9 +178,11 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
         *,
         archive_compression: str | int | None = None,
         weights_only: bool | None = None,
+        check_finite: bool = True,
     ) -> None:
         super().__init__(payload_format, archive_compression=archive_compression)
         self.weights_only = weights_only
+        self.check_finite = check_finite
 
     def bound(self, name: str, sink: list[str]) -> FiniteStateDictAdapter:
         """A copy that records the entries of component ``name`` in ``sink``."""
@@ -186,7 +192,7 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
 
     def save(self, component, path, *, args, kwargs):
         state = component.state_dict(*args, **kwargs)
-        if self.nonfinite is not None:
+        if self.nonfinite is not None and self.check_finite:
             self.nonfinite += nonfinite_entries(state, self.name or "")
         return super().save(_Given(state), path, args=(), kwargs={})
 

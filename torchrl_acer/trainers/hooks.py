@@ -81,6 +81,7 @@ __all__ = [
     "GracefulStop",
     "NonFiniteGuard",
     "NonFiniteTrainingError",
+    "PolicyInputCheck",
     "PolicyVersion",
     "RunDirInUseError",
     "RunDirectoryLock",
@@ -866,6 +867,137 @@ class FailureCheckpoint(TrainerHookBase):
             self._trainer._save_trainer()
         finally:
             checkpoint.save_components = default
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return
+
+
+class _InputCheck:
+    """The policy's forward pre-hook calling :meth:`PolicyInputCheck.check`.
+
+    Copies of the policy (a deepcopy, a pickle sent to a collector's worker
+    process) get an inert hook, not a copy of the trainer it would reach."""
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __call__(self, module, args, kwargs):
+        if self.owner is not None:
+            self.owner.check(module, args, kwargs)
+
+    def __getstate__(self):
+        return {"owner": None}
+
+    def __deepcopy__(self, memo):
+        return _InputCheck(None)
+
+
+class _Evaluating:
+    """An evaluator, called in the ``"evaluating"`` phase; its other attributes
+    (``close``, ``env``) are the evaluator's."""
+
+    def __init__(self, evaluate, check):
+        self.evaluate, self.check = evaluate, check
+
+    def __call__(self, *args, **kwargs):
+        return self.check._in_phase("evaluating")(self.evaluate, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["evaluate"], name)
+
+
+class PolicyInputCheck(TrainerHookBase):
+    """Refuses non-finite observations while the policy acts, naming them, and
+    keeps what the trainer is doing in :attr:`phase`.
+
+    A policy given a NaN observation fails inside its action distribution
+    ("probability tensor contains either inf, nan or element < 0") or picks an
+    arbitrary action, without saying why. With this hook (a forward pre-hook on
+    ``policy``) it raises :class:`NonFiniteTrainingError` naming the entries and
+    the frames, while collecting or evaluating; the loss's own calls (on batches
+    a :class:`NonFiniteGuard` checks) are not checked.
+
+    :attr:`phase` is ``"collecting"`` from ``setup`` and after each iteration's
+    save, ``"training on a batch"`` from ``batch_process`` (before its ops),
+    ``"updating"`` in
+    ``optim_steps``, ``"evaluating"`` in ``evaluation.evaluate`` (an
+    :class:`~torchrl_acer.trainers.Evaluation`, or anything with an ``evaluate``
+    callable) and ``"saving"`` in ``save_trainer``. Nothing is checkpointed.
+
+    Args:
+        policy (nn.Module): the policy that acts (the collector's, the
+            evaluator's).
+        evaluation (optional): its ``evaluate`` is wrapped to mark the phase.
+        check (bool): check the policy's inputs; ``False`` keeps the phase only.
+            Defaults to ``True``.
+    """
+
+    def __init__(self, policy, evaluation=None, check: bool = True) -> None:
+        self.policy = policy
+        self.evaluation = evaluation
+        self.check_inputs = check
+        self.phase: str | None = None
+        self._trainer: Trainer | None = None
+
+    def register(self, trainer: Trainer, name: str = "policy_input_check") -> None:
+        self._trainer = trainer
+        if self.check_inputs:
+            self.policy.register_forward_pre_hook(_InputCheck(self), with_kwargs=True)
+        trainer.register_op("setup", self._enter, phase="collecting")
+        # before any batch_process op (a NonFiniteGuard's check raises there)
+        _around(trainer, "_process_batch_hook", self._batch)
+        _around(trainer, "optim_steps", self._in_phase("updating"))
+        _around(trainer, "save_trainer", self._saving)
+        if self.evaluation is not None:
+            self.evaluation.evaluate = _Evaluating(self.evaluation.evaluate, self)
+
+    def _enter(self, phase) -> None:
+        self.phase = phase
+
+    def _batch(self, inner, batch):
+        self.phase = "training on a batch"
+        return inner(batch)
+
+    def _in_phase(self, phase):
+        def around(inner, *args, **kwargs):
+            previous, self.phase = self.phase, phase
+            try:
+                out = inner(*args, **kwargs)
+            except BaseException:
+                raise  # the phase stays: it is the one that failed
+            self.phase = previous
+            return out
+
+        return around
+
+    def _saving(self, inner, *args, **kwargs):
+        self.phase = "saving"
+        out = inner(*args, **kwargs)
+        self.phase = "collecting"  # the next batch is collected next
+        return out
+
+    def check(self, module, args, kwargs) -> None:
+        if self.phase not in ("collecting", "evaluating"):
+            return
+        tensordict = args[0] if args else kwargs.get("tensordict")
+        if not isinstance(tensordict, TensorDictBase):
+            return
+        read = tensordict.select(*module.in_keys, strict=False)
+        if _batch_is_finite(read):
+            return
+        counts = ", ".join(
+            f"{key!r}: {n} non-finite values"
+            for key, n in _nonfinite_counts(read).items()
+        )
+        frames = self._trainer.collected_frames
+        raise NonFiniteTrainingError(
+            f"the policy was given non-finite observations while {self.phase} "
+            f"after {frames} frames ({counts}). The environment returned them; "
+            f"the policy cannot act on them"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -216,8 +216,13 @@ class CollectorState:
         self.target, self.name = target, name
         self.seed, self.stream, self.frames = seed, stream, frames
         self.notes: list[str] = []
+        #: set, why the next saves leave the state out (the environments failed:
+        #: a resume starts fresh episodes instead of stepping into the failure)
+        self.unsaved: str | None = None
 
     def state_dict(self) -> dict:
+        if self.unsaved is not None:
+            return {"saved": False, "reason": self.unsaved, "at_frames": self.frames()}
         if isinstance(self.target, EnvBase):
             state = env_state_dict(self.target)
         else:

@@ -37,17 +37,22 @@ from torchrl_acer.objectives.acer import ACERLoss
 from torchrl_acer.trainers.acer import ACERTrainer
 from torchrl_acer.trainers.checkpoint import (
     ACERCheckpoint,
+    ACERCheckpointError,
     FiniteStateDictAdapter,
     SaveEvery,
+    _missing_message,
 )
 from torchrl_acer.trainers.evaluation import Evaluation
 from torchrl_acer.trainers.hooks import (
     STOP_SIGNALS,
     FailureCheckpoint,
     GracefulStop,
+    PolicyInputCheck,
     PolicyVersion,
     RunDirectoryLock,
+    RunDirectoryOwnedError,
     VersionedPolicy,
+    _around,
 )
 from torchrl_acer.trainers.progress import TrainingLog
 from torchrl_acer.training.env_state import CollectorState
@@ -756,7 +761,14 @@ def make_trainer(
     - policy versions and lag (:class:`PolicyVersion`) for collectors whose
       workers act with their own copy of the policy;
     - the training log (:class:`TrainingLog`) and greedy evaluation
-      (:class:`Evaluation`), to ``logger``.
+      (:class:`Evaluation`), to ``logger``;
+    - non-finite observations refused while the policy acts, naming them, and
+      the trainer's phase (:class:`PolicyInputCheck`, ``trainer.policy_check``):
+      an error while the environments step (or the policy acts in them) leaves
+      their state out of the checkpoint written after it, so that a resume
+      starts fresh episodes instead of stepping into the same failure; a
+      second signal while collecting stops the collection at once and still
+      saves what was trained before it.
     """
 
     def frames() -> int:  # stored with the environments' state
@@ -767,7 +779,12 @@ def make_trainer(
         allow_config_change=cfg.resume_allow_config_change or (),
         force=cfg.resume_force,
     )
-    envs_adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
+    # not checked for non-finite numbers: a running episode's return is NaN after
+    # a NaN reward (the batch is dropped, the episode goes on), and refusing the
+    # save for it would lose the run
+    envs_adapter = FiniteStateDictAdapter(
+        payload_format="torch", weights_only=False, check_finite=False
+    )
     # under "collector", which the trainer then leaves alone: the collector's
     # counters and carried step with its environments' state
     environments = [CollectorState(collector, seed=cfg.seed, frames=frames)]
@@ -783,7 +800,11 @@ def make_trainer(
     checkpoint.register("rng", GlobalRNGState())
     if replay is not None and not isinstance(replay, ReplayBuffer):
         # a replay of its own (Atari's frames): its state dict as one torch file
-        checkpoint.register("replay_buffer", replay, adapter=envs_adapter)
+        checkpoint.register(
+            "replay_buffer",
+            replay,
+            adapter=FiniteStateDictAdapter(payload_format="torch", weights_only=False),
+        )
     trainer = ACERTrainer(
         collector=collector,
         total_frames=frames_to_run(cfg),
@@ -810,7 +831,12 @@ def make_trainer(
         checkpoint=checkpoint,
     )
     trainer.environments = environments
-    RunDirectoryLock(run_dir, resume=bool(cfg.resume)).register(trainer)
+    try:
+        RunDirectoryLock(run_dir, resume=bool(cfg.resume)).register(trainer)
+    except RunDirectoryOwnedError as err:  # what to type, in the examples' terms
+        raise RunDirectoryOwnedError(
+            f"{err}. To resume it: resume={run_dir / 'checkpoints' / 'last'}"
+        ) from None
     if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
         PolicyVersion(cfg.collector.max_policy_lag).register(trainer)
     TrainingLog().register(trainer)
@@ -818,10 +844,72 @@ def make_trainer(
     trainer.evaluation.register(trainer)
     if cfg.checkpoint.every_minutes:
         SaveEvery(cfg.checkpoint.every_minutes).register(trainer)
+    trainer.policy_check = PolicyInputCheck(
+        loss.actor_network, evaluation=trainer.evaluation, check=cfg.health.check
+    )
+    trainer.policy_check.register(trainer)
+    _fresh_episodes_after_failures(trainer, trainer.policy_check)
     FailureCheckpoint().register(trainer)  # before GracefulStop: see its docs
     trainer.stop = GracefulStop()
     trainer.stop.register(trainer)
+    _save_after_a_second_signal(trainer, trainer.policy_check)
     return trainer
+
+
+def _environments_failed(trainer, phase: str, err: BaseException) -> str | None:
+    """Leaves the state of the environments that failed (``phase`` collecting or
+    evaluating) out of the next saves; returns the note saying so."""
+    states = trainer.environments
+    failed = {"collecting": states[:1], "evaluating": states[1:]}.get(phase, [])
+    for state in failed:
+        state.unsaved = (
+            f"{phase} failed with {type(err).__name__} after "
+            f"{trainer.collected_frames} frames"
+        )
+    if not failed:
+        return None
+    return (
+        f"training stopped while {phase}; the {failed[0].name} environments' "
+        f"state is left out of the checkpoint: a resume starts fresh episodes"
+    )
+
+
+def _fresh_episodes_after_failures(trainer, check: PolicyInputCheck) -> None:
+    """An error while the environments step (or the policy acts in them) leaves
+    their state out of the checkpoint that :class:`FailureCheckpoint` (registered
+    after, hence around this) writes: a resume would step into the same failure
+    (a NaN observation carried to the next step, a simulator in a broken state).
+    The error gets a note saying which phase failed."""
+
+    def around(inner):
+        try:
+            return inner()
+        except Exception as err:
+            note = _environments_failed(trainer, check.phase, err)
+            if note is not None:
+                err.add_note(note)
+            raise
+
+    _around(trainer, "train", around)
+
+
+def _save_after_a_second_signal(trainer, check: PolicyInputCheck) -> None:
+    """A second signal while collecting stops the collection at once
+    (:class:`GracefulStop` raises ``KeyboardInterrupt``); what was trained
+    before that batch is whole, and is saved (without the training
+    environments, stopped mid-step) before ``train`` returns as a stopped run.
+    At any other time a second signal ends the run without saving."""
+
+    def around(inner):
+        try:
+            return inner()
+        except KeyboardInterrupt as err:
+            if trainer.stop.signum is None or check.phase != "collecting":
+                raise
+            _environments_failed(trainer, "collecting", err)
+            trainer._save_trainer()
+
+    _around(trainer, "train", around)
 
 
 def resume(trainer: ACERTrainer, checkpoint: str | Path) -> None:
@@ -838,6 +926,16 @@ def resume(trainer: ACERTrainer, checkpoint: str | Path) -> None:
     CSV logs lose the rows written after the checkpoint (:func:`cut_csv_logs`).
     A finished run (``frames >= total_frames``) is left as it is: this says so
     and exits with status 0."""
+    path = Path(checkpoint)
+    if not path.exists():  # TorchRL would try torch.load on it
+        raise ConfigError(f"resume: {_missing_message(path)}")
+    if path.is_dir():  # its manifest's sha256, which TorchRL's check does not read
+        ACERCheckpoint.verify(path, components=())
+    elif not ACERCheckpoint.is_checkpoint(path):  # nor would it say what it is
+        raise ACERCheckpointError(
+            f"{path} is not a torchrl-acer checkpoint (a run's checkpoints/last "
+            f"folder, with its manifest)"
+        )
     trainer.load_from_file(checkpoint)
     for key, saved, current in trainer.checkpoint.config_changes:
         print(f"resume: {key} changed since the checkpoint: {saved!r} -> {current!r}")

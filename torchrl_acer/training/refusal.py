@@ -34,9 +34,12 @@ class ConfigError(Refusal, ValueError):
 def _refusals() -> tuple[type, ...]:
     # the run-directory refusals of the trainer hooks, which any TorchRL trainer
     # uses, cannot derive from this application's marker
+    # nor can TorchRL's checkpoint errors (a corrupted or foreign checkpoint)
+    from torchrl.checkpoint import CheckpointError
+
     from torchrl_acer.trainers.hooks import RunDirectoryOwnedError, RunDirInUseError
 
-    return Refusal, RunDirInUseError, RunDirectoryOwnedError
+    return Refusal, RunDirInUseError, RunDirectoryOwnedError, CheckpointError
 
 
 def _debugging() -> bool:
