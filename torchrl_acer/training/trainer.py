@@ -31,8 +31,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import set_composite_lp_aggregate
 from torchrl.collectors import BaseCollector, Collector
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-from torchrl.data.replay_buffers import ReplayBuffer, TensorStorage
+from torchrl.data import TensorDictReplayBuffer
 from torchrl.objectives import SoftUpdate
 
 from torchrl_acer.objectives.acer import ACERLoss
@@ -42,6 +41,10 @@ from torchrl_acer.trainers.acer import (
     make_segment_replay_buffer,
     module_device,
     replay_keys,
+)
+from torchrl_acer.trainers.checkpoint import (  # noqa: F401 (re-exported)
+    load_replay_state_dict,
+    replay_state_dict,
 )
 from torchrl_acer.trainers.evaluation import GreedyEvaluator, next_multiple
 from torchrl_acer.trainers.hooks import (
@@ -86,66 +89,6 @@ __all__ = [
     "make_segment_replay_buffer",
     "replay_state_dict",
 ]
-
-
-def replay_state_dict(replay) -> dict:
-    """The replay buffer's ``state_dict`` with only the filled part of its storage.
-
-    A :class:`~torchrl.data.LazyTensorStorage` is allocated at full capacity on
-    its first write, and its own ``state_dict`` holds all of it: a checkpoint then
-    costs the capacity, however little is stored. Here its first ``len(storage)``
-    entries are kept instead (a round-robin writer fills them in order; its cursor
-    is in the writer's state), and :func:`load_replay_state_dict` writes them back
-    into a freshly built buffer. Other buffers (``FrameStackReplayBuffer``, which
-    saves its own filled part) give their ``state_dict`` unchanged.
-    """
-    state = replay.state_dict()
-    storage = getattr(replay, "_storage", None)
-    if (
-        not isinstance(replay, ReplayBuffer)
-        or type(storage) not in (TensorStorage, LazyTensorStorage)
-        or not storage.initialized
-        or storage.ndim != 1
-    ):
-        return state
-    n = len(storage)
-    data = storage._storage[:n].clone()
-    is_td = isinstance(data, TensorDictBase)
-    state["_storage"] = {
-        "filled": data.to_dict() if is_td else data,
-        "batch_size": list(data.batch_size) if is_td else None,
-        "_len": n,
-    }
-    return state
-
-
-def load_replay_state_dict(replay, state: dict) -> None:
-    """Loads :func:`replay_state_dict`'s state (or a plain ``state_dict``)."""
-    stored = state.get("_storage") if isinstance(state, dict) else None
-    if not isinstance(stored, dict) or "filled" not in stored:
-        replay.load_state_dict(state)
-        return
-    n, capacity = stored["_len"], replay._storage.max_size
-    if n > capacity:
-        raise ValueError(
-            f"the checkpoint's replay holds {n} entries, more than this buffer's "
-            f"capacity of {capacity}"
-        )
-    filled = stored["filled"]
-    if stored["batch_size"] is not None:
-        filled = TensorDict(filled, batch_size=stored["batch_size"])
-        full = filled.apply(
-            lambda t: t.new_zeros((capacity, *t.shape[1:])),
-            batch_size=[capacity, *filled.batch_size[1:]],
-        )
-        full[:n] = filled
-        full = full.state_dict()
-    else:
-        full = filled.new_zeros((capacity, *filled.shape[1:]))
-        full[:n] = filled
-    replay.load_state_dict(
-        {**state, "_storage": {"_storage": full, "initialized": True, "_len": n}}
-    )
 
 
 def _resumed_schedule(
