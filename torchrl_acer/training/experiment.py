@@ -38,6 +38,7 @@ from torchrl_acer.trainers.acer import ACERTrainer
 from torchrl_acer.trainers.checkpoint import (
     ACERCheckpoint,
     FiniteStateDictAdapter,
+    ReplayContents,
     SaveEvery,
 )
 from torchrl_acer.trainers.evaluation import Evaluation
@@ -718,15 +719,33 @@ def make_optimizer(optim: DictConfig, params) -> torch.optim.Optimizer:
     )
 
 
+# the manifest metadata entry holding the run directory a checkpoint was written in
+RUN_DIR_KEY = "run_dir"
+
+
 def checkpoint_run_dir(checkpoint: str | Path) -> Path:
-    """The run directory a checkpoint belongs to: ``<run>/checkpoints/<name>``
-    (where :func:`make_trainer` saves) gives ``<run>``, wherever the run now lies."""
+    """The run directory a checkpoint belongs to, wherever it now lies.
+
+    The checkpoint's manifest records the run directory it was written in
+    (:func:`make_trainer`); that run, if it still exists. A run moved as a whole
+    is found from the checkpoint's own place, ``<run>/checkpoints/<name>``; a
+    lone copy whose run is gone still goes back to where its run was. Only the
+    manifest is read."""
     path = Path(checkpoint)
-    if path.parent.name == "checkpoints":
-        return path.parent.parent
+    try:
+        recorded = ACERCheckpoint.manifest(path)["metadata"].get(RUN_DIR_KEY)
+    except Exception:  # no manifest to read: the checkpoint's place only
+        recorded = None
+    recorded = Path(recorded) if recorded else None
+    layout = path.parent.parent if path.parent.name == "checkpoints" else None
+    if recorded is not None and (recorded.is_dir() or layout is None):
+        return recorded
+    if layout is not None:
+        return layout
     raise ConfigError(
         f"resume={checkpoint}: cannot tell which run directory it belongs to (it "
-        f"is not in a run's checkpoints/ folder); set logger.run_dir"
+        f"records none and is not in a run's checkpoints/ folder); set "
+        f"logger.run_dir"
     )
 
 
@@ -766,6 +785,8 @@ def make_trainer(
         config=OmegaConf.to_container(cfg, resolve=True),
         allow_config_change=cfg.resume_allow_config_change or (),
         force=cfg.resume_force,
+        # where a copy of the checkpoint resumes (checkpoint_run_dir)
+        metadata={RUN_DIR_KEY: str(Path(run_dir).resolve())},
     )
     envs_adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
     environments = [CollectorState(collector, seed=cfg.seed, frames=frames)]
@@ -778,10 +799,13 @@ def make_trainer(
         )
     # under "collector", which the trainer then leaves alone: the collector's
     # counters and carried step with its environments' state
-    for name, state in zip(("collector", "eval_envs"), environments):
+    for name, state in zip(("collector", "eval_envs"), environments, strict=False):
         checkpoint.register(name, state, adapter=envs_adapter)
     checkpoint.register("rng", GlobalRNGState())
-    if replay is not None and not isinstance(replay, ReplayBuffer):
+    if isinstance(replay, ReplayBuffer):
+        # what it holds, not the capacity its storage is allocated at
+        checkpoint.register("replay_buffer", ReplayContents(replay))
+    elif replay is not None:
         # a replay of its own (Atari's frames): its state dict as one torch file
         checkpoint.register("replay_buffer", replay, adapter=envs_adapter)
     trainer = ACERTrainer(
