@@ -802,6 +802,9 @@ def make_trainer(
     for name, state in zip(("collector", "eval_envs"), environments, strict=False):
         checkpoint.register(name, state, adapter=envs_adapter)
     checkpoint.register("rng", GlobalRNGState())
+    policy_version = None
+    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
+        policy_version = PolicyVersion(cfg.collector.max_policy_lag)
     if isinstance(replay, ReplayBuffer):
         # what it holds, not the capacity its storage is allocated at
         checkpoint.register("replay_buffer", ReplayContents(replay))
@@ -830,17 +833,26 @@ def make_trainer(
         save_trainer_file=run_dir / "checkpoints" / "last",
         save_trainer_interval=cfg.checkpoint.interval or 2**62,
         checkpoint=checkpoint,
+        # a batch dropped for its policy lag is not stored in replay either
+        accept=() if policy_version is None else [lambda _: policy_version.batch_ok],
     )
     trainer.environments = environments
     RunDirectoryLock(run_dir, resume=bool(cfg.resume)).register(trainer)
-    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
-        PolicyVersion(cfg.collector.max_policy_lag).register(trainer)
+    if policy_version is not None:
+        policy_version.register(trainer)
     TrainingLog().register(trainer)
     trainer.evaluation = Evaluation(evaluator, cfg.eval.interval)
     trainer.evaluation.register(trainer)
     if cfg.checkpoint.every_minutes:
         SaveEvery(cfg.checkpoint.every_minutes).register(trainer)
-    FailureCheckpoint().register(trainer)  # before GracefulStop: see its docs
+    hint = "resume={}"
+    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
+        hint += (
+            " (collector.num_workers may change on resume, except with the Atari "
+            "frame replay, which keeps each worker's environments apart)"
+        )
+    # before GracefulStop: see its docs
+    FailureCheckpoint(resume_hint=hint.format).register(trainer)
     trainer.stop = GracefulStop()
     trainer.stop.register(trainer)
     return trainer

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import re
 import signal
 import sys
 import threading
@@ -54,9 +53,11 @@ from torchrl_acer.trainers.hooks import (
     _batch_is_finite,
     _describe_batch,
     _grad_norm,
+    _lag_bucket,
     _lag_since_push,
     _nonfinite_counts,
     _refuse_nonfinite_save,
+    _worker_failure,
     first_few,
 )
 from torchrl_acer.training.checkpoint import (
@@ -113,59 +114,6 @@ class CollectorWorkerError(RuntimeError):
     """Training stopped: a collector worker (a process of a multi-process
     collector, a Ray actor) died. The message names the worker; the trainer's
     state, replay included, is in the checkpoint written before it is raised."""
-
-
-def _worker_failure(err: Exception, collector, pids) -> str | None:
-    """Which collector worker died, when collecting raised ``err``, or ``None``
-    when no worker died.
-
-    TorchRL's multi-process collectors check their processes when a batch is
-    late or has come; finding one dead, they terminate the others and raise
-    ``RuntimeError("At least one process failed: worker i (exit code c)...")``
-    (or, in 0.14, a ``ValueError`` from closing a worker still exiting). Ray
-    raises ``ActorDiedError`` (a ``RayActorError``) from ``ray.get``."""
-    index = code = None
-    found = re.search(r"worker (\d+) \(exit code (-?\d+)\)", str(err))
-    if found is not None:
-        index, code = int(found.group(1)), int(found.group(2))
-    else:
-        exits = []
-        for i, proc in enumerate(getattr(collector, "procs", None) or []):
-            try:
-                if proc.exitcode is not None:
-                    exits.append((i, proc.exitcode))
-            except ValueError:  # closed: one TorchRL terminated
-                continue
-        # the one that died first, not one TorchRL terminated after it (SIGTERM)
-        exits = [e for e in exits if e[1] != -signal.SIGTERM] or exits
-        if exits:
-            index, code = exits[0]
-    if index is not None:
-        pid = f", pid {pids[index]}" if index < len(pids) else ""
-        how = (
-            f"killed by {signal.Signals(-code).name}"
-            if code < 0 and -code in signal.valid_signals()
-            else f"exit code {code}"
-        )
-        # TorchRL's class, not a subclass of it (experiment.PatientAsyncCollector)
-        kind = next(
-            (k for k in type(collector).mro() if k.__module__.startswith("torchrl.")),
-            type(collector),
-        ).__name__
-        return f"collector worker {index} ({kind}{pid}, {how})"
-    if any(k.__name__ in ("RayActorError", "ActorDiedError") for k in type(err).mro()):
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        return f"a Ray collector actor ({type(err).__name__}: {first})"
-    return None
-
-
-def _lag_bucket(lag: int) -> str:
-    """``0``, ``1``, ``2-3``, ``4-7``, ...: the policy lags whose importance
-    ratios are logged together."""
-    if lag < 2:
-        return str(lag)
-    low = 1 << (lag.bit_length() - 1)
-    return f"{low}-{2 * low - 1}"
 
 
 class _PolicyInputCheck:
