@@ -716,3 +716,17 @@ def close_trainer(trainer) -> None:
     evaluate = trainer.evaluation.evaluate
     if hasattr(evaluate, "close"):
         evaluate.close()
+
+
+def checkpoint_component(checkpoint, name):
+    """The state dict saved as component ``name`` of the checkpoint directory at
+    ``checkpoint`` (an ``ACERCheckpoint``'s, e.g. ``<run>/checkpoints/last``),
+    read on the CPU into nothing (environments' states unpickled: trusted)."""
+    from torchrl_acer.trainers.checkpoint import (
+        ACERCheckpoint,
+        FiniteStateDictAdapter,
+    )
+
+    record = ACERCheckpoint.verify(checkpoint)["components"][name]
+    adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
+    return adapter.read(Path(checkpoint) / record["path"])

@@ -7,19 +7,18 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from builders import example_config, run_example
+from builders import checkpoint_component, example_config, run_example
 from omegaconf import OmegaConf
 from test_frame_replay import assert_rebuilt_as_collected
 
+from torchrl_acer.trainers import ACERTrainer  # noqa: E402
 from torchrl_acer.training.atari import ale_game_name, make_atari_env  # noqa: E402
-from torchrl_acer.training.checkpoint import read_checkpoint  # noqa: E402
 from torchrl_acer.training.experiment import (  # noqa: E402
     check_config,
     make_collector,
     make_loss,
     make_optimizer,
 )
-from torchrl_acer.training.trainer import ACERTrainer  # noqa: E402
 
 # the example's own builders (its networks, replay and training keys)
 EXAMPLES = Path(__file__).parents[1] / "examples"
@@ -89,10 +88,10 @@ def test_pong_smoke_with_checkpoint_and_resume(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "after 300 env steps" in out.stdout
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
-    _, state = read_checkpoint(checkpoint)
-    assert state["counters"]["frames"] == 300
-    assert state["replay_buffer"]["_written"].tolist() == [15]  # frame-lean replay
+    checkpoint = tmp_path / "run" / "checkpoints" / "last"
+    assert checkpoint_component(checkpoint, "trainer_state")["collected_frames"] == 300
+    replay = checkpoint_component(checkpoint, "replay_buffer")
+    assert replay["_written"].tolist() == [15]  # frame-lean replay
     out = run_example(
         "acer_atari.py",
         *common,
@@ -148,26 +147,26 @@ def test_two_async_worker_processes_train_with_the_frame_replay(tmp_path):
         replay_start=0,
         progress_bar=False,
         weight_update_interval=1,
-        max_policy_lag=None,
     )
     collected = [[], []]  # each worker's batches, in order
-    train_on_batch = trainer.train_on_batch
 
-    def recorded(batch):
+    def record(batch):
         collected[int(batch["worker_index"].flatten()[0])].append(batch.clone())
-        train_on_batch(batch)
+
+    def busy():
         if sum(map(len, collected)) in (3, 4):
             # a learner busy for longer than TorchRL's one-second wait for room
             # in its queue: TorchRL's own async collector drops the waiting
             # worker's batch then (its next one does not continue it)
             time.sleep(2.5)
 
-    trainer.train_on_batch = recorded
+    trainer.register_op("batch_process", record)
+    trainer.register_op("post_steps", busy)  # after the batch's updates
     try:
         trainer.train()
     finally:
-        trainer.close()
-    replay = trainer.replay_buffer
+        trainer.collector.shutdown()
+    replay = trainer.schedule.replay_buffer
     written = [len(c) for c in collected]  # 6 each, as the workers take turns
     assert replay._written.tolist() == written and sum(written) == 12
     assert min(written) >= 4
@@ -176,7 +175,8 @@ def test_two_async_worker_processes_train_with_the_frame_replay(tmp_path):
     # 4 sampleable slots per env once the ring of 5 is full (the oldest: history)
     sampleable = N * sum(min(w, 5) - (w >= 5) for w in written)
     assert assert_rebuilt_as_collected(replay, collected) == sampleable
-    assert trainer.updates > 12  # replayed updates beside one per batch
+    # replayed updates beside one per batch
+    assert trainer.optimization_stepper.optimizer_step_count > 12
 
 
 def test_ray_workers_train_the_example_with_the_frame_replay(tmp_path):
@@ -212,12 +212,12 @@ def test_ray_workers_train_the_example_with_the_frame_replay(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "after 200 env steps" in out.stdout
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
-    _, state = read_checkpoint(checkpoint)
-    replay = state["replay_buffer"]
+    checkpoint = tmp_path / "run" / "checkpoints" / "last"
+    replay = checkpoint_component(checkpoint, "replay_buffer")
     assert replay["num_workers"] == 2 and replay["_written"].tolist() == [5, 5]
     assert replay["history_only_segments"] == 0
-    assert state["counters"]["updates"] > 5  # replayed updates beside one per batch
+    stepper = checkpoint_component(checkpoint, "trainer_module.optimization_stepper")
+    assert stepper["optimizer_step_count"] > 5  # replayed updates beside one per batch
     out = run_example(
         "acer_atari.py",
         *common,

@@ -1,33 +1,22 @@
 """Collection backends (``collector.backend``): TorchRL's multi-process and Ray
 collectors feeding the trainer, policy versions and lag, a dead worker."""
 
-import functools
 import os
 import queue
 import signal
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from builders import gym_config, run_example
-from omegaconf import OmegaConf
+from builders import (
+    checkpoint_component,
+    run_example,
+    small_gym_config,
+    small_trainer,
+)
 from tensordict import TensorDict
 
-from torchrl_acer.modules.models import mlp_actor_critic
-from torchrl_acer.training.checkpoint import read_checkpoint
-from torchrl_acer.training.envs import make_env
-from torchrl_acer.training.experiment import (
-    check_config,
-    make_collector,
-    make_loss,
-    make_optimizer,
-)
-from torchrl_acer.training.trainer import (
-    ACERTrainer,
-    CollectorWorkerError,
-    make_segment_replay_buffer,
-)
+from torchrl_acer.training.experiment import check_config, resume
 
 SMALL = {
     "env.num_envs": 2,
@@ -40,6 +29,7 @@ SMALL = {
     "replay.ratio": 2.0,
     "replay.start": 0,
     "replay.capacity": 400,
+    "eval.interval": None,  # the final evaluation only
     "logger.backend": None,
     "logger.progress_bar": False,
     "logger.log_interval": 10_000,
@@ -49,75 +39,51 @@ SMALL = {
 
 
 def small_config(**overrides):
-    cfg = gym_config(SMALL, **overrides)
+    cfg = small_gym_config(**{**SMALL, **overrides})
     check_config(cfg)
     return cfg
 
 
-def cartpole(env_id, num_envs, seed):
-    """``make_collector``'s ``make_env(num_envs, seed=...)`` (it must pickle)."""
-    return make_env(env_id, num_envs=num_envs, seed=seed)
-
-
 def make_trainer(cfg, run_dir):
-    torch.manual_seed(cfg.seed)
-    env_maker = functools.partial(cartpole, cfg.env.name)
-    env = env_maker(cfg.env.num_envs, seed=cfg.seed)
-    spec = env.action_spec[(0,) * env.batch_dims]
-    actor, critic = mlp_actor_critic(
-        env.observation_spec["observation"].shape[-1],
-        spec.shape[-1],
-        num_cells=cfg.model.num_cells,
-        action_spec=spec,
-    )
-    loss = make_loss(cfg.loss, actor, critic)
-    collector = make_collector(cfg, env_maker, actor, device="cpu", env=env)
-    return ACERTrainer(
-        collector=collector,
-        loss_module=loss,
-        optimizer=make_optimizer(cfg.optim, loss.parameters()),
-        total_frames=cfg.collector.total_frames,
-        replay_buffer=make_segment_replay_buffer(
-            cfg.replay.capacity, cfg.collector.T, cfg.env.num_envs
-        ),
-        replay_ratio=cfg.replay.ratio,
-        replay_start=cfg.replay.start,
-        log_interval=cfg.logger.log_interval,
-        checkpoint_dir=Path(run_dir) / "checkpoints",
-        progress_bar=False,
-        seed=cfg.seed,
-        config=OmegaConf.to_container(cfg, resolve=True),
-        weight_update_interval=cfg.collector.weight_update_interval,
-        max_policy_lag=cfg.collector.max_policy_lag,
-    )
+    """The gym example's pieces on the new ACERTrainer, from ``cfg``."""
+    return small_trainer(run_dir, cfg)
+
+
+def close(trainer):
+    """Shuts the trainer's collector (its workers) and evaluation environments."""
+    trainer.collector.shutdown()
+    trainer.evaluation.evaluate.close()
 
 
 class Recorder:
     """Records, around a trainer, every batch with the learner's weights when it
-    arrived, and the weights of every version pushed to the workers."""
+    arrived and its lag, and the weights of every version pushed to the workers
+    (from the trainer's next push on)."""
 
     def __init__(self, trainer):
         self.trainer = trainer
+        self.policy_version = trainer._modules["policy_version"]
         actor = trainer.loss_module.actor_network
         self.snapshot = lambda: TensorDict.from_module(actor).data.clone()
-        self.versions = [self.snapshot()]  # version 0: what the workers got
+        self.versions = {}  # {version: the learner's weights pushed as it}
         self.batches = []  # (batch, the learner's weights then, lag)
-        push, train_on_batch = trainer._push_policy_weights, trainer.train_on_batch
+        collector = trainer.collector
+        push = collector.update_policy_weights_  # PolicyVersion's, versioning
 
-        def recorded_push():
-            push()
-            self.versions.append(self.snapshot())
+        def recorded_push(*args, **kwargs):
+            weights = self.snapshot()
+            pushed = len(self.policy_version._pushed_at)
+            push(*args, **kwargs)
+            if len(self.policy_version._pushed_at) > pushed:
+                self.versions[pushed] = weights
 
-        def recorded_train_on_batch(batch):
-            lag = None
-            if "policy_version" in batch.keys(True):
-                oldest = int(batch["policy_version"].min())
-                lag = trainer.updates - trainer._pushed_at[oldest]
+        def record(batch):
+            lag = self.policy_version.lag
             self.batches.append((batch.clone(), self.snapshot(), lag))
-            train_on_batch(batch)
 
-        trainer._push_policy_weights = recorded_push
-        trainer.train_on_batch = recorded_train_on_batch
+        collector.update_policy_weights_ = recorded_push
+        # after PolicyVersion measured the batch's lag
+        trainer.register_op("batch_process", record)
 
 
 def log_probs(actor, weights, batch):
@@ -191,72 +157,90 @@ def test_async_workers_store_the_log_probs_of_the_weights_that_acted(tmp_path):
     try:
         trainer.train()
     finally:
-        trainer.close()
+        close(trainer)
+    policy_version = recorder.policy_version
+    assert len(recorder.versions) == len(policy_version._pushed_at)
     assert len(recorder.versions) >= 5  # weights were pushed, versions went up
     # stale batches seen, acting weights well apart from the learner's
     assert check_behaviour_is_acting_policy(recorder) >= 3
     lags = [lag for _, _, lag in recorder.batches]
     dropped = sum(lag > 12 for lag in lags)
-    assert dropped > 0 and trainer.dropped_batches == dropped
-    assert len(trainer.replay_buffer) == cfg.env.num_envs * (len(lags) - dropped)
-    log = trainer.last_train_log
-    assert log["collector/dropped_batches"] == dropped
-    assert log["collector/policy_lag_max"] == max(lags)
+    assert dropped > 0 and policy_version.dropped_batches == dropped
+    replay = trainer.schedule.replay_buffer
+    assert len(replay) == cfg.env.num_envs * (len(lags) - dropped)
+    log = trainer._log_dict  # every value handed to the trainer's log
+    assert log["collector/dropped_batches"][-1] == dropped
+    assert log["collector/policy_lag"] == lags
     assert any(k.startswith("collector/rho_mean_lag") for k in log)
 
 
-def test_a_killed_worker_stops_the_run_with_a_checkpoint_that_resumes(tmp_path):
+def test_a_killed_worker_stops_the_run_with_a_checkpoint_that_resumes(tmp_path, capsys):
     """SIGKILL one of two workers mid-run: the run stops naming it, after writing
     a checkpoint that holds the whole replay; the checkpoint resumes with one
     worker (and synchronous collection), starting fresh episodes."""
     cfg = small_config(**{"collector.total_frames": 10_000})
     trainer = make_trainer(cfg, tmp_path)
-    train_on_batch, seen = trainer.train_on_batch, []
+    replay, seen = trainer.schedule.replay_buffer, []
 
-    def kill_after_three(batch):
-        train_on_batch(batch)
-        seen.append(len(trainer.replay_buffer))
+    def kill_after_three():
+        seen.append(len(replay))
         if len(seen) == 3:
             os.kill(trainer.collector.procs[1].pid, signal.SIGKILL)
 
-    trainer.train_on_batch = kill_after_three
+    trainer.register_op("post_steps", kill_after_three)
     pid = trainer.collector.procs[1].pid
     try:
-        with pytest.raises(CollectorWorkerError) as raised:
+        with pytest.raises(Exception) as raised:
             trainer.train()
     finally:
-        trainer.close()
+        close(trainer)
     message = str(raised.value) + "".join(getattr(raised.value, "__notes__", []))
     assert (
         f"collector worker 1 (MultiAsyncCollector, pid {pid}, killed by SIGKILL)"
         in (message)
     )
     assert "resume=" in message and "collector.num_workers may change" in message
-    checkpoint = tmp_path / "checkpoints" / "last.pt"
-    state = read_checkpoint(checkpoint)[1]
-    assert state["replay_buffer"]["_storage"]["_len"] == seen[-1] > 0
-    assert state["envs"]["collector"]["saved"] is False
+    checkpoint = tmp_path / "checkpoints" / "last"
+    assert f"resume={checkpoint}" in message
+    saved_replay = checkpoint_component(checkpoint, "replay_buffer")
+    assert saved_replay["_storage"]["_len"] == seen[-1] > 0
+    assert checkpoint_component(checkpoint, "collector")["saved"] is False
+    frames = trainer.collected_frames
+    updates = trainer.optimization_stepper.optimizer_step_count
+    pushed = len(recorder_of(trainer)._pushed_at)
 
     resumed_cfg = small_config(
         **{
-            "collector.total_frames": trainer.frames + 40,
+            "collector.total_frames": frames + 40,
             "collector.num_workers": 1,
             "collector.sync": True,
+            "resume": str(checkpoint),
         }
     )
     resumed = make_trainer(resumed_cfg, tmp_path)
     try:
-        resumed.load_checkpoint(checkpoint)
-        assert len(resumed.replay_buffer) == seen[-1]
-        assert any("fresh episodes seeded" in n for n in resumed.resume_notes)
+        resume(resumed, checkpoint)
+        assert len(resumed.schedule.replay_buffer) == seen[-1]
+        assert "fresh episodes seeded" in capsys.readouterr().out
+        loaded = TensorDict.from_module(resumed.loss_module.actor_network)
+        loaded = loaded.data.clone()
         recorder = Recorder(resumed)
         resumed.train()
     finally:
-        resumed.close()
-    assert resumed.frames >= trainer.frames + 40
+        close(resumed)
+    assert resumed.collected_frames >= frames + 40
     # resumed: the worker was sent the checkpoint's weights before collecting
-    assert len(recorder.versions) >= 2 and resumed._pushed_at[1] == trainer.updates
-    assert len(resumed.replay_buffer) > seen[-1]
+    pushed_at = recorder.policy_version._pushed_at
+    first = min(recorder.versions)
+    assert len(recorder.versions) >= 2 and first >= pushed
+    assert pushed_at[first] == updates
+    assert (recorder.versions[first] == loaded).all()
+    assert len(resumed.schedule.replay_buffer) > seen[-1]
+
+
+def recorder_of(trainer):
+    """The trainer's PolicyVersion hook."""
+    return trainer._modules["policy_version"]
 
 
 def test_ray_collectors_train_the_gym_example(tmp_path):
@@ -275,7 +259,9 @@ def test_ray_collectors_train_the_gym_example(tmp_path):
         "eval.interval=null",
         "eval.max_steps=20",
         "model.num_cells=[16]",
-        "logger.log_interval=100",
+        # TorchRL's trainer logs once more than log_interval frames have passed
+        # since the last row: at 100 and 200 frames
+        "logger.log_interval=90",
         "logger.progress_bar=false",
         f"logger.run_dir={tmp_path}",
         "threads=1",
@@ -310,10 +296,10 @@ def test_workers_wait_for_weights_sent_late(tmp_path, monkeypatch):
     settings = {"collector.total_frames": 20, "replay.ratio": 0.0}
     impatient = small_config(**settings, **{"collector.worker_start_timeout": 3})
     with pytest.raises(queue.Empty):  # the worker's error, raised again here
-        make_trainer(impatient, tmp_path / "impatient").close()
+        make_trainer(impatient, tmp_path / "impatient")
     trainer = make_trainer(small_config(**settings), tmp_path / "patient")
     try:
         trainer.train()
     finally:
-        trainer.close()
-    assert trainer.frames >= 20
+        close(trainer)
+    assert trainer.collected_frames >= 20

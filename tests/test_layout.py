@@ -45,5 +45,5 @@ def test_core_imports_only_torch_tensordict_torchrl_and_core(path):
 def test_layout_check_sees_a_forbidden_import(tmp_path):
     # The check above must be able to fail: an application import is caught.
     bad = tmp_path / "bad.py"
-    bad.write_text("from torchrl_acer.training.trainer import ACERTrainer\n")
-    assert "torchrl_acer.training.trainer" in list(imported_modules(bad))
+    bad.write_text("from torchrl_acer.training.experiment import make_trainer\n")
+    assert "torchrl_acer.training.experiment" in list(imported_modules(bad))

@@ -17,13 +17,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from builders import cartpole_states, snapshot
+from builders import cartpole_states, small_gym_config, small_trainer, snapshot
 from omegaconf import OmegaConf
 from test_frame_replay import collect, make_stacked_env
-from test_trainer import assert_tree_equal, make_trainer, small_config
 from torchrl.envs import GymWrapper
 
-from torchrl_acer.training.checkpoint import read_checkpoint
 from torchrl_acer.training.env_state import (
     collector_state_dict,
     env_state_dict,
@@ -31,13 +29,18 @@ from torchrl_acer.training.env_state import (
     resume_seed,
 )
 from torchrl_acer.training.envs import make_env
-from torchrl_acer.training.experiment import checkpoint_run_dir, resume, run_dir_for
+from torchrl_acer.training.experiment import (
+    CSV_HEADER,
+    checkpoint_run_dir,
+    resume,
+    run_dir_for,
+)
 from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
 
 RUNS = {
-    # total frames, and what differs from test_trainer's small config: replay
+    # total frames, and what differs from builders' small gym config: replay
     # starts before the checkpoint at half time, and the checkpoint falls between
-    # two training logs (the metrics gathered since the last one carry over)
+    # two training logs
     "CartPole-v1": (
         100,
         {"replay.start": 20, "eval.interval": 30, "logger.log_interval": 30},
@@ -68,30 +71,49 @@ RUNS = {
 }
 
 
+def last_checkpoint(run_dir) -> Path:
+    return Path(run_dir) / "checkpoints" / "last"
+
+
+def close(trainer):
+    """Shuts the trainer's collector and evaluation environments."""
+    trainer.collector.shutdown()
+    evaluate = trainer.evaluation.evaluate
+    if hasattr(evaluate, "close"):
+        evaluate.close()
+
+
 def train_keeping_checkpoint(trainer, at_frames, copy_to):
-    """Trains ``trainer``, keeping a copy of the checkpoint written at
-    ``at_frames`` (a run stopped there would have written the same state)."""
-    original = trainer.save_checkpoint
+    """Trains ``trainer``, saving at ``at_frames`` (where the trainer's own saves
+    happen: after the batch's updates and logs, as a stopped run saves) and keeping
+    a copy of that checkpoint at ``copy_to``."""
+    original = trainer.save_trainer
 
-    def save_checkpoint(path=None):
-        out = original(path)
-        if trainer.frames == at_frames:
-            shutil.copy(out, copy_to)
-        return out
+    def save_trainer(force_save=False):
+        due = trainer.collected_frames == at_frames
+        original(force_save=force_save or due)
+        if due:
+            shutil.copytree(trainer.save_trainer_file, copy_to)
 
-    trainer.save_checkpoint = save_checkpoint
+    trainer.save_trainer = save_trainer
     trainer.train()
-    assert copy_to.is_file()
+    assert (copy_to / "manifest.json").is_file()
 
 
 def csv_rows(run_dir):
     scalars = Path(run_dir) / "logs" / "scalars"
     return {
         str(f.relative_to(scalars)): [
-            line.split(",") for line in f.read_text().splitlines()
+            line.split(",")
+            for line in f.read_text().splitlines(keepends=True)
+            if line != CSV_HEADER
         ]
         for f in scalars.rglob("*.csv")
     }
+
+
+def training_log(trainer):
+    return trainer._modules["training_log"]
 
 
 @pytest.mark.parametrize("env_name", list(RUNS))
@@ -105,13 +127,13 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, env_name, capsys
         **extra,
     }
     # the uninterrupted run, which checkpoints at half time on the way
-    whole = make_trainer(
-        tmp_path / "whole", **overrides, **{"checkpoint.interval": half}
-    )
-    checkpoint = tmp_path / "half.pt"
+    whole = small_trainer(tmp_path / "whole", **overrides)
+    checkpoint = tmp_path / "half"
     train_keeping_checkpoint(whole, half, checkpoint)
-    whole.close()
-    assert whole.frames == total and whole.replay_steps > whole.replay_start
+    close(whole)
+    schedule = whole.schedule
+    assert whole.collected_frames == total
+    assert schedule.replay_steps > schedule.replay_start
 
     # a run killed after the checkpoint, having logged up to the end
     shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
@@ -120,7 +142,13 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, env_name, capsys
     torch.manual_seed(1234)
     np.random.seed(1234)
     random.seed(1234)
-    resumed = make_trainer(tmp_path / "resumed", seed=7, **overrides)
+    resumed = small_trainer(
+        tmp_path / "resumed",
+        seed=7,
+        resume=str(checkpoint),
+        resume_allow_config_change=["seed"],
+        **overrides,
+    )
     resume(resumed, checkpoint)
     out = capsys.readouterr().out
     assert f"resumed from {checkpoint} at {half} frames" in out
@@ -128,9 +156,12 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, env_name, capsys
     assert "evaluation environments: state restored" in out
     assert "log rows written after" in out
     resumed.train()
-    resumed.close()
+    close(resumed)
 
-    assert resumed.frames == whole.frames and resumed.updates == whole.updates
+    assert resumed.collected_frames == whole.collected_frames
+    assert resumed._optim_count == whole._optim_count
+    steps = [t.optimization_stepper.optimizer_step_count for t in (whole, resumed)]
+    assert steps[0] == steps[1]
     # parameters, the averaged policy and the value estimator's buffers
     mine, theirs = whole.loss_module.state_dict(), resumed.loss_module.state_dict()
     assert set(mine) == set(theirs)
@@ -139,11 +170,11 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, env_name, capsys
         assert torch.equal(value, theirs[key]), key
     assert_tree_equal(whole.optimizer.state_dict(), resumed.optimizer.state_dict())
     # the replay: the same segments in the same places
-    a, b = whole.replay_buffer, resumed.replay_buffer
+    a, b = whole.schedule.replay_buffer, resumed.schedule.replay_buffer
     assert len(a) == len(b) and a._writer._cursor == b._writer._cursor
     assert (a.storage[: len(a)] == b.storage[: len(b)]).all()
-    assert whole.last_eval == resumed.last_eval
-    assert list(whole.recent_returns) == list(resumed.recent_returns)
+    assert whole.evaluation.last == resumed.evaluation.last
+    assert list(training_log(whole).recent) == list(training_log(resumed).recent)
     # the logs: the same rows, steps going up, except the measured speed's value
     logged, relogged = csv_rows(tmp_path / "whole"), csv_rows(tmp_path / "resumed")
     assert set(logged) == set(relogged) and "eval/reward.csv" in logged
@@ -154,6 +185,23 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, env_name, capsys
             assert steps == [int(step) for step, _ in rows], name
         else:
             assert relogged[name] == rows, name
+
+
+def assert_tree_equal(a, b, path="state"):
+    if isinstance(a, dict):
+        assert set(a) == set(b), f"{path}: keys differ"
+        for key in a:
+            assert_tree_equal(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_tree_equal(x, y, f"{path}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    elif hasattr(a, "shape") and hasattr(a, "dtype"):  # numpy
+        assert (a == b).all(), path
+    else:
+        assert a == b, path
 
 
 class RebuiltOnPickle(gym.Env, gym.utils.EzPickle):
@@ -171,7 +219,7 @@ class RebuiltOnPickle(gym.Env, gym.utils.EzPickle):
         return self.observation_space.sample(), 0.0, False, False, {}
 
 
-def test_environments_that_cannot_be_saved_restart_with_derived_seeds(tmp_path):
+def test_environments_that_cannot_be_saved_restart_with_derived_seeds(tmp_path, capsys):
     # (AsyncVectorEnv's and the ALE's vector env's copies live elsewhere: the same)
     # envs that pickle by re-running their constructor (MuJoCo's) lose their state
     same_step = gym.vector.AutoresetMode.SAME_STEP
@@ -181,21 +229,30 @@ def test_environments_that_cannot_be_saved_restart_with_derived_seeds(tmp_path):
     state = env_state_dict(ez)
     assert not state["saved"] and "RebuiltOnPickle pickles by re-" in state["reason"]
 
-    trainer = make_trainer(tmp_path, **{"collector.total_frames": 20})
+    trainer = small_trainer(tmp_path, **{"collector.total_frames": 20})
+    # the training environments' state could not be saved, as Atari's cannot
+    trainer.environments[0].state_dict = lambda: {
+        "saved": False,
+        "reason": "as Atari's",
+        "at_frames": trainer.collected_frames,
+    }
     trainer.train()
-    trainer.close()
-    _, state = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
-    state["envs"]["collector"] = {"saved": False, "reason": "as Atari's"}
-    fresh = make_trainer(tmp_path, **{"collector.total_frames": 40})
-    fresh.load_state_dict(state)
+    close(trainer)
+    checkpoint = last_checkpoint(tmp_path)
+    fresh = small_trainer(
+        tmp_path, resume=str(checkpoint), **{"collector.total_frames": 40}
+    )
+    resume(fresh, checkpoint)
     seed = resume_seed(0, 20)
     assert seed != resume_seed(0, 30) and seed != resume_seed(1, 20)
     assert seed not in range(0, 2)  # never the start's seeds again
-    assert fresh.resume_notes[0] == (
+    training, evaluation = (state.notes for state in fresh.environments)
+    assert training == [
         f"training environments: state not saved (as Atari's); fresh episodes "
         f"seeded with {seed}, derived from seed=0 and frames=20"
-    )
-    assert fresh.resume_notes[1].startswith("evaluation environments: state restored")
+    ]
+    assert evaluation[0].startswith("evaluation environments: state restored")
+    assert f"resume: {training[0]}" in capsys.readouterr().out
     # the collector carries the first observations of environments seeded so
     reference = make_env("CartPole-v1", num_envs=2, seed=seed)
     expected = reference.reset()["observation"]
@@ -204,8 +261,8 @@ def test_environments_that_cannot_be_saved_restart_with_derived_seeds(tmp_path):
     assert (carrier["episode_reward"] == 0).all()
     reference.close()
     fresh.train()  # and training goes on from there
-    assert fresh.frames == 40
-    fresh.close()
+    assert fresh.collected_frames == 40
+    close(fresh)
 
 
 def test_a_restarted_collector_starts_from_the_states_its_copies_are_in():
@@ -232,21 +289,20 @@ def test_a_restarted_collector_starts_from_the_states_its_copies_are_in():
 
 def test_a_finished_run_is_left_alone_and_copies_find_their_run(tmp_path, capsys):
     run = tmp_path / "run"
-    trainer = make_trainer(
-        run, **{"collector.total_frames": 30, "logger.backend": "csv"}
-    )
+    settings = {"collector.total_frames": 30, "logger.backend": "csv"}
+    trainer = small_trainer(run, **settings)
     trainer.train()
-    trainer.close()
+    close(trainer)
     (run / "summary.json").write_text('{"final_eval": {"reward": 9.0}}\n')
-    checkpoint = run / "checkpoints" / "last.pt"
-    elsewhere = tmp_path / "elsewhere" / "copy.pt"
-    elsewhere.parent.mkdir()
-    shutil.copy(checkpoint, elsewhere)
+    checkpoint = last_checkpoint(run)
+    elsewhere = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(checkpoint, elsewhere)
     before = snapshot(tmp_path)
 
-    again = make_trainer(run, **{"collector.total_frames": 30, "logger.backend": "csv"})
+    again = small_trainer(run, resume=str(elsewhere), **settings)
     with pytest.raises(SystemExit) as exit_:
         resume(again, elsewhere)
+    close(again)
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "is a finished run (30 frames, collector.total_frames=30)" in out
@@ -255,43 +311,44 @@ def test_a_finished_run_is_left_alone_and_copies_find_their_run(tmp_path, capsys
 
     # the copied checkpoint knows its run; logger.run_dir overrides it
     assert checkpoint_run_dir(elsewhere) == run.resolve()
-    cfg = small_config(resume=str(elsewhere))
+    cfg = small_gym_config(resume=str(elsewhere))
     assert run_dir_for(cfg) == run.resolve()
     OmegaConf.update(cfg, "logger.run_dir", str(tmp_path / "other"))
     assert run_dir_for(cfg) == tmp_path / "other"
     # a run moved as a whole is found where its checkpoint now lies
     moved = tmp_path / "moved"
     shutil.move(run, moved)
-    assert checkpoint_run_dir(moved / "checkpoints") == moved
+    assert checkpoint_run_dir(last_checkpoint(moved)) == moved
     # a lone copy whose run is gone still writes where its run was
     assert checkpoint_run_dir(elsewhere) == run.resolve()
 
 
 def test_checkpoint_size_follows_the_replay_contents(tmp_path):
     capacity = 100_000
-    trainer = make_trainer(
-        tmp_path, **{"collector.total_frames": 60, "replay.capacity": capacity}
-    )
+    settings = {"collector.total_frames": 60, "replay.capacity": capacity}
+    trainer = small_trainer(tmp_path, **settings)
     trainer.train()
-    trainer.close()
-    stored = len(trainer.replay_buffer) * trainer.segment_length
+    close(trainer)
+    replay = trainer.schedule.replay_buffer
+    stored = len(replay) * trainer.schedule.segment_length
     assert stored == 60
-    size = (tmp_path / "checkpoints" / "last.pt").stat().st_size
+    checkpoint = last_checkpoint(tmp_path)
+    size = sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file())
     whole = io.BytesIO()
-    torch.save(trainer.replay_buffer.state_dict(), whole)  # the capacity's worth
+    torch.save(replay.state_dict(), whole)  # the capacity's worth
     assert whole.tell() > 1_000_000 and size < whole.tell() / 50
 
     # a fresh buffer restored from it samples the same segments
-    fresh = make_trainer(tmp_path, **{"replay.capacity": capacity})
-    _, state = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
-    fresh.load_state_dict(state)
-    assert len(fresh.replay_buffer) == len(trainer.replay_buffer)
+    fresh = small_trainer(tmp_path, resume=str(checkpoint), **settings)
+    fresh.load_from_file(checkpoint)
+    restored = fresh.schedule.replay_buffer
+    assert restored is not replay and len(restored) == len(replay)
     for _ in range(3):
         rng = torch.get_rng_state()
-        sample = trainer.replay_buffer.sample()
+        sample = replay.sample()
         torch.set_rng_state(rng)
-        assert (fresh.replay_buffer.sample() == sample).all()
-    fresh.close()
+        assert (restored.sample() == sample).all()
+    close(fresh)
 
 
 def test_frame_stack_replay_saves_what_it_holds():

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl._utils import logger as torchrl_logger
 from torchrl.checkpoint import (
     Checkpoint,
@@ -63,6 +63,7 @@ from torchrl.checkpoint import (
     StateDictCheckpointAdapter,
 )
 from torchrl.checkpoint import CheckpointError as _TorchRLCheckpointError
+from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorStorage
 from torchrl.trainers import Trainer, TrainerHookBase
 
 from torchrl_acer.trainers.hooks import first_few
@@ -74,7 +75,10 @@ __all__ = [
     "FORMAT_VERSION",
     "FiniteStateDictAdapter",
     "NonFiniteCheckpointError",
+    "ReplayContents",
     "SaveEvery",
+    "load_replay_state_dict",
+    "replay_state_dict",
 ]
 
 #: Version of what :class:`ACERCheckpoint` adds to TorchRL's manifest (the
@@ -762,6 +766,85 @@ def _optimizer_mismatches(saved, optimizer: torch.optim.Optimizer, name: str):
                         f"the checkpoint, parameter {tuple(param.shape)} here"
                     )
     return problems
+
+
+# -- a replay's contents ----------------------------------------------------------
+
+
+def replay_state_dict(replay) -> dict:
+    """The replay buffer's ``state_dict`` with only the filled part of its storage.
+
+    A :class:`~torchrl.data.LazyTensorStorage` is allocated at full capacity on
+    its first write, and its own ``state_dict`` holds all of it: a checkpoint then
+    costs the capacity, however little is stored. Here its first ``len(storage)``
+    entries are kept instead (a round-robin writer fills them in order; its cursor
+    is in the writer's state), and :func:`load_replay_state_dict` writes them back
+    into a freshly built buffer. Other buffers (``FrameStackReplayBuffer``, which
+    saves its own filled part) give their ``state_dict`` unchanged.
+    """
+    state = replay.state_dict()
+    storage = getattr(replay, "_storage", None)
+    if (
+        not isinstance(replay, ReplayBuffer)
+        or type(storage) not in (TensorStorage, LazyTensorStorage)
+        or not storage.initialized
+        or storage.ndim != 1
+    ):
+        return state
+    n = len(storage)
+    data = storage._storage[:n].clone()
+    is_td = isinstance(data, TensorDictBase)
+    state["_storage"] = {
+        "filled": data.to_dict() if is_td else data,
+        "batch_size": list(data.batch_size) if is_td else None,
+        "_len": n,
+    }
+    return state
+
+
+def load_replay_state_dict(replay, state: dict) -> None:
+    """Loads :func:`replay_state_dict`'s state (or a plain ``state_dict``)."""
+    stored = state.get("_storage") if isinstance(state, dict) else None
+    if not isinstance(stored, dict) or "filled" not in stored:
+        replay.load_state_dict(state)
+        return
+    n, capacity = stored["_len"], replay._storage.max_size
+    if n > capacity:
+        raise ValueError(
+            f"the checkpoint's replay holds {n} entries, more than this buffer's "
+            f"capacity of {capacity}"
+        )
+    filled = stored["filled"]
+    if stored["batch_size"] is not None:
+        filled = TensorDict(filled, batch_size=stored["batch_size"])
+        full = filled.apply(
+            lambda t: t.new_zeros((capacity, *t.shape[1:])),
+            batch_size=[capacity, *filled.batch_size[1:]],
+        )
+        full[:n] = filled
+        full = full.state_dict()
+    else:
+        full = filled.new_zeros((capacity, *filled.shape[1:]))
+        full[:n] = filled
+    replay.load_state_dict(
+        {**state, "_storage": {"_storage": full, "initialized": True, "_len": n}}
+    )
+
+
+class ReplayContents:
+    """A TorchRL replay buffer as a checkpoint component that saves what it holds
+    (:func:`replay_state_dict`), not its capacity: register it under
+    ``"replay_buffer"`` before the trainer registers the buffer itself (with its
+    ``dump``, which writes the whole storage)."""
+
+    def __init__(self, replay) -> None:
+        self.replay = replay
+
+    def state_dict(self) -> dict:
+        return replay_state_dict(self.replay)
+
+    def load_state_dict(self, state: dict) -> None:
+        load_replay_state_dict(self.replay, state)
 
 
 class SaveEvery(TrainerHookBase):

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import threading
 import uuid
@@ -530,6 +531,59 @@ def _lag_since_push(versions: torch.Tensor, pushed_at: list[int], updates: int) 
     return updates - pushed_at[oldest]
 
 
+def _worker_failure(err: Exception, collector, pids) -> str | None:
+    """Which collector worker died, when collecting raised ``err``, or ``None``
+    when no worker died.
+
+    TorchRL's multi-process collectors check their processes when a batch is
+    late or has come; finding one dead, they terminate the others and raise
+    ``RuntimeError("At least one process failed: worker i (exit code c)...")``
+    (or, in 0.14, a ``ValueError`` from closing a worker still exiting). Ray
+    raises ``ActorDiedError`` (a ``RayActorError``) from ``ray.get``."""
+    index = code = None
+    found = re.search(r"worker (\d+) \(exit code (-?\d+)\)", str(err))
+    if found is not None:
+        index, code = int(found.group(1)), int(found.group(2))
+    else:
+        exits = []
+        for i, proc in enumerate(getattr(collector, "procs", None) or []):
+            try:
+                if proc.exitcode is not None:
+                    exits.append((i, proc.exitcode))
+            except ValueError:  # closed: one TorchRL terminated
+                continue
+        # the one that died first, not one TorchRL terminated after it (SIGTERM)
+        exits = [e for e in exits if e[1] != -signal.SIGTERM] or exits
+        if exits:
+            index, code = exits[0]
+    if index is not None:
+        pid = f", pid {pids[index]}" if index < len(pids) else ""
+        how = (
+            f"killed by {signal.Signals(-code).name}"
+            if code < 0 and -code in signal.valid_signals()
+            else f"exit code {code}"
+        )
+        # TorchRL's class, not a subclass of it (experiment.PatientAsyncCollector)
+        kind = next(
+            (k for k in type(collector).mro() if k.__module__.startswith("torchrl.")),
+            type(collector),
+        ).__name__
+        return f"collector worker {index} ({kind}{pid}, {how})"
+    if any(k.__name__ in ("RayActorError", "ActorDiedError") for k in type(err).mro()):
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return f"a Ray collector actor ({type(err).__name__}: {first})"
+    return None
+
+
+def _lag_bucket(lag: int) -> str:
+    """``0``, ``1``, ``2-3``, ``4-7``, ...: the policy lags whose importance
+    ratios are logged together."""
+    if lag < 2:
+        return str(lag)
+    low = 1 << (lag.bit_length() - 1)
+    return f"{low}-{2 * low - 1}"
+
+
 class PolicyVersion(TrainerHookBase):
     """Versions the weights pushed to a collector, and measures and bounds each
     batch's policy lag.
@@ -553,8 +607,14 @@ class PolicyVersion(TrainerHookBase):
     after a resume too). At ``batch_process`` the batch's lag is measured,
     logged at ``pre_steps_log`` (``collector/policy_lag``), and a batch beyond
     ``max_policy_lag`` is dropped: the trainer's ``optim_steps`` is skipped for
-    it (no update, no replay storage at ``pre_epoch``), and it is counted
-    (``collector/dropped_batches``, checkpointed with the pushes).
+    it (no update, no replay storage at ``pre_epoch``; a replay storing at
+    ``batch_process`` asks :attr:`batch_ok`), and it is counted
+    (``collector/dropped_batches``, checkpointed with the pushes). With an
+    ``optimization_stepper`` whose output has them, the importance ratios of the
+    update on the collected batch itself are logged by its lag
+    (``collector/rho_mean_lag<a-b>``, ``collector/rho_clip_fraction_lag<a-b>``,
+    lags bucketed as 0, 1, 2-3, 4-7, ...): how far the lagging behaviour policy
+    is off.
 
     Args:
         max_policy_lag (int, optional): the largest lag trained on; ``None``
@@ -569,6 +629,7 @@ class PolicyVersion(TrainerHookBase):
         self.lag: int | None = None  # the last batch's
         self._pushed_at: list[int] = []  # [v]: learner updates when v was pushed
         self._drop = False
+        self._batch = None  # the last collected batch, as the trainer holds it
 
     def register(self, trainer: Trainer, name: str = "policy_version") -> None:
         self._trainer = trainer
@@ -596,9 +657,13 @@ class PolicyVersion(TrainerHookBase):
         }.values():
             _around(collector, "update_policy_weights_", self._stamped)
         trainer.register_op("setup", self._push)
+        # first: before a hook that stores the batch (see batch_ok)
         trainer.register_op("batch_process", self._measure)
+        trainer._batch_process_ops.insert(0, trainer._batch_process_ops.pop())
         trainer.register_op("pre_steps_log", self._log)
         _around(trainer, "optim_steps", self._optim_steps)
+        if trainer.optimization_stepper is not None:
+            _around(trainer.optimization_stepper, "step", self._step)
         trainer.register_module(name, self)
 
     def _stamped(self, inner, weights=None, /, *args, weights_dict=None, **kwargs):
@@ -642,18 +707,34 @@ class PolicyVersion(TrainerHookBase):
                 "collector's policy must be a VersionedPolicy for PolicyVersion"
             )
         self.lag = _lag_since_push(versions, self._pushed_at, _updates(self._trainer))
+        self._batch = batch
         self._drop = self.max_policy_lag is not None and self.lag > self.max_policy_lag
         self.dropped_batches += self._drop
         return batch
 
     @property
     def batch_ok(self) -> bool:
-        """Whether the last collected batch was finite where the loss reads."""
-        return self._batch_ok
+        """Whether the last collected batch is trained on (not beyond the lag
+        bound): a replay that stores at ``batch_process`` (ACER's schedule, as
+        one of its ``accept``) asks it."""
+        return not self._drop
 
     def _optim_steps(self, inner, batch) -> None:
         if not self._drop:
             inner(batch)
+
+    def _step(self, inner, trainer, sub_batch):
+        out = inner(trainer, sub_batch)
+        if sub_batch is self._batch and self.lag is not None:  # the fresh batch
+            bucket = _lag_bucket(self.lag)
+            ratios = {
+                f"collector/{key}_lag{bucket}": out[key]
+                for key in ("rho_mean", "rho_clip_fraction")
+                if key in out.keys()
+            }
+            if ratios:
+                trainer._log(**ratios)
+        return out
 
     def _log(self, batch) -> dict:
         if self.lag is None:
@@ -798,22 +879,47 @@ class FailureCheckpoint(TrainerHookBase):
     error inside an optimizer step may leave them half-stepped. A
     :class:`KeyboardInterrupt` (a second signal to :class:`GracefulStop`) saves
     nothing. Nothing is checkpointed.
+
+    When a collector worker died (a process of a TorchRL multi-process
+    collector, by its index, pid and exit code or signal, or a Ray actor), the
+    note names it first.
+
+    Args:
+        resume_hint (callable, optional): how to resume from the checkpoint's
+            path, as the note says it. Defaults to ``trainer.load_from_file``.
     """
+
+    def __init__(self, resume_hint: Callable[[Path], str] | None = None) -> None:
+        self.resume_hint = resume_hint
+        self._pids: list[int] = []
 
     def register(self, trainer: Trainer, name: str = "failure_checkpoint") -> None:
         self._trainer = trainer
         _around(trainer, "train", self._train)
 
     def _train(self, inner):
+        # to name a dead worker by its pid (TorchRL closes the other workers'
+        # handles when it finds one dead)
+        procs = getattr(self._trainer.collector, "procs", None) or []
+        self._pids = [proc.pid for proc in procs]
         try:
             return inner()
         except Exception as err:
-            err.add_note(self._save())
+            err.add_note(self._save(err))
             raise
 
-    def _save(self) -> str:
+    def _save(self, err: Exception | None = None) -> str:
         trainer = self._trainer
         failed = f"training failed after {trainer.collected_frames} frames"
+        worker = None
+        if err is not None:
+            worker = _worker_failure(err, trainer.collector, self._pids)
+        if worker is not None:
+            failed = (
+                f"{worker} died: {failed}; the batches the workers had collected "
+                f"but not delivered are lost. Find why it died (out of memory: the "
+                f"kernel log; an environment error: the worker's output above)"
+            )
         if not trainer._has_checkpoint_destination():
             return (
                 f"{failed}; nothing was saved: the trainer has no "
@@ -835,14 +941,20 @@ class FailureCheckpoint(TrainerHookBase):
             )
         path = _checkpoint_path(trainer)
         if not left_out:
-            return (
-                f"{failed}; what was trained was saved to {path}. Resume with "
+            hint = (
                 f"trainer.load_from_file({str(path)!r})"
+                if self.resume_hint is None
+                else self.resume_hint(path)
             )
+            return f"{failed}; what was trained was saved to {path}. Resume with {hint}"
+        hint = (
+            f"trainer.load_from_file({str(path)!r}, strict='warn')"
+            if self.resume_hint is None
+            else self.resume_hint(path)
+        )
         return (
             f"{failed}; what was trained was saved to {path}, without "
-            f"{', '.join(left_out)}, which could not be saved. Resume with "
-            f"trainer.load_from_file({str(path)!r}, strict='warn')"
+            f"{', '.join(left_out)}, which could not be saved. Resume with {hint}"
         )
 
     def _unsaveable(self) -> list[str]:

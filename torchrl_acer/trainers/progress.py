@@ -25,8 +25,9 @@ class TrainingLog(TrainerHookBase):
     - ``train/reward`` (shown on the progress bar) and ``train/episodes``: the mean
       return of the last ``window`` finished episodes, and how many finished in
       this batch, once any episode has finished (no ``nan`` before);
-    - ``time/fps``: frames per second of wall-clock time since the previous batch
-      (collection and updates together);
+    - ``time/fps``: frames per second of wall-clock time since the previous batch,
+      or since ``train`` started for its first batch (collection and updates
+      together), so that a resumed run logs it where the uninterrupted one did;
     - ``train/updates``: the optimizer steps so far.
 
     Args:
@@ -69,8 +70,12 @@ class TrainingLog(TrainerHookBase):
             out["time/fps"] = (trainer.collected_frames - frames) / (now - then)
         return out
 
+    def _start(self) -> None:
+        self._last = (time.perf_counter(), self._trainer.collected_frames)
+
     def register(self, trainer: Trainer, name: str = "training_log") -> None:
         self._trainer = trainer
+        trainer.register_op("setup", self._start)
         trainer.register_op("pre_steps_log", self._episodes)
         trainer.register_op("post_steps_log", self._pace)
         trainer.register_module(name, self)

@@ -39,6 +39,7 @@ from torchrl_acer.trainers.checkpoint import (
     ACERCheckpoint,
     ACERCheckpointError,
     FiniteStateDictAdapter,
+    ReplayContents,
     SaveEvery,
     _missing_message,
 )
@@ -723,15 +724,33 @@ def make_optimizer(optim: DictConfig, params) -> torch.optim.Optimizer:
     )
 
 
+# the manifest metadata entry holding the run directory a checkpoint was written in
+RUN_DIR_KEY = "run_dir"
+
+
 def checkpoint_run_dir(checkpoint: str | Path) -> Path:
-    """The run directory a checkpoint belongs to: ``<run>/checkpoints/<name>``
-    (where :func:`make_trainer` saves) gives ``<run>``, wherever the run now lies."""
+    """The run directory a checkpoint belongs to, wherever it now lies.
+
+    The checkpoint's manifest records the run directory it was written in
+    (:func:`make_trainer`); that run, if it still exists. A run moved as a whole
+    is found from the checkpoint's own place, ``<run>/checkpoints/<name>``; a
+    lone copy whose run is gone still goes back to where its run was. Only the
+    manifest is read."""
     path = Path(checkpoint)
-    if path.parent.name == "checkpoints":
-        return path.parent.parent
+    try:
+        recorded = ACERCheckpoint.manifest(path)["metadata"].get(RUN_DIR_KEY)
+    except Exception:  # no manifest to read: the checkpoint's place only
+        recorded = None
+    recorded = Path(recorded) if recorded else None
+    layout = path.parent.parent if path.parent.name == "checkpoints" else None
+    if recorded is not None and (recorded.is_dir() or layout is None):
+        return recorded
+    if layout is not None:
+        return layout
     raise ConfigError(
         f"resume={checkpoint}: cannot tell which run directory it belongs to (it "
-        f"is not in a run's checkpoints/ folder); set logger.run_dir"
+        f"records none and is not in a run's checkpoints/ folder); set "
+        f"logger.run_dir"
     )
 
 
@@ -778,6 +797,8 @@ def make_trainer(
         config=OmegaConf.to_container(cfg, resolve=True),
         allow_config_change=cfg.resume_allow_config_change or (),
         force=cfg.resume_force,
+        # where a copy of the checkpoint resumes (checkpoint_run_dir)
+        metadata={RUN_DIR_KEY: str(Path(run_dir).resolve())},
     )
     # not checked for non-finite numbers: a running episode's return is NaN after
     # a NaN reward (the batch is dropped, the episode goes on), and refusing the
@@ -798,7 +819,13 @@ def make_trainer(
         )
         checkpoint.register("eval_envs", environments[1], adapter=envs_adapter)
     checkpoint.register("rng", GlobalRNGState())
-    if replay is not None and not isinstance(replay, ReplayBuffer):
+    policy_version = None
+    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
+        policy_version = PolicyVersion(cfg.collector.max_policy_lag)
+    if isinstance(replay, ReplayBuffer):
+        # what it holds, not the capacity its storage is allocated at
+        checkpoint.register("replay_buffer", ReplayContents(replay))
+    elif replay is not None:
         # a replay of its own (Atari's frames): its state dict as one torch file
         checkpoint.register(
             "replay_buffer",
@@ -829,6 +856,8 @@ def make_trainer(
         # since the last save: checkpoint.interval frames apart is interval - 1
         save_trainer_interval=(cfg.checkpoint.interval or 2**62) - 1,
         checkpoint=checkpoint,
+        # a batch dropped for its policy lag is not stored in replay either
+        accept=() if policy_version is None else [lambda _: policy_version.batch_ok],
     )
     trainer.environments = environments
     try:
@@ -837,8 +866,8 @@ def make_trainer(
         raise RunDirectoryOwnedError(
             f"{err}. To resume it: resume={run_dir / 'checkpoints' / 'last'}"
         ) from None
-    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
-        PolicyVersion(cfg.collector.max_policy_lag).register(trainer)
+    if policy_version is not None:
+        policy_version.register(trainer)
     TrainingLog().register(trainer)
     trainer.evaluation = Evaluation(evaluator, cfg.eval.interval)
     trainer.evaluation.register(trainer)
@@ -849,7 +878,14 @@ def make_trainer(
     )
     trainer.policy_check.register(trainer)
     _fresh_episodes_after_failures(trainer, trainer.policy_check)
-    FailureCheckpoint().register(trainer)  # before GracefulStop: see its docs
+    hint = "resume={}"
+    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
+        hint += (
+            " (collector.num_workers may change on resume, except with the Atari "
+            "frame replay, which keeps each worker's environments apart)"
+        )
+    # before GracefulStop: see its docs
+    FailureCheckpoint(resume_hint=hint.format).register(trainer)
     trainer.stop = GracefulStop()
     trainer.stop.register(trainer)
     _save_after_a_second_signal(trainer, trainer.policy_check)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import re
 import signal
 import sys
 import threading
@@ -31,8 +30,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import set_composite_lp_aggregate
 from torchrl.collectors import BaseCollector, Collector
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-from torchrl.data.replay_buffers import ReplayBuffer, TensorStorage
+from torchrl.data import TensorDictReplayBuffer
 from torchrl.objectives import SoftUpdate
 
 from torchrl_acer.objectives.acer import ACERLoss
@@ -43,6 +41,10 @@ from torchrl_acer.trainers.acer import (
     module_device,
     replay_keys,
 )
+from torchrl_acer.trainers.checkpoint import (  # noqa: F401 (re-exported)
+    load_replay_state_dict,
+    replay_state_dict,
+)
 from torchrl_acer.trainers.evaluation import GreedyEvaluator, next_multiple
 from torchrl_acer.trainers.hooks import (
     STOP_SIGNALS,
@@ -51,9 +53,11 @@ from torchrl_acer.trainers.hooks import (
     _batch_is_finite,
     _describe_batch,
     _grad_norm,
+    _lag_bucket,
     _lag_since_push,
     _nonfinite_counts,
     _refuse_nonfinite_save,
+    _worker_failure,
     first_few,
 )
 from torchrl_acer.training.checkpoint import (
@@ -88,66 +92,6 @@ __all__ = [
 ]
 
 
-def replay_state_dict(replay) -> dict:
-    """The replay buffer's ``state_dict`` with only the filled part of its storage.
-
-    A :class:`~torchrl.data.LazyTensorStorage` is allocated at full capacity on
-    its first write, and its own ``state_dict`` holds all of it: a checkpoint then
-    costs the capacity, however little is stored. Here its first ``len(storage)``
-    entries are kept instead (a round-robin writer fills them in order; its cursor
-    is in the writer's state), and :func:`load_replay_state_dict` writes them back
-    into a freshly built buffer. Other buffers (``FrameStackReplayBuffer``, which
-    saves its own filled part) give their ``state_dict`` unchanged.
-    """
-    state = replay.state_dict()
-    storage = getattr(replay, "_storage", None)
-    if (
-        not isinstance(replay, ReplayBuffer)
-        or type(storage) not in (TensorStorage, LazyTensorStorage)
-        or not storage.initialized
-        or storage.ndim != 1
-    ):
-        return state
-    n = len(storage)
-    data = storage._storage[:n].clone()
-    is_td = isinstance(data, TensorDictBase)
-    state["_storage"] = {
-        "filled": data.to_dict() if is_td else data,
-        "batch_size": list(data.batch_size) if is_td else None,
-        "_len": n,
-    }
-    return state
-
-
-def load_replay_state_dict(replay, state: dict) -> None:
-    """Loads :func:`replay_state_dict`'s state (or a plain ``state_dict``)."""
-    stored = state.get("_storage") if isinstance(state, dict) else None
-    if not isinstance(stored, dict) or "filled" not in stored:
-        replay.load_state_dict(state)
-        return
-    n, capacity = stored["_len"], replay._storage.max_size
-    if n > capacity:
-        raise ValueError(
-            f"the checkpoint's replay holds {n} entries, more than this buffer's "
-            f"capacity of {capacity}"
-        )
-    filled = stored["filled"]
-    if stored["batch_size"] is not None:
-        filled = TensorDict(filled, batch_size=stored["batch_size"])
-        full = filled.apply(
-            lambda t: t.new_zeros((capacity, *t.shape[1:])),
-            batch_size=[capacity, *filled.batch_size[1:]],
-        )
-        full[:n] = filled
-        full = full.state_dict()
-    else:
-        full = filled.new_zeros((capacity, *filled.shape[1:]))
-        full[:n] = filled
-    replay.load_state_dict(
-        {**state, "_storage": {"_storage": full, "initialized": True, "_len": n}}
-    )
-
-
 def _resumed_schedule(
     saved: int | None, frames: int, interval: int | None, *, keep_due: bool = False
 ):
@@ -170,59 +114,6 @@ class CollectorWorkerError(RuntimeError):
     """Training stopped: a collector worker (a process of a multi-process
     collector, a Ray actor) died. The message names the worker; the trainer's
     state, replay included, is in the checkpoint written before it is raised."""
-
-
-def _worker_failure(err: Exception, collector, pids) -> str | None:
-    """Which collector worker died, when collecting raised ``err``, or ``None``
-    when no worker died.
-
-    TorchRL's multi-process collectors check their processes when a batch is
-    late or has come; finding one dead, they terminate the others and raise
-    ``RuntimeError("At least one process failed: worker i (exit code c)...")``
-    (or, in 0.14, a ``ValueError`` from closing a worker still exiting). Ray
-    raises ``ActorDiedError`` (a ``RayActorError``) from ``ray.get``."""
-    index = code = None
-    found = re.search(r"worker (\d+) \(exit code (-?\d+)\)", str(err))
-    if found is not None:
-        index, code = int(found.group(1)), int(found.group(2))
-    else:
-        exits = []
-        for i, proc in enumerate(getattr(collector, "procs", None) or []):
-            try:
-                if proc.exitcode is not None:
-                    exits.append((i, proc.exitcode))
-            except ValueError:  # closed: one TorchRL terminated
-                continue
-        # the one that died first, not one TorchRL terminated after it (SIGTERM)
-        exits = [e for e in exits if e[1] != -signal.SIGTERM] or exits
-        if exits:
-            index, code = exits[0]
-    if index is not None:
-        pid = f", pid {pids[index]}" if index < len(pids) else ""
-        how = (
-            f"killed by {signal.Signals(-code).name}"
-            if code < 0 and -code in signal.valid_signals()
-            else f"exit code {code}"
-        )
-        # TorchRL's class, not a subclass of it (experiment.PatientAsyncCollector)
-        kind = next(
-            (k for k in type(collector).mro() if k.__module__.startswith("torchrl.")),
-            type(collector),
-        ).__name__
-        return f"collector worker {index} ({kind}{pid}, {how})"
-    if any(k.__name__ in ("RayActorError", "ActorDiedError") for k in type(err).mro()):
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        return f"a Ray collector actor ({type(err).__name__}: {first})"
-    return None
-
-
-def _lag_bucket(lag: int) -> str:
-    """``0``, ``1``, ``2-3``, ``4-7``, ...: the policy lags whose importance
-    ratios are logged together."""
-    if lag < 2:
-        return str(lag)
-    low = 1 << (lag.bit_length() - 1)
-    return f"{low}-{2 * low - 1}"
 
 
 class _PolicyInputCheck:
