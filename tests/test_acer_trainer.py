@@ -1,20 +1,16 @@
-"""ACERTrainer, TorchRL's Trainer wired for ACER: its schedule, its hooks, and the
-old trainer's parameters reached at the same seed."""
+"""ACERTrainer, TorchRL's Trainer wired for ACER: its schedule and its hooks."""
 
 import os
 import signal
-import sys
-from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from builders import gym_config
+from builders import load_example_module, small_gym_config
 from tensordict import TensorDict
 from torchrl.checkpoint import GlobalRNGState
-from torchrl.record.loggers import get_logger
 from torchrl.trainers import Trainer
 
-from torchrl_acer.modules.models import minatar_actor_critic, mlp_actor_critic
 from torchrl_acer.trainers.acer import (
     ACERTrainer,
     ACERUpdateSchedule,
@@ -25,153 +21,63 @@ from torchrl_acer.trainers.checkpoint import ACERCheckpoint, FiniteStateDictAdap
 from torchrl_acer.trainers.evaluation import GreedyEvaluator
 from torchrl_acer.trainers.hooks import GracefulStop
 from torchrl_acer.training.env_state import CollectorState
-from torchrl_acer.training.envs import make_env
 from torchrl_acer.training.experiment import (
     check_config,
     make_collector,
     make_loss,
     make_optimizer,
 )
-from torchrl_acer.training.trainer import ACERTrainer as OldACERTrainer
-
-OLD_SMALL = {
-    "env.num_envs": 2,
-    "collector.T": 5,
-    "collector.total_frames": 100,
-    "replay.ratio": 2.0,
-    "replay.start": 0,
-    "replay.capacity": 200,
-    "eval.interval": 50,
-    "eval.episodes": 2,
-    "eval.max_steps": 30,
-    "logger.backend": None,
-    "logger.progress_bar": False,
-    "model.num_cells": [16],
-}
 
 
-def old_small_config(**overrides):
-    return gym_config(OLD_SMALL, **overrides)
-
-
-def import_utils_gym():
-    """``examples/utils_gym.py``, the gym example's environments and networks."""
-    examples = str(Path(__file__).parent.parent / "examples")
-    if examples not in sys.path:
-        sys.path.insert(0, examples)
-    import utils_gym
-
-    return utils_gym
-
-
-def make_old_trainer(run_dir, **overrides):
-    """The old trainer (``torchrl_acer.training.trainer``) over the pieces
-    ``examples/acer_gym.py`` builds, from the small config (moved unchanged from
-    tests/test_trainer.py, for the parity tests until the old trainer goes)."""
-    cfg = old_small_config(**overrides)
+def make_pieces(**overrides):
+    """The pieces ``examples/acer_gym.py`` builds (collector, loss, optimizer,
+    replay, greedy evaluator) from the small gym config, with its settings."""
+    cfg = small_gym_config(**overrides)
     check_config(cfg)
     torch.manual_seed(cfg.seed)
-    if cfg.model.recurrent or cfg.env.observation_indices:
-        # the example's own builders: env transforms and models made for each other
-        utils_gym = import_utils_gym()
-
-        def build_env(name, num_envs, seed):
-            return utils_gym.make_env(cfg, num_envs, seed)
-
-        env = build_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
-        actor, critic = utils_gym.make_models(cfg, env)
-    else:
-        build_env = make_env
-        env = build_env(cfg.env.name, num_envs=cfg.env.num_envs, seed=cfg.seed)
-        spec = env.action_spec[(0,) * env.batch_dims]
-        obs = env.observation_spec["observation"].shape[-1]
-        if cfg.env.name.startswith("MinAtar/"):
-            actor, critic = minatar_actor_critic(obs, spec.shape[-1], action_spec=spec)
-        else:
-            actor, critic = mlp_actor_critic(
-                obs, spec.shape[-1], num_cells=cfg.model.num_cells, action_spec=spec
-            )
+    utils_gym = load_example_module("utils_gym")
+    env = utils_gym.make_env(cfg, cfg.env.num_envs, seed=cfg.seed)
+    actor, critic = utils_gym.make_models(cfg, env)
     loss = make_loss(cfg.loss, actor, critic)
-    T, num_envs = cfg.collector.T, cfg.env.num_envs
-    collector = make_collector(cfg, None, actor, device="cpu", env=env)
-    replay = None
-    if cfg.replay.ratio > 0:
-        replay = make_segment_replay_buffer(
-            cfg.replay.capacity, T, cfg.replay.batch_segments or num_envs
-        )
-    eval_env = build_env(
-        cfg.env.name, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000
-    )
-    logger = None
-    if cfg.logger.backend:
-        logger = get_logger(
-            cfg.logger.backend, logger_name=str(run_dir), experiment_name="logs"
-        )
-    return OldACERTrainer(
-        collector=collector,
+    eval_env = utils_gym.make_env(cfg, cfg.eval.episodes, seed=cfg.seed + 10_000)
+    return SimpleNamespace(
+        cfg=cfg,
+        collector=make_collector(cfg, None, actor, device="cpu", env=env),
         loss_module=loss,
         optimizer=make_optimizer(cfg.optim, loss.parameters()),
-        total_frames=cfg.collector.total_frames,
-        replay_buffer=replay,
-        replay_ratio=cfg.replay.ratio,
-        replay_start=cfg.replay.start,
-        target_eps=cfg.loss.alpha,
-        max_grad_norm=cfg.optim.max_grad_norm,
+        replay_buffer=make_segment_replay_buffer(
+            cfg.replay.capacity, cfg.collector.T, cfg.env.num_envs
+        ),
         evaluator=GreedyEvaluator(eval_env, actor, max_steps=cfg.eval.max_steps),
-        eval_interval=cfg.eval.interval,
-        logger=logger,
-        log_interval=cfg.logger.log_interval,
-        checkpoint_dir=Path(run_dir) / "checkpoints",
-        checkpoint_interval=cfg.checkpoint.interval,
-        progress_bar=False,
-        seed=cfg.seed,
     )
 
 
-def new_trainer_like(old, **kwargs):
-    """An ACERTrainer over the old trainer's own pieces (collector, loss, optimizer,
-    replay), with its settings."""
+def close(pieces):
+    pieces.collector.shutdown()
+    pieces.evaluator.close()
+
+
+def new_trainer_like(pieces, **kwargs):
+    """An ACERTrainer over ``pieces``, with the small config's settings."""
+    cfg = pieces.cfg
     return ACERTrainer(
-        collector=old.collector,
-        total_frames=old.total_frames,
-        loss_module=old.loss_module,
-        optimizer=old.optimizer,
-        replay_buffer=old.replay_buffer,
-        replay_ratio=old.replay_ratio,
-        replay_start=old.replay_start,
-        target_net_updater=old.target_updater,
-        clip_norm=old.max_grad_norm,
+        collector=pieces.collector,
+        total_frames=cfg.collector.total_frames,
+        loss_module=pieces.loss_module,
+        optimizer=pieces.optimizer,
+        replay_buffer=pieces.replay_buffer,
+        replay_ratio=cfg.replay.ratio,
+        replay_start=cfg.replay.start,
+        alpha=cfg.loss.alpha,
+        clip_norm=cfg.optim.max_grad_norm,
         progress_bar=False,
         seed=None,
         **kwargs,
     )
 
 
-@pytest.mark.parametrize("backend", ["lean", "single"])
-def test_reaches_the_old_trainers_parameters_after_three_iterations(tmp_path, backend):
-    settings = {"collector.backend": backend, "collector.total_frames": 30}
-    old = make_old_trainer(tmp_path / "old", **settings)
-    it = iter(old.collector)
-    for _ in range(3):
-        old.train_on_batch(next(it))
-    expected = old.loss_module.state_dict()
-    assert old.updates > 3  # replayed updates happened too
-    old.close()
-
-    pieces = make_old_trainer(tmp_path / "new", **settings)  # same seed, fresh pieces
-    trainer = new_trainer_like(pieces)
-    trainer.schedule.generator.manual_seed(0)  # the old trainer's Poisson stream
-    trainer.train()
-    assert trainer.collected_frames == 30
-    got = pieces.loss_module.state_dict()
-    assert set(got) == set(expected)
-    for key in expected:
-        torch.testing.assert_close(got[key], expected[key], rtol=0, atol=0, msg=key)
-    pieces.close()
-
-
 def test_is_a_torchrl_trainer_that_a_user_extends_with_register_op(tmp_path):
-    pieces = make_old_trainer(tmp_path, **{"collector.total_frames": 30})
+    pieces = make_pieces(**{"collector.total_frames": 30})
     trainer = new_trainer_like(pieces)
     assert isinstance(trainer, Trainer)
     seen = {"batches": [], "updates": 0}
@@ -187,7 +93,7 @@ def test_is_a_torchrl_trainer_that_a_user_extends_with_register_op(tmp_path):
     assert [b.shape for b in seen["batches"]] == [torch.Size([2, 5])] * 3
     assert seen["updates"] > 3
     assert len(trainer.schedule.replay_buffer) == 6  # 3 batches of 2 segments
-    pieces.close()
+    close(pieces)
 
 
 def segments(n, T=5):
@@ -260,7 +166,7 @@ def run_resumable(tmp_path, frames, *, save=None, load=None, hooks=()):
     through ACERCheckpoint with the environments and the random state, from
     ``load`` if given, with ``hooks(trainer)`` registered; returns the parameters,
     the averaged policy, the optimizer state and the trainer."""
-    pieces = make_old_trainer(tmp_path / "pieces", **{"collector.backend": "single"})
+    pieces = make_pieces(**{"collector.backend": "single"})
     checkpoint = (
         ACERCheckpoint(config={"seed": 0})
         .register(
@@ -283,7 +189,7 @@ def run_resumable(tmp_path, frames, *, save=None, load=None, hooks=()):
         "optim": pieces.optimizer.state_dict()["state"],
         "trainer": trainer,
     }
-    pieces.close()
+    close(pieces)
     return state
 
 
@@ -348,7 +254,7 @@ class NaNRewardOnce:
 
 
 def test_a_non_finite_batch_is_neither_trained_on_nor_stored(tmp_path):
-    pieces = make_old_trainer(tmp_path, **{"collector.total_frames": 30})
+    pieces = make_pieces(**{"collector.total_frames": 30})
     trainer = new_trainer_like(pieces)
     trainer.collector = NaNRewardOnce(pieces.collector, nan_at=1)
     with pytest.warns(RuntimeWarning, match="non-finite batch not trained on"):
@@ -359,7 +265,7 @@ def test_a_non_finite_batch_is_neither_trained_on_nor_stored(tmp_path):
     assert torch.isfinite(replay[:]["next", "reward"]).all()
     for value in pieces.loss_module.state_dict().values():
         assert torch.isfinite(value).all()
-    pieces.close()
+    close(pieces)
 
 
 def test_greedy_evaluation_on_a_frame_schedule_and_at_the_end(tmp_path):
@@ -367,7 +273,7 @@ def test_greedy_evaluation_on_a_frame_schedule_and_at_the_end(tmp_path):
 
     from torchrl_acer.trainers.evaluation import Evaluation
 
-    pieces = make_old_trainer(tmp_path, **{"collector.total_frames": 50})
+    pieces = make_pieces(**{"collector.total_frames": 50})
     logger = CSVLogger("eval", log_dir=str(tmp_path / "logs"))
     trainer = new_trainer_like(pieces, logger=logger)
     calls = []
@@ -384,7 +290,7 @@ def test_greedy_evaluation_on_a_frame_schedule_and_at_the_end(tmp_path):
     assert hook.last["frames"] == 50 and "reward" in hook.last
     rows = (tmp_path / "logs" / "eval" / "scalars" / "eval" / "reward.csv").read_text()
     assert [int(float(line.split(",")[0])) for line in rows.split()] == calls
-    pieces.close()
+    close(pieces)
 
 
 def test_save_every_minutes_saves_between_batches(tmp_path, monkeypatch):

@@ -41,7 +41,6 @@ from torchrl_acer.trainers.checkpoint import (
     FiniteStateDictAdapter,
     NonFiniteCheckpointError,
 )
-from torchrl_acer.training import checkpoint as single_file
 from torchrl_acer.training.env_state import CollectorState
 from torchrl_acer.training.envs import make_env
 
@@ -532,19 +531,39 @@ def test_no_checkpoint_from_non_finite_numbers(tmp_path):
 # -- the old format -------------------------------------------------------------
 
 
+def write_single_file_checkpoint(path, header):
+    """A file of the single-file format torchrl-acer wrote before (format 1),
+    written by hand: its marker, the header's and the payload's lengths and a
+    sha256 (two little-endian uint64 and 32 bytes), the JSON header, the
+    ``torch.save`` payload."""
+    import hashlib
+    import io
+    import json
+    import struct
+
+    header = json.dumps({"format_version": 1, "library_version": "0.1.0", **header})
+    payload = io.BytesIO()
+    torch.save({"loss_module": {}}, payload)
+    body = header.encode() + payload.getvalue()
+    fixed = struct.pack(
+        "<QQ32s", len(header), len(payload.getvalue()), hashlib.sha256(body).digest()
+    )
+    path.write_bytes(b"torchrl-acer checkpoint\n" + fixed + body)
+    return path
+
+
 def test_a_single_file_checkpoint_is_refused_naming_its_format_version(tmp_path):
-    old = single_file.write_checkpoint(
-        tmp_path / "last.pt", {"loss_module": {}}, {"frames": 40, "config": CONFIG}
+    old = write_single_file_checkpoint(
+        tmp_path / "last.pt", {"frames": 40, "config": CONFIG}
     )
     with pytest.raises(CheckpointError) as err:
         checkpoint_of(*pieces()).load(old)
     message = str(err.value)
     assert str(old) in message
-    assert f"checkpoint format {single_file.FORMAT_VERSION}" in message
+    assert "checkpoint format 1" in message
     assert "at 40 frames" in message
     assert "cannot be loaded by this version" in message
-    # also as the old format's error, which the old resume path catches
-    assert isinstance(err.value, single_file.CheckpointError)
+    assert "written by torchrl-acer 0.1.0" in message
     # a trainer hands it over (is_checkpoint: yes, to refuse it by name)
     assert ACERCheckpoint.is_checkpoint(old) and not Checkpoint.is_checkpoint(old)
 
@@ -556,9 +575,7 @@ def test_a_trainer_refuses_a_single_file_checkpoint_naming_its_version(tmp_path)
             "this TorchRL's Trainer.load_from_file asks Checkpoint, not the "
             "trainer's checkpoint, whether a file is one (upstream/torchrl/0006)"
         )
-    old = single_file.write_checkpoint(
-        tmp_path / "last.pt", {"loss_module": {}}, {"frames": 40}
-    )
+    old = write_single_file_checkpoint(tmp_path / "last.pt", {"frames": 40})
     trainer, _ = cartpole_trainer(tmp_path / "checkpoint", seed=0)
     with pytest.raises(ACERCheckpointError, match="cannot be loaded by this version"):
         trainer.load_from_file(old)

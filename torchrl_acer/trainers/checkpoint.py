@@ -3,7 +3,7 @@
 :class:`ACERCheckpoint` is a :class:`~torchrl.checkpoint.Checkpoint` (pass it as
 ``Trainer(checkpoint=...)``, with or without a
 :class:`~torchrl.checkpoint.CheckpointRotation`) that keeps what the single-file
-format of :mod:`torchrl_acer.training.checkpoint` promises:
+format it replaced promised:
 
 - **Atomic and durable.** A checkpoint is written under a temporary name, every file
   and folder of it fsynced, then renamed into place and its parent folder fsynced.
@@ -17,8 +17,8 @@ format of :mod:`torchrl_acer.training.checkpoint` promises:
   A truncated, corrupted or missing file is refused, naming it, before any
   component is touched.
 - **The run's config.** The resolved config is stored in the manifest and compared
-  on load (:func:`~torchrl_acer.training.checkpoint.check_config`): settings that
-  differ outside :data:`~torchrl_acer.training.checkpoint.SAFE_CONFIG_CHANGES` are
+  on load (:func:`check_config`): settings that
+  differ outside :data:`SAFE_CONFIG_CHANGES` are
   refused, listed, unless allowed (``allow_config_change``) or ``force``\\ d.
 - **Strict loading, named.** Before anything loads, each module's saved parameters
   are compared with its own, and each optimizer's state with its parameters: keys
@@ -41,14 +41,18 @@ as patches in ``upstream/torchrl/``.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import hashlib
 import json
 import os
+import struct
+import subprocess
 import time
 import uuid
 import zipfile
 from collections.abc import Collection, Mapping
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +71,7 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorStorage
 from torchrl.trainers import Trainer, TrainerHookBase
 
 from torchrl_acer.trainers.hooks import first_few
-from torchrl_acer.training import checkpoint as _single_file
+from torchrl_acer.training.refusal import Refusal
 
 __all__ = [
     "ACERCheckpoint",
@@ -76,6 +80,7 @@ __all__ = [
     "FiniteStateDictAdapter",
     "NonFiniteCheckpointError",
     "ReplayContents",
+    "SAFE_CONFIG_CHANGES",
     "SaveEvery",
     "load_replay_state_dict",
     "replay_state_dict",
@@ -83,7 +88,7 @@ __all__ = [
 
 #: Version of what :class:`ACERCheckpoint` adds to TorchRL's manifest (the
 #: ``"torchrl_acer"`` metadata). The single-file format was version 1 of another
-#: format (:data:`torchrl_acer.training.checkpoint.FORMAT_VERSION`).
+#: format.
 FORMAT_VERSION = 1
 METADATA_KEY = "torchrl_acer"
 MANIFEST_NAME = "manifest.json"
@@ -91,11 +96,12 @@ MANIFEST_DIGEST_NAME = "manifest.json.sha256"
 _CHUNK = 1 << 22
 
 
-class ACERCheckpointError(_TorchRLCheckpointError, _single_file.CheckpointError):
+class ACERCheckpointError(_TorchRLCheckpointError, Refusal, ValueError):
     """A checkpoint that cannot be saved or used; the message names the path.
 
-    Both a :class:`torchrl.checkpoint.CheckpointError` and the single-file format's
-    :class:`torchrl_acer.training.checkpoint.CheckpointError`, so either catches it.
+    A :class:`torchrl.checkpoint.CheckpointError`, and a
+    :class:`~torchrl_acer.training.refusal.Refusal`: the examples end with its
+    message alone.
     """
 
 
@@ -253,7 +259,7 @@ def _fsync_tree(root: Path) -> None:
             finally:
                 os.close(fd)
     for folder in reversed(folders):
-        _single_file._fsync_dir(folder)
+        _fsync_dir(folder)
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -289,9 +295,9 @@ def _publish(source: Path, destination: Path) -> None:
         except BaseException:
             os.replace(previous, destination)
             raise
-        _single_file._fsync_dir(parent)
+        _fsync_dir(parent)
         _remove(previous)
-    _single_file._fsync_dir(parent)
+    _fsync_dir(parent)
 
 
 @contextmanager
@@ -311,28 +317,218 @@ def _opener(source: Path):
         yield archive.open
 
 
-# -- the old format -------------------------------------------------------------
+# -- the run's config, compared on load -----------------------------------------
+
+#: Config keys (``fnmatch`` patterns) a resumed run may change freely: how long
+#: to train, what is logged, evaluated and saved, and where and how fast the same
+#: computation runs. Any other difference is refused unless allowed explicitly.
+SAFE_CONFIG_CHANGES = (
+    "collector.total_frames",
+    "logger.*",
+    "eval.*",
+    "checkpoint.*",
+    "health.*",
+    "resume",
+    "resume_*",
+    "threads",
+    "device",
+    "compile",
+    "loss.check_values",  # checks the batch, changes nothing it computes
+    "model.initial_scale",  # initialization only: a resumed run loads its parameters
+    "env.num_threads",
+    # where the environments run; a resume then starts fresh episodes
+    "collector.backend",
+    "collector.num_workers",
+    "collector.sync",
+    "collector.worker_start_timeout",
+    "ray.*",
+)
+
+
+_MISSING = "<absent>"
+
+
+def _flatten(tree, prefix="") -> dict:
+    out = {}
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict) and value:
+                out.update(_flatten(value, name))
+            else:
+                out[name] = value
+    return out
+
+
+def _matches(key: str, patterns) -> bool:
+    return any(key == p or fnmatch.fnmatchcase(key, p) for p in patterns)
+
+
+def config_differences(
+    saved: dict | None, current: dict | None, *, ignore=SAFE_CONFIG_CHANGES
+) -> list[tuple[str, object, object]]:
+    """``(key, saved value, current value)`` for each dotted config key that
+    differs (absent on one side included), except those matching ``ignore``."""
+    if saved is None or current is None:
+        return []
+    old, new = _flatten(saved), _flatten(current)
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key, _MISSING), new.get(key, _MISSING)
+        if a != b and not _matches(key, ignore):
+            out.append((key, a, b))
+    return out
+
+
+def check_config(
+    source,
+    saved: dict | None,
+    current: dict | None,
+    *,
+    allow=(),
+    force: bool = False,
+    how_to_allow: str = "",
+) -> list[tuple[str, object, object]]:
+    """Refuses a checkpoint (``source``, named in the message) whose ``saved``
+    config differs from ``current`` outside :data:`SAFE_CONFIG_CHANGES` and
+    ``allow`` (dotted keys or ``fnmatch`` patterns), listing the settings; with
+    ``force`` any difference passes. ``how_to_allow`` (given the refused keys,
+    comma-separated, as ``{keys}``) tells the caller's way to allow them. Returns
+    the differences outside the safe list that passed (allowed or forced), for the
+    caller to report."""
+    changed = config_differences(saved, current)
+    refused = config_differences(
+        saved, current, ignore=SAFE_CONFIG_CHANGES + tuple(allow)
+    )
+    if refused and not force:
+        lines = [show_config_change(*d) for d in refused[:20]]
+        if len(refused) > 20:
+            lines.append(f"  ... and {len(refused) - 20} more")
+        keys = ",".join(key for key, _, _ in refused)
+        raise ACERCheckpointError(
+            f"{source} was written with another config; these settings differ:\n"
+            + "\n".join(lines)
+            + "\nResuming with them changed may fail or train something else. "
+            f"To resume anyway, allow them: {how_to_allow.format(keys=keys)}. "
+            f"Settings safe to change are not listed: "
+            f"{', '.join(SAFE_CONFIG_CHANGES)}"
+        )
+    return changed
+
+
+def show_config_change(key: str, old, new) -> str:
+    """One line of :func:`check_config`'s report."""
+    return f"  {key}: {old!r} in the checkpoint, {new!r} now"
+
+
+def state_dict_mismatches(saved, current, prefix: str = "") -> list[str]:
+    """What keeps ``saved`` (a flat state dict) from loading strictly into the
+    object whose state dict is ``current``: ``missing KEY``, ``unexpected KEY``
+    and ``KEY: SHAPE in the checkpoint, SHAPE here``, each key after ``prefix``."""
+    problems = [f"missing {prefix}{k}" for k in current if k not in saved]
+    problems += [f"unexpected {prefix}{k}" for k in saved if k not in current]
+    problems += [
+        f"{prefix}{k}: {tuple(saved[k].shape)} in the checkpoint, "
+        f"{tuple(current[k].shape)} here"
+        for k in current
+        if k in saved
+        and isinstance(current[k], torch.Tensor)
+        and isinstance(saved[k], torch.Tensor)
+        and saved[k].shape != current[k].shape
+    ]
+    return problems
+
+
+# -- versions and the old format ------------------------------------------------
+
+
+@cache
+def _git_commit() -> str | None:
+    """The commit of the checkout this package runs from, ``-dirty`` if it has
+    uncommitted changes; ``None`` outside a git checkout (best effort)."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=here,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            cwd=here,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("-dirty" if dirty else "") if commit else None
+
+
+@cache
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("torchrl-acer", "torch", "torchrl", "tensordict"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # not possible everywhere (Windows); the rename is done
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# The single-file format this one replaced: a marker, two little-endian uint64
+# (header and payload lengths), a sha256, then the JSON header and the payload.
+LEGACY_MAGIC = b"torchrl-acer checkpoint\n"
+_LEGACY_FIXED = struct.Struct("<QQ32s")
+
+
+def _legacy_header(path: Path) -> dict:
+    with open(path, "rb") as file:
+        file.read(len(LEGACY_MAGIC))
+        fixed = file.read(_LEGACY_FIXED.size)
+        if len(fixed) < _LEGACY_FIXED.size:
+            raise ValueError("truncated before its header")
+        header_len, _, _ = _LEGACY_FIXED.unpack(fixed)
+        return json.loads(file.read(header_len))
 
 
 def _refuse_single_file_format(path: Path) -> None:
     """Refuses a file of the single-file format, naming its format version."""
     with open(path, "rb") as file:
-        if file.read(len(_single_file.MAGIC)) != _single_file.MAGIC:
+        if file.read(len(LEGACY_MAGIC)) != LEGACY_MAGIC:
             return
     try:
-        header = _single_file.read_header(path, verify=False).header
+        header = _legacy_header(path)
         written = (
             f"checkpoint format {header.get('format_version')!r}, written by "
             f"torchrl-acer {header.get('library_version')} at "
             f"{header.get('frames')} frames"
         )
-    except _single_file.CheckpointError as err:
+    except ValueError as err:
         written = f"an unreadable header ({err})"
     raise ACERCheckpointError(
         f"{path} is a single-file torchrl-acer checkpoint ({written}). It cannot "
         f"be loaded by this version, which reads torchrl.checkpoint checkpoints "
         f"(format {FORMAT_VERSION} of torchrl-acer's manifest metadata): resume it "
-        f"with torchrl_acer.training's ACERTrainer.load_checkpoint, or start anew"
+        f"with a torchrl-acer before this format's, or start anew"
     )
 
 
@@ -430,8 +626,8 @@ class ACERCheckpoint(Checkpoint):
         metadata = {**self.metadata, **(metadata or {})}
         metadata[METADATA_KEY] = {
             "format_version": FORMAT_VERSION,
-            "versions": _single_file._versions(),
-            "git_commit": _single_file._git_commit(),
+            "versions": _versions(),
+            "git_commit": _git_commit(),
             "config": self.config,
         }
         stage = destination.parent / f".{destination.name}.acer-{uuid.uuid4().hex}"
@@ -506,7 +702,7 @@ class ACERCheckpoint(Checkpoint):
         source = cls._local_path(path)
         if source.is_file():
             with open(source, "rb") as file:
-                if file.read(len(_single_file.MAGIC)) == _single_file.MAGIC:
+                if file.read(len(LEGACY_MAGIC)) == LEGACY_MAGIC:
                     return True
         return super().is_checkpoint(source)
 
@@ -561,7 +757,7 @@ class ACERCheckpoint(Checkpoint):
                     f"{source} has torchrl-acer checkpoint format "
                     f"{ours.get('format_version')!r}, written by torchrl-acer "
                     f"{ours.get('versions', {}).get('torchrl-acer')}; this version "
-                    f"({_single_file._versions()['torchrl-acer']}) reads format "
+                    f"({_versions()['torchrl-acer']}) reads format "
                     f"{FORMAT_VERSION}"
                 )
             records = manifest["components"]
@@ -620,24 +816,21 @@ class ACERCheckpoint(Checkpoint):
 
     def _check_config(self, source, manifest, allow, force) -> list:
         saved = manifest["metadata"][METADATA_KEY].get("config")
-        try:
-            changed = _single_file.check_config(
-                source,
-                saved,
-                self.config,
-                allow=allow,
-                force=force,
-                how_to_allow="ACERCheckpoint.load(path, allow_config_change=[{keys}])"
-                " or force=True (a run's resume_allow_config_change=[{keys}] or "
-                "resume_force=true)",
-            )
-        except _single_file.CheckpointError as err:
-            raise ACERCheckpointError(str(err)) from None
+        changed = check_config(
+            source,
+            saved,
+            self.config,
+            allow=allow,
+            force=force,
+            how_to_allow="ACERCheckpoint.load(path, allow_config_change=[{keys}])"
+            " or force=True (a run's resume_allow_config_change=[{keys}] or "
+            "resume_force=true)",
+        )
         if changed:
             torchrl_logger.info(
                 "%s: settings changed since the checkpoint, as allowed:\n%s",
                 source,
-                "\n".join(_single_file.show_config_change(*d) for d in changed),
+                "\n".join(show_config_change(*d) for d in changed),
             )
         return changed
 
@@ -663,7 +856,7 @@ class ACERCheckpoint(Checkpoint):
                     continue  # TorchRL's load names the adapter mismatch
                 saved = adapter.read(root / records[name]["path"])
                 if isinstance(target, torch.nn.Module):
-                    problems += _single_file.state_dict_mismatches(
+                    problems += state_dict_mismatches(
                         saved, target.state_dict(), prefix=f"{name}."
                     )
                 else:

@@ -2,9 +2,10 @@
 
 Each example (``examples/acer_*.py``) builds its environment, networks, loss,
 optimizer, collector, replay, evaluator and logger in the open and hands them to
-:class:`~torchrl_acer.training.trainer.ACERTrainer`. What is the same for all of
-them lives here: the config checks, the device, the run directory, the optimizer
-choice, resume, and the summary printed at the end.
+:func:`make_trainer`, which wires :class:`~torchrl_acer.trainers.ACERTrainer` with
+the hooks the run settings ask for. What is the same for all of them lives here:
+the config checks, the device, the run directory, the collector and optimizer
+choices, the trainer's hooks, resume, and the summary printed at the end.
 """
 
 from __future__ import annotations
@@ -554,7 +555,7 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     ``[num_envs, T]`` together; without, each worker's batch as it comes (a
     :class:`PatientAsyncCollector` for ``multiprocess``: none is dropped). Each
     worker acts with its own copy of the policy on the CPU, a
-    :class:`~torchrl_acer.training.trainer.VersionedPolicy` that the trainer
+    :class:`~torchrl_acer.trainers.hooks.VersionedPolicy` that the trainer
     updates every ``collector.weight_update_interval`` batches through TorchRL's
     weight-sync schemes (``update_policy_weights_``), and that writes the
     version of its weights with every step: the trainer measures the policy lag
@@ -953,7 +954,7 @@ def resume(trainer: ACERTrainer, checkpoint: str | Path) -> None:
     and says where it resumes.
 
     The checkpoint's config must match the run's, except for the settings safe to
-    change (:data:`~torchrl_acer.training.checkpoint.SAFE_CONFIG_CHANGES`); the
+    change (:data:`~torchrl_acer.trainers.checkpoint.SAFE_CONFIG_CHANGES`); the
     config's ``resume_allow_config_change`` (a list of dotted keys or patterns)
     allows others, ``resume_force: true`` any.
 
