@@ -84,11 +84,14 @@ def check_update_schedule(
 
 
 def replay_keys(loss_module: LossModule, replay_buffer) -> list:
-    """What replay keeps of a batch: what the loss reads (as its keys are set now,
-    so that ``set_keys`` after building the trainer is honoured) and what the
-    replay reads itself (a frame-stacking replay's frames and game ends). The
-    rest of a batch (episode returns, trajectory ids, root-level flags, a shared
-    trunk's features) would cost memory and the time to store and sample it."""
+    """The keys replay keeps of a batch.
+
+    What the loss reads (as its keys are set now, so that ``set_keys`` after
+    building the trainer is honoured) and what the replay reads itself (a
+    frame-stacking replay's frames and game ends). The rest of a batch (episode
+    returns, trajectory ids, root-level flags, a shared trunk's features) would
+    cost memory and the time to store and sample it.
+    """
     return [*loss_module.in_keys, *getattr(replay_buffer, "required_keys", ())]
 
 
@@ -100,9 +103,12 @@ def module_device(module) -> torch.device | None:
 
 
 def as_segments(batch: TensorDictBase) -> TensorDictBase:
-    """A collected batch as ``[num_segments, T]``: ``[T]`` from one environment
-    gains a leading dim, ``[workers, num_envs, T]`` from a synchronous
-    multi-process collector is flattened to ``[workers * num_envs, T]``."""
+    """A collected batch as ``[num_segments, T]``.
+
+    ``[T]`` from one environment gains a leading dim, ``[workers, num_envs, T]``
+    from a synchronous multi-process collector is flattened to
+    ``[workers * num_envs, T]``.
+    """
     if batch.ndim == 1:
         return batch.unsqueeze(0)
     if batch.ndim > 2:

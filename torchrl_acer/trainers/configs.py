@@ -136,8 +136,7 @@ class VectorGymEnvConfig(EnvConfig):
 
 @dataclass
 class ACERLossConfig(LossConfig):
-    """Hydra configuration for :class:`~torchrl_acer.ACERLoss` and its Retrace
-    estimator.
+    """Hydra configuration for :class:`~torchrl_acer.ACERLoss` and its estimator.
 
     Every argument of ``ACERLoss.__init__`` is a field; ``gamma``, ``lmbda``,
     ``c_thresh`` and ``check_values`` go to ``make_value_estimator`` (the loss

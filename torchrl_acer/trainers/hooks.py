@@ -70,7 +70,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torchrl._utils import logger as torchrl_logger
-from torchrl.trainers import (
+from torchrl.trainers.trainers import (
     OptimizationStepper,
     Trainer,
     TrainerHookBase,
@@ -148,14 +148,19 @@ class VersionedPolicy(TensorDictModuleBase):
 
 
 class NonFiniteTrainingError(RuntimeError):
-    """Training stopped: too many updates (or collected batches) in a row were
-    non-finite. The message names the first non-finite term, the frame count and
-    what the batch held."""
+    """Training stopped: too many non-finite updates or batches in a row.
+
+    Too many updates (or collected batches) in a row were non-finite. The message
+    names the first non-finite term, the frame count and what the
+    batch held.
+    """
 
 
 def _nonfinite_counts(batch: TensorDictBase) -> dict:
-    """``{key: number of non-finite values}`` for the floating-point entries of
-    ``batch`` that hold any (only computed once something went wrong)."""
+    """``{key: number of non-finite values}`` of ``batch``'s floating-point entries.
+
+    Only the entries that hold any (only computed once something went wrong).
+    """
     out = {}
     for key, value in batch.items(True, True):
         if isinstance(value, torch.Tensor) and value.is_floating_point():
@@ -249,8 +254,10 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
 
 
 def _around(trainer: Trainer, name: str, around: Callable) -> None:
-    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``,
-    ``inner`` being the method as it was (perhaps wrapped by another hook)."""
+    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``.
+
+    ``inner`` is the method as it was (perhaps wrapped by another hook).
+    """
     inner = getattr(trainer, name)
 
     @functools.wraps(inner)
@@ -277,8 +284,11 @@ def _checkpoint_path(trainer: Trainer) -> Path | None:
 
 
 def first_few(items: list[str], limit: int, sep: str = ", ") -> str:
-    """The first ``limit`` of ``items`` joined by ``sep``, and how many more: on a
-    line of its own (``"... and 3 more"``) when ``sep`` starts lines."""
+    """The first ``limit`` of ``items`` joined by ``sep``, and how many more.
+
+    The count is on a line of its own (``"... and 3 more"``) when ``sep`` starts
+    lines.
+    """
     more = len(items) - limit
     if more <= 0:
         return sep.join(items)
@@ -287,9 +297,12 @@ def first_few(items: list[str], limit: int, sep: str = ", ") -> str:
 
 
 def _refuse_nonfinite_save(loss_module, optimizer, path, frames, hint="") -> None:
-    """Raises :class:`NonFiniteTrainingError` naming the parameters and buffers of
+    """Refuses a checkpoint of non-finite values.
+
+    Raises :class:`NonFiniteTrainingError` naming the parameters and buffers of
     ``loss_module`` and the states of ``optimizer`` that hold a non-finite value:
-    no checkpoint is written from them."""
+    no checkpoint is written from them.
+    """
     named = [(f"loss_module.{k}", v) for k, v in loss_module.state_dict().items()]
     if optimizer is not None:
         for index, state in optimizer.state_dict()["state"].items():
@@ -312,8 +325,7 @@ def _refuse_nonfinite_save(loss_module, optimizer, path, frames, hint="") -> Non
 
 
 class NonFiniteGuard(OptimizationStepper):
-    """Skips non-finite updates, stops a run that stays non-finite, and never
-    saves non-finite parameters.
+    """Skips non-finite updates, stops a run that stays non-finite, never saves them.
 
     One optimizer step on a NaN (a reward from a broken environment, an overflow
     in a loss term) makes the parameters NaN for good, and every later
@@ -421,8 +433,11 @@ class NonFiniteGuard(OptimizationStepper):
         return out
 
     def _event(self, kind: str, finite: bool, describe: Callable[[], str]) -> None:
-        """Counts a non-finite update or batch (``kind``), warns at the first of
-        a streak, and raises at the ``max_in_a_row``-th in a row."""
+        """Counts a non-finite update or batch (``kind``).
+
+        Warns at the first of a streak, and raises at the ``max_in_a_row``-th in
+        a row.
+        """
         if finite:
             self._streak[kind] = 0
             return
