@@ -5,17 +5,22 @@ TorchRL, with the generated modules grafted into its packages and this project
 blocked from import, so nothing in them still depends on it.
 (b) With a TorchRL checkout (``TORCHRL_CHECKOUT``, else /work/torchrl_checkout), the
 patch applies to a clean checkout at the pinned commit, reproduces what the
-generator writes, and the generated tests pass in the patched checkout.
+generator writes, and the generated tests pass in the patched checkout; so does
+each patch of ``--series``, applied in order.
+(c) The sota folder is the hand-written one, rewritten: no vendored package, only
+TorchRL's, its dependencies' and the standard library's imports, within its size.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from builders import load_script, torchrl_checkout_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +58,7 @@ for folder in sorted((out / "torchrl").rglob("*")):
         importlib.import_module(package).__path__.append(str(folder))
 for edit in json.loads((out / "_edits" / "manifest.json").read_text()):
     if edit["kind"] == "python":
-        fragment = out / "_edits" / edit["path"]
+        fragment = out / "_edits" / edit["fragment"]
         module = importlib.import_module(edit["module"])
         exec(compile(fragment.read_text(), str(fragment), "exec"), module.__dict__)
 """
@@ -190,3 +195,132 @@ def test_import_sorting_leaves_torchrls_own_files_as_they_are():
         and tool.sort_imports(path.read_text()) != path.read_text()
     ]
     assert not changed, changed[:10]
+
+
+SOTA_IMPORTS = {"torch", "torchrl", "tensordict", "gymnasium", "hydra", "omegaconf"}
+
+
+def test_sota_folder_is_the_upstream_one_rewritten(tmp_path):
+    out = tmp_path / "out"
+    run(sys.executable, str(TOOL), "--out", str(out))
+    folder = out / tool.SOTA_DIR
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    names = {p.relative_to(folder).as_posix() for p in files}
+    source = ROOT / tool.SOTA_SOURCE
+    expected = {
+        p.name
+        for p in source.iterdir()
+        if p.is_file()
+        and p.name != tool.SOTA_ENTRIES[0]
+        and not p.name.startswith("run_")
+    }
+    assert names == expected, names ^ expected
+    assert not any("acer_utils" in n for n in names)
+    assert sum(len(p.read_text().splitlines()) for p in files) <= 1200
+    local = {p.stem for p in files if p.suffix == ".py"}
+    for path in files:
+        if path.suffix != ".py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                assert (
+                    top in SOTA_IMPORTS
+                    or top in local
+                    or top in sys.stdlib_module_names
+                    or top == "__future__"
+                ), (path.name, module)
+    for script in ("run_acer_atari.sh", "run_acer_mujoco.sh"):
+        assert (out / "sota-check" / script).is_file()
+    # the trainer, its guard and configs land where TorchRL keeps theirs
+    for path in (
+        "torchrl/trainers/algorithms/acer.py",
+        "torchrl/trainers/guards.py",
+        "torchrl/trainers/algorithms/configs/acer.py",
+    ):
+        assert "torchrl_acer" not in (out / path).read_text(), path
+
+
+TRAINER_IMPORTS = """
+from torchrl.trainers import NonFiniteGuard, NonFiniteTrainingError
+from torchrl.trainers.algorithms import ACERTrainer
+from torchrl.trainers.algorithms.acer import make_segment_replay_buffer
+from torchrl.trainers.algorithms.configs import ACERLossConfig, ACERTrainerConfig
+from hydra.core.config_store import ConfigStore
+import torchrl.trainers.algorithms.acer as acer
+assert acer.__file__.startswith({root!r}), acer.__file__
+repo = ConfigStore.instance().repo
+assert "acer.yaml" in repo["loss"] and "acer.yaml" in repo["trainer"]
+assert not [m for m in __import__("sys").modules if m.startswith("torchrl_acer")]
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_series_applies_in_order_and_each_part_passes_its_tests(tmp_path):
+    source = checkout_or_skip()
+    work = clean_copy(source, tmp_path / "work")
+    series = tmp_path / "series"
+    run(sys.executable, str(TOOL), str(work), "--series", str(series))
+    assert run("git", "-C", str(work), "status", "--porcelain").stdout == ""
+    patches = sorted(series.glob("*.patch"))
+    assert len(patches) == len(tool.SERIES) == 3
+    clean = clean_copy(source, tmp_path / "clean")
+    env = {**os.environ, "PYTHONPATH": str(clean)}
+    identity = ("-c", "user.name=t", "-c", "user.email=t@t")
+    tests = []
+    for part, patch in enumerate(patches, 1):
+        run("git", "-C", str(clean), "apply", "--check", str(patch))
+        run(
+            "git",
+            "-C",
+            str(clean),
+            *identity,
+            "am",
+            "-q",
+            "--keep-non-patch",
+            str(patch),
+        )
+        tests += [t for t, p in tool.TEST_PARTS.items() if p == part]
+        if part < len(patches):
+            result = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    *tests,
+                ],
+                capture_output=True,
+                text=True,
+                cwd=clean,
+                env=env,
+            )
+            assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+            assert passed(result.stdout) > 10
+    # the whole series is the single patch
+    whole = clean_copy(source, tmp_path / "whole")
+    run(sys.executable, str(TOOL), str(whole))
+    assert (
+        tree_hash(whole)
+        == run("git", "-C", str(clean), "rev-parse", "HEAD^{tree}").stdout.strip()
+    )
+    # the last part: the trainer, its guard and configs import from the checkout
+    done = run(
+        sys.executable,
+        "-c",
+        TRAINER_IMPORTS.format(root=str(clean)),
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.stdout.strip() == "ok"
+    for script in (clean / tool.SOTA_DIR).glob("*.py"):
+        compile(script.read_text(), str(script), "exec")

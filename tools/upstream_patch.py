@@ -37,6 +37,7 @@ import posixpath
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,11 +52,60 @@ PINNED_COMMIT = "ae9719f17b1517af5c2523a36c4616f003ee55cf"
 # The core's public packages (under torchrl_acer/): every name in their __all__ is
 # contributed, with the modules that define it and everything those import.
 CORE_PACKAGES = ("objectives", "objectives/value", "modules")
-CORE_FLOORS = ("objectives", "modules")
+CORE_FLOORS = ("objectives", "modules", "trainers")
 PACKAGE_TARGETS = {
     "torchrl_acer.objectives": "torchrl.objectives",
     "torchrl_acer.objectives.value": "torchrl.objectives.value",
     "torchrl_acer.modules": "torchrl.modules",
+}
+
+# Contributed modules outside the core packages: ACER's trainer, the guard it
+# registers and its Hydra configs (module under torchrl_acer/ -> the names its
+# target folder's EXPORT_INITS export). What they import of this project joins
+# the core too; the training application (torchrl_acer/training/) may not.
+CONTRIBUTED = {
+    "trainers/acer.py": ("ACERTrainer",),
+    "trainers/hooks.py": ("NonFiniteGuard", "NonFiniteTrainingError"),
+    "trainers/configs.py": ("ACERLossConfig", "ACERTrainerConfig"),
+}
+# Modules of which only some definitions go upstream: those named, with the
+# definitions and imports they use, under a docstring of their own (the rest of
+# the module, other hooks and configs, stays here).
+SLICES = {
+    "trainers/hooks.py": (
+        ("NonFiniteGuard", "NonFiniteTrainingError"),
+        "A trainer hook that keeps non-finite values out of training.\n\n"
+        ":class:`NonFiniteGuard` is an\n"
+        ":class:`~torchrl.trainers.OptimizationStepper`: an update whose loss or\n"
+        "gradients are not finite is skipped, a collected batch holding non-finite\n"
+        "values is neither trained on nor stored, too many of either in a row stop\n"
+        "training (:class:`NonFiniteTrainingError`), and no checkpoint is saved from\n"
+        "non-finite parameters.\n",
+    ),
+    "trainers/configs.py": (
+        (
+            "ACERLossConfig",
+            "_make_acer_loss",
+            "ACERTrainerConfig",
+            "_make_acer_trainer",
+        ),
+        "Hydra configurations for ACER's loss and trainer.\n\n"
+        ":class:`ACERLossConfig` (group ``loss``, name ``acer``) builds a\n"
+        ":class:`~torchrl.objectives.ACERLoss`, :class:`ACERTrainerConfig` (group\n"
+        "``trainer``, name ``acer``) an\n"
+        ":class:`~torchrl.trainers.algorithms.ACERTrainer`. Each checks its values\n"
+        "when built: a value of the wrong type or\n"
+        "out of range fails at start, naming the field, its value and what it must\n"
+        "be.\n",
+    ),
+}
+# The contributed configs' ConfigStore entries (read from the cs.store calls of
+# this function of the module) go into TorchRL's registration function, each
+# after the last entry of its group that sorts before it.
+CONFIG_STORE = {
+    "source": ("trainers/configs.py", "register_configs"),
+    "path": "torchrl/trainers/algorithms/configs/__init__.py",
+    "function": "_register_configs",
 }
 
 # Where core modules go (paths under torchrl_acer/ -> paths in the checkout). A
@@ -69,6 +119,12 @@ PACKAGE_TARGETS = {
 MODULE_TARGETS = {
     "objectives/acer.py": "torchrl/objectives/acer.py",
     "modules/sdn.py": "torchrl/modules/models/stochastic_dueling.py",
+    # next to SACTrainer, PPOTrainer, ...
+    "trainers/acer.py": "torchrl/trainers/algorithms/acer.py",
+    # TorchRL keeps its hooks in torchrl/trainers/trainers.py; the guard is a
+    # module of its own beside it, exported from torchrl.trainers
+    "trainers/hooks.py": "torchrl/trainers/guards.py",
+    "trainers/configs.py": "torchrl/trainers/algorithms/configs/acer.py",
 }
 APPENDED = {
     "objectives/value/functional.py": "torchrl/objectives/value/functional.py",
@@ -82,6 +138,11 @@ EXPORT_INITS = {
     "torchrl/modules/models": (
         "torchrl/modules/models/__init__.py",
         "torchrl/modules/__init__.py",
+    ),
+    "torchrl/trainers": ("torchrl/trainers/__init__.py",),
+    "torchrl/trainers/algorithms": ("torchrl/trainers/algorithms/__init__.py",),
+    "torchrl/trainers/algorithms/configs": (
+        "torchrl/trainers/algorithms/configs/__init__.py",
     ),
 }
 
@@ -105,7 +166,11 @@ DOC_ENTRIES = (
         "docs/source/reference/modules_critics.rst",
         "StochasticDuelingNetwork",
     ),
+    ("ACERTrainer", "docs/source/reference/trainers_basics.rst", "A2CTrainer"),
+    ("NonFiniteGuard", "docs/source/reference/trainers_hooks.rst", "LRSchedulerHook"),
 )
+# exported names the docs do not list, as TorchRL's do not list their kind
+UNDOCUMENTED = ("NonFiniteTrainingError", "ACERLossConfig", "ACERTrainerConfig")
 
 # Modules of the core that stand in for TorchRL names this project cannot add to
 # an installed TorchRL: not contributed; imports of their names are rewritten to
@@ -135,12 +200,58 @@ TEST_TARGETS = {
 }
 TEST_HELPERS = ("builders", "reference")  # tests/<name>.py, inlined where imported
 
-# sota-implementations: the example scripts (with their Hydra configs and the local
-# modules they import); the application modules they use (trainer, environments,
-# model builders, ...) are copied into a package of the folder.
+# sota-implementations/acer: the hand-written folder upstream/sota-implementations/acer
+# (scripts on TorchRL's primitives and the contributed names, in a2c's shape), its
+# imports of torchrl_acer rewritten, nothing of the application copied. Its run
+# scripts (run_*.sh) go into sota-check/, listed where a2c's are; its test_sota
+# entries (SOTA_ENTRIES: a file of the folder and the dict it holds) into the
+# commands dict of TorchRL's test_sota.py, after a2c's; neither file is copied.
+SOTA_SOURCE = "upstream/sota-implementations/acer"
 SOTA_DIR = "sota-implementations/acer"
-SOTA_SCRIPTS = ("examples/acer_atari.py", "examples/acer_mujoco.py")
-VENDOR_PACKAGE = "acer_utils"
+SOTA_MAX_LINES = 1200
+SOTA_ENTRIES = ("test_sota_entries.py", "ACER_ENTRIES")
+TEST_SOTA = {
+    "path": ".github/unittest/linux_sota/scripts/test_sota.py",
+    "dict": "commands",
+    "after": "a2c_atari",
+}
+SOTA_CHECK = {
+    "dir": "sota-check",
+    "list": "sota-check/submitit-release-check.sh",
+    "after": "run_a2c_mujoco.sh",
+}
+
+# --series: the contribution as three patches, each applying on the ones before it
+# (a file belongs to the part of the module, test or entry it comes from, see
+# part_of: a module imported by an earlier part's module joins that part; an edited
+# file changes in each part that edits it; a test that needs a later part's names
+# comes with that part). (subject, body) by part.
+SERIES = (
+    (
+        "[Feature] Retrace return estimator and stochastic dueling network",
+        "RetraceEstimator (torchrl.objectives.value) and its functional form\n"
+        "retrace_lambda_return_estimate, ValueEstimators.Retrace, and the Q critics\n"
+        "the estimator reads (StochasticDuelingNetwork, PlainQCritic in\n"
+        "torchrl.modules), tests and docs.\n"
+        "Munos et al., Safe and Efficient Off-Policy Reinforcement Learning, 2016.",
+    ),
+    (
+        "[Feature] ACER loss",
+        "ACERLoss (torchrl.objectives) with its trust region, tests and docs.\n"
+        "Wang et al., Sample Efficient Actor-Critic with Experience Replay, 2017.",
+    ),
+    (
+        "[Feature] ACER trainer and sota-implementations/acer",
+        "ACERTrainer (torchrl.trainers.algorithms), the NonFiniteGuard hook it\n"
+        "registers (torchrl.trainers), ACERLossConfig and ACERTrainerConfig, and\n"
+        "sota-implementations/acer (Atari and MuJoCo) with its test_sota entries\n"
+        "and sota-check scripts.",
+    ),
+)
+TEST_PARTS = {
+    "test/objectives/test_retrace.py": 1,
+    "test/objectives/test_acer.py": 2,
+}
 
 LINE_LENGTH = 88
 REFERENCE = re.compile(r"\btorchrl_acer(?:\.[A-Za-z_]\w*)*")
@@ -148,15 +259,6 @@ REFERENCE = re.compile(r"\btorchrl_acer(?:\.[A-Za-z_]\w*)*")
 LOCAL_PATH = re.compile(r"(?<![\w/.-])(?:bench|examples|tests|tools)/[\w./*-]*\w")
 # words that speak of this project as a package of its own
 PROJECT_WORDS = re.compile(r"\bthis (?:package|project)\b|\(README\b[^)]*\)")
-# in the sota scripts' prose: asides that point at this project's README sections,
-# benchmarks or tests, which the scripts do not carry upstream (the sentence reads
-# whole without them)
-PROJECT_ASIDES = (
-    (re.compile(r' ?\(README, "[^"]*"\)'), ""),
-    (re.compile(r" ?\(``(?:bench|tests|tools)/[\w./-]+``\)"), ""),
-    (re.compile(r",\s*``(?:bench|tests|tools)/[\w./-]+``\)"), ")"),
-    (re.compile(r"\bthis package\b"), "this code"),
-)
 
 
 class GenerationError(Exception):
@@ -236,7 +338,42 @@ class Project:
                 module, defined = self.resolve(name, public)
                 if defined is not None:
                     self.exports[public] = module
+        for rel, names in CONTRIBUTED.items():
+            module = ".".join([PACKAGE, *rel.removesuffix(".py").split("/")])
+            for public in names:
+                defined, found = self.resolve(module, public)
+                if (defined, found) != (module, public) or public not in self.defs(
+                    module
+                ):
+                    raise GenerationError(f"{module} defines no {public} (CONTRIBUTED)")
+                self.exports[public] = module
+        # sliced modules: the definitions that go upstream, by module
+        self.kept: dict[str, set[str]] = {}
+        for rel, (names, _) in SLICES.items():
+            module = ".".join([PACKAGE, *rel.removesuffix(".py").split("/")])
+            self.kept[module] = kept_definitions(
+                self.tree(module_file(module)), names, rel
+            )
         self.core = self.closure(set(self.exports.values()), core=True)
+
+    def part(self, module: str) -> int:
+        """The --series part of a core module: its folder's (:func:`part_of`), or
+        that of the earliest core module importing it, if earlier."""
+        if not hasattr(self, "_parts"):
+            parts = {m: part_of(self.relative(m)) for m in self.core}
+            changed = True
+            while changed:
+                changed = False
+                for user in self.core:
+                    for used in self.imported_modules(user) & self.core:
+                        if parts[used] > parts[user]:
+                            parts[used] = parts[user]
+                            changed = True
+            self._parts = parts
+        return self._parts[module]
+
+    def defs(self, module: str) -> dict[str, ast.stmt]:
+        return _definitions(self.tree(module_file(module)))
 
     def tree(self, path: Path) -> ast.Module:
         if path not in self._trees:
@@ -264,11 +401,19 @@ class Project:
 
     def imported_modules(self, module: str) -> set[str]:
         """The ``torchrl_acer`` modules ``module`` imports (names resolved to the
-        modules defining them), at any depth of its code."""
+        modules defining them), at any depth of its code (of a sliced module: of
+        the definitions kept and the module's top-level imports)."""
         path = module_file(module)
         package = path.name == "__init__.py"
         found = set()
-        for node in ast.walk(self.tree(path)):
+        tree = self.tree(path)
+        if module in self.kept:
+            defs = _definitions(tree)
+            tree = ast.Module(
+                body=_top_imports(tree) + [defs[n] for n in sorted(self.kept[module])],
+                type_ignores=[],
+            )
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if is_ours(alias.name):
@@ -342,16 +487,65 @@ class Project:
     def appended(self, module: str) -> bool:
         return self.relative(module) in APPENDED
 
-    # -- the sota folder's copies of application modules ----------------------------
 
-    def vendored_names(self, modules: set[str]) -> dict[str, str]:
-        names = {}
-        for module in sorted(modules):
-            short = module.split(".")[-1]
-            if short in names.values():
-                short = "_".join(module.split(".")[1:])
-            names[module] = short
-        return names
+# -- sliced modules ------------------------------------------------------------------
+
+
+def kept_definitions(tree: ast.Module, names, where: str) -> set[str]:
+    """``names`` and the module-level definitions they use, transitively."""
+    defs = _definitions(tree)
+    kept, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in kept:
+            continue
+        if name not in defs:
+            raise GenerationError(f"{where} defines no {name} (SLICES)")
+        kept.add(name)
+        todo += [
+            n.id
+            for n in ast.walk(defs[name])
+            if isinstance(n, ast.Name) and n.id in defs and n.id not in kept
+        ]
+    return kept
+
+
+def slice_module(text: str, names, docstring: str, where: str) -> str:
+    """The module reduced to ``names`` and what they use: ``docstring``, the
+    imports those definitions need, an ``__all__`` of the public ``names`` and
+    the definitions in their order in the module."""
+    tree = ast.parse(text, where)
+    lines = text.splitlines()
+    kept = kept_definitions(tree, names, where)
+    nodes = sorted(
+        {id(n): n for name, n in _definitions(tree).items() if name in kept}.values(),
+        key=lambda n: n.lineno,
+    )
+    used = {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+    header = [f'"""{docstring.rstrip()}\n"""', ""]
+    imports = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            header += [ast.unparse(node), ""]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            aliases = [
+                a
+                for a, bound in zip(node.names, bound_names(node), strict=True)
+                if bound in used
+            ]
+            if not aliases:
+                continue
+            if isinstance(node, ast.Import):
+                imports += [f"import {alias_text(a)}" for a in aliases]
+            else:
+                imports += render_from(
+                    _from_text(node), [alias_text(a) for a in aliases]
+                )
+    public = [n for n in names if not n.startswith("_")]
+    out = [*header, *imports, "", f"__all__ = {public!r}".replace("'", '"')]
+    for node in nodes:
+        out += ["", "", _segment(lines, node)]
+    return "\n".join(out) + "\n"
 
 
 # -- rewriting ---------------------------------------------------------------------
@@ -360,18 +554,11 @@ class Project:
 class Rewriter:
     """Rewrites ``torchrl_acer`` imports and dotted references for one kind of file:
     ``"core"`` (a contributed module: imports from defining modules), ``"test"``
-    (imports from the public homes) or ``"sota"`` (as tests, and application
-    modules from the folder's package ``VENDOR_PACKAGE``)."""
+    or ``"sota"`` (imports from the public homes)."""
 
-    def __init__(self, project: Project, kind: str, vendored: dict[str, str] = None):
+    def __init__(self, project: Project, kind: str):
         self.project = project
         self.kind = kind
-        self.vendored = vendored or {}
-
-    def vendored_module(self, module: str) -> str | None:
-        if module in self.vendored:
-            return f"{VENDOR_PACKAGE}.{self.vendored[module]}"
-        return None
 
     def map_name(
         self, source: str, name: str, where: str, public: bool = False
@@ -388,12 +575,15 @@ class Rewriter:
             target = self.map_module(module, where)
             return target.rpartition(".")[0], target.rpartition(".")[2]
         if module in self.project.core:
+            kept = self.project.kept.get(module)
+            if kept is not None and defined not in kept:
+                raise GenerationError(
+                    f"{where}: refers to {module}.{defined}, which stays out of the "
+                    f"contribution (SLICES)"
+                )
             if self.kind == "core" and not public:
                 return self.project.target_module(module), defined
             return self.project.public_home(module, defined), defined
-        vendored = self.vendored_module(module)
-        if vendored:
-            return vendored, defined
         raise GenerationError(
             f"{where}: imports {source}.{name}, which is not part of the contribution"
         )
@@ -403,11 +593,6 @@ class Rewriter:
             return self.project.target_module(module)
         if module in PACKAGE_TARGETS:
             return PACKAGE_TARGETS[module]
-        vendored = self.vendored_module(module)
-        if vendored:
-            return vendored
-        if self.kind == "sota" and module == f"{PACKAGE}.training":
-            return VENDOR_PACKAGE
         raise GenerationError(
             f"{where}: refers to {module}, which is not part of the contribution"
         )
@@ -497,6 +682,8 @@ class PyEdit:
     sort_all: bool = True
     block: str = ""  # code appended at the end
     block_imports: list[str] = field(default_factory=list)  # statements it needs
+    part: int = 1  # of --series
+    kind = "python"
 
     def apply(self, text: str) -> str:
         for statement in self.block_imports:
@@ -541,6 +728,8 @@ class EnumMemberEdit:
     value: str
     table: str
     entry: dict
+    part: int = 1
+    kind = "python"
 
     def apply(self, text: str) -> str:
         tree = ast.parse(text)
@@ -659,6 +848,9 @@ class RstEdit:
 
     path: str
     entries: list[tuple[str, str, str]] = field(default_factory=list)
+    part: int = 1
+    kind = "rst"
+    module = None
 
     def apply(self, text: str) -> str:
         for entry, after, dotted in self.entries:
@@ -669,6 +861,134 @@ class RstEdit:
         lines = [f".. Entries added to the autosummary lists of {self.path}:", ""]
         lines += [f"    {entry}  (after {after})" for entry, after, _ in self.entries]
         return "\n".join(lines) + "\n"
+
+
+@dataclass
+class StoreEdit:
+    """``cs.store(group=..., name=..., node=...)`` calls added to the function of
+    the checkout that registers its configs, each after the last one-line call of
+    its group whose name sorts before it."""
+
+    path: str
+    module: str
+    function: str
+    calls: list[tuple[str, str, str]]  # group, name, node
+    part: int = 1
+    kind = "python"
+
+    def apply(self, text: str) -> str:
+        lines = text.splitlines()
+        tree = ast.parse(text)
+        function = next(
+            (
+                n
+                for n in tree.body
+                if isinstance(n, ast.FunctionDef) and n.name == self.function
+            ),
+            None,
+        )
+        if function is None:
+            raise GenerationError(f"{self.path}: no function {self.function}")
+        for group, name, node in self.calls:
+            call = re.compile(rf'^(\s*)cs\.store\(group="{group}", name="(\w+)", ')
+            found = [
+                (i, m)
+                for i in range(function.lineno - 1, function.end_lineno)
+                if (m := call.match(lines[i]))
+            ]
+            if not found:
+                raise GenerationError(
+                    f"{self.path}: {self.function} stores no {group!r} config to follow"
+                )
+            if any(m.group(2) == name for _, m in found):
+                continue
+            before = [(i, m) for i, m in found if _key(m.group(2)) < _key(name)]
+            at, match = before[-1] if before else found[0]
+            line = (
+                f'{match.group(1)}cs.store(group="{group}", name="{name}", node={node})'
+            )
+            lines.insert(at + 1 if before else at, line)
+        return "\n".join(lines) + "\n"
+
+    def fragment(self) -> str:
+        lines = [
+            f"# Executed in the namespace of {self.module} ({self.path}): what the "
+            f"edit adds to {self.function}.",
+            "from hydra.core.config_store import ConfigStore",
+            "",
+        ]
+        lines += [
+            f'ConfigStore.instance().store(group="{g}", name="{n}", node={node})'
+            for g, n, node in self.calls
+        ]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
+class DictEntriesEdit:
+    """Entries (their source lines) added to a literal dict of a checkout module,
+    after the entry of a given key."""
+
+    path: str
+    name: str
+    after: str
+    entries: str
+    part: int = 1
+    kind = "text"
+    module = None
+
+    def apply(self, text: str) -> str:
+        tree = ast.parse(text)
+        node = next((n for n in tree.body if self.name in _assigned_names(n)), None)
+        if node is None or not isinstance(node.value, ast.Dict):
+            raise GenerationError(f"{self.path}: no dict {self.name}")
+        keys = [ast.literal_eval(k) if k is not None else None for k in node.value.keys]
+        new_keys = list(ast.literal_eval("{" + self.entries + "}"))
+        if set(new_keys) & set(keys):
+            return text  # written already
+        if self.after not in keys:
+            raise GenerationError(f"{self.path}: {self.name} has no {self.after!r}")
+        value = node.value.values[keys.index(self.after)]
+        lines = text.splitlines()
+        lines[value.end_lineno : value.end_lineno] = self.entries.rstrip("\n").split(
+            "\n"
+        )
+        return "\n".join(lines) + "\n"
+
+    def fragment(self) -> str:
+        return (
+            f"# Entries added to the dict {self.name} of {self.path}, after "
+            f"{self.after!r}:\n{self.entries}"
+        )
+
+
+@dataclass
+class LinesEdit:
+    """Lines added to a text file of the checkout after a given line (stripped),
+    with its indentation."""
+
+    path: str
+    after: str
+    new: list[str]
+    part: int = 1
+    kind = "text"
+    module = None
+
+    def apply(self, text: str) -> str:
+        lines = text.splitlines()
+        found = [i for i, line in enumerate(lines) if line.strip() == self.after]
+        if not found:
+            raise GenerationError(f"{self.path}: no line {self.after!r} to follow")
+        if any(line.strip() in self.new for line in lines):
+            return text
+        indent = lines[found[0]][: len(lines[found[0]]) - len(lines[found[0]].lstrip())]
+        lines[found[0] + 1 : found[0] + 1] = [indent + line for line in self.new]
+        return "\n".join(lines) + "\n" if text.endswith("\n") else "\n".join(lines)
+
+    def fragment(self) -> str:
+        return f"# Lines added to {self.path} after {self.after!r}:\n" + "".join(
+            f"{line}\n" for line in self.new
+        )
 
 
 def _key(name: str) -> str:
@@ -964,10 +1284,22 @@ def add_rst_entry(text: str, entry: str, after: str, dotted: str, where: str) ->
 @dataclass
 class Generated:
     new_files: dict[str, str] = field(default_factory=dict)  # path -> text
-    edits: list[EnumMemberEdit | PyEdit | RstEdit] = field(
-        default_factory=list
-    )  # in order
+    edits: list = field(default_factory=list)  # in order; each has .path, .part
     warnings: list[str] = field(default_factory=list)
+    parts: dict[str, int] = field(default_factory=dict)  # new file -> --series part
+    # a new file's text in the --series parts before the next one that changes it
+    early: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+
+
+def part_of(rel: str) -> int:
+    """The --series part of a module of this project (path under torchrl_acer/) by
+    its folder; :meth:`Project.part` moves a module into the part of the earliest
+    module that imports it."""
+    if rel.startswith("objectives/value/") or rel == "objectives/_value_estimators.py":
+        return 1
+    if rel.startswith(("objectives/", "modules/")):
+        return 2
+    return 3
 
 
 def generate() -> Generated:
@@ -980,39 +1312,67 @@ def generate() -> Generated:
     appended: list[PyEdit] = []
     for module in sorted(project.core):
         path = module_file(module)
+        rel = project.relative(module)
         where = path.relative_to(ROOT).as_posix()
-        text = core.references(core.imports(path.read_text(), module, where), where)
+        text = path.read_text()
+        if rel in SLICES:
+            names, docstring = SLICES[rel]
+            text = slice_module(text, names, docstring, where)
+        text = core.references(core.imports(text, module, where), where)
         if project.appended(module):
-            appended.append(appended_edit(project, module, text))
+            edit = appended_edit(project, module, text)
+            edit.part = project.part(module)
+            appended.append(edit)
         else:
             out.new_files[project.target(module)] = text
+            out.parts[project.target(module)] = project.part(module)
     out.edits += appended
 
     # exports: each new module's public names, from its folder's __init__ files
     # (the outer ones import them from the subpackage, as TorchRL's do)
-    exports: dict[str, dict[str, list[str]]] = {}  # __init__ -> source -> names
+    exports: dict[tuple[str, int], dict[str, list[str]]] = {}
     for name, module in sorted(project.exports.items()):
         if project.appended(module):
             continue
         target = project.target(module)
+        part = project.part(module)
         for init in EXPORT_INITS.get(posixpath.dirname(target), ()):
             package = posixpath.dirname(init)
             child = target[len(package) + 1 :].split("/")[0].removesuffix(".py")
-            exports.setdefault(init, {}).setdefault(f".{child}", []).append(name)
-    for init in sorted(exports, key=lambda path: -path.count("/")):  # inner first
+            names = exports.setdefault((init, part), {}).setdefault(f".{child}", [])
+            names.append(name)
+    # by part, inner __init__ files first
+    for init, part in sorted(exports, key=lambda key: (key[1], -key[0].count("/"))):
         out.edits.append(
             PyEdit(
                 init,
                 posixpath.dirname(init).replace("/", "."),
-                imports=list(exports[init].items()),
-                all_names=[n for names in exports[init].values() for n in names],
+                imports=list(exports[init, part].items()),
+                all_names=[n for names in exports[init, part].values() for n in names],
+                part=part,
             )
         )
     out.edits += doc_edits(project, out.warnings)
+    out.edits += config_store_edits(project)
 
     for source, target in TEST_TARGETS.items():
-        out.new_files[target] = test_module(project, source)
-    out.new_files.update(sota_files(project))
+        text = sort_imports(test_module(project, source), keep_blank_lines=False)
+        out.new_files[target] = text
+        out.parts[target] = part = TEST_PARTS[target]
+        # the tests that need a later part's names (a loss built on the
+        # estimator, say) come with that part
+        later = {
+            name
+            for name, module in project.exports.items()
+            if project.part(module) > part
+        }
+        early = without_tests_of(text, later)
+        if early != text:
+            out.early[target] = [(part, early)]
+    sota, sota_edits = sota_files(project)
+    out.new_files.update(sota)
+    out.parts.update(dict.fromkeys(sota, len(SERIES)))
+    out.edits += sota_edits
     for path, text in out.new_files.items():
         if path.endswith(".py"):
             # the rewritten imports were a block of their own (this project's
@@ -1033,6 +1393,123 @@ def generate() -> Generated:
         for match in mentions:
             out.warnings.append(f"{path} mentions {match}, a path of this project")
     return out
+
+
+def without_tests_of(text: str, names: set[str]) -> str:
+    """``text`` less its top-level definitions that use ``names`` (directly or
+    through other definitions), and less the imports nothing left uses."""
+    tree = ast.parse(text)
+    defs = _definitions(tree)
+    uses = {
+        name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        for name, node in defs.items()
+    }
+    dropped: set[str] = set()
+    while True:
+        more = {
+            name
+            for name, used in uses.items()
+            if name not in dropped and used & (names | dropped)
+        }
+        if not more:
+            break
+        dropped |= more
+    if not dropped:
+        return text
+    lines = text.splitlines()
+    spans = set()
+    for name in dropped:
+        node = defs[name]
+        spans |= _spans_using(node, lines, names | dropped)
+    for start, end in sorted(spans, reverse=True):
+        del lines[start - 1 : end]
+    text = re.sub(r"\n{3,}", "\n\n\n", "\n".join(lines).rstrip("\n") + "\n")
+    tree = ast.parse(text)
+    imports = _top_imports(tree)
+    used = {
+        n.id
+        for node in tree.body
+        if node not in imports
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name)
+    }
+    lines = text.splitlines()
+    for node in sorted(imports, key=lambda n: -n.lineno):
+        keep = [
+            alias_text(a)
+            for a, bound in zip(node.names, bound_names(node), strict=True)
+            if bound in used
+        ]
+        if len(keep) == len(node.names):
+            continue
+        if isinstance(node, ast.Import):
+            new = [f"import {a}" for a in keep]
+        else:
+            new = render_from(_from_text(node), keep) if keep else []
+        lines[node.lineno - 1 : node.end_lineno] = new
+    return sort_imports("\n".join(lines) + "\n", keep_blank_lines=False)
+
+
+def _names_in(*nodes) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _spans_using(node: ast.stmt, lines: list[str], names: set[str]) -> set:
+    """The line spans to delete so that ``node`` no longer uses ``names``: the
+    methods that use them, when the rest of a class does not; else all of it."""
+    if isinstance(node, ast.ClassDef):
+        methods = [
+            m
+            for m in node.body
+            if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and _names_in(m) & names
+        ]
+        rest = [n for n in node.body if n not in methods]
+        if (
+            any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in rest)
+            and not _names_in(*rest, *node.decorator_list, *node.bases) & names
+        ):
+            return {(_first_line(lines, m), m.end_lineno) for m in methods}
+    return {(_first_line(lines, node), node.end_lineno)}
+
+
+def config_store_edits(project: Project) -> list[StoreEdit]:
+    """:data:`CONFIG_STORE`: the contributed configs' ``cs.store`` calls."""
+    rel, function = CONFIG_STORE["source"]
+    module = ".".join([PACKAGE, *rel.removesuffix(".py").split("/")])
+    contributed = {n for n, m in project.exports.items() if m == module}
+    tree = project.tree(module_file(module))
+    calls = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func).endswith(".store")
+            and {k.arg for k in node.keywords} >= {"group", "name", "node"}
+        ):
+            kw = {k.arg: k.value for k in node.keywords}
+            if ast.unparse(kw["node"]) in contributed:
+                calls.append(
+                    (
+                        ast.literal_eval(kw["group"]),
+                        ast.literal_eval(kw["name"]),
+                        ast.unparse(kw["node"]),
+                    )
+                )
+    if {c[2] for c in calls} != contributed:
+        raise GenerationError(
+            f"torchrl_acer/{rel}: {function} stores {sorted(c[2] for c in calls)}, "
+            f"not every contributed config ({sorted(contributed)})"
+        )
+    path = CONFIG_STORE["path"]
+    return [
+        StoreEdit(
+            path=path,
+            module=posixpath.dirname(path).replace("/", "."),
+            function=CONFIG_STORE["function"],
+            calls=calls,
+            part=project.part(module),
+        )
+    ]
 
 
 def appended_edit(project: Project, module: str, text: str) -> PyEdit:
@@ -1072,7 +1549,7 @@ def _is_header(node: ast.stmt) -> bool:
 
 
 def doc_edits(project: Project, warnings: list[str]) -> list[RstEdit]:
-    edits: dict[str, RstEdit] = {}
+    edits: dict[tuple[str, int], RstEdit] = {}
     documented = set()
     for entry, path, after in DOC_ENTRIES:
         name = entry.split(".")[-1]
@@ -1082,10 +1559,12 @@ def doc_edits(project: Project, warnings: list[str]) -> list[RstEdit]:
             continue
         documented.add(name)
         dotted = f"{project.public_home(module, name)}.{name}"
-        edits.setdefault(path, RstEdit(path)).entries.append((entry, after, dotted))
-    for name in sorted(set(project.exports) - documented):
+        part = project.part(module)
+        edit = edits.setdefault((path, part), RstEdit(path, part=part))
+        edit.entries.append((entry, after, dotted))
+    for name in sorted(set(project.exports) - documented - set(UNDOCUMENTED)):
         warnings.append(f"docs: no rst entry for {name} (add one to DOC_ENTRIES)")
-    return list(edits.values())
+    return [edits[key] for key in sorted(edits, key=lambda key: key[1])]
 
 
 def test_module(project: Project, source: str) -> str:
@@ -1216,134 +1695,60 @@ def inline_helpers(text: str, where: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sota_files(project: Project) -> dict[str, str]:
-    """The example scripts, their configs and local modules, and the application
-    modules they use, for ``sota-implementations/acer/``."""
-    examples = ROOT / "examples"
-    files: dict[Path, str] = {}  # file under examples/ -> its name in the folder
-    todo = [ROOT / s for s in SOTA_SCRIPTS]
-    used: set[str] = set()
-    while todo:
-        path = todo.pop()
-        if path in files:
+def sota_files(project: Project) -> tuple[dict[str, str], list]:
+    """``sota-implementations/acer/`` from :data:`SOTA_SOURCE`, the run scripts
+    for ``sota-check/`` and the edits that list them and the test_sota entries."""
+    source = ROOT / SOTA_SOURCE
+    rewriter = Rewriter(project, "sota")
+    part = len(SERIES)
+    out, edits, scripts = {}, [], []
+    entries_file, entries_name = SOTA_ENTRIES
+    for path in sorted(source.iterdir()):
+        if not path.is_file() or path.name.startswith("."):
             continue
-        if not path.is_file():
-            raise GenerationError(f"no {path.relative_to(ROOT)} (see SOTA_SCRIPTS)")
-        files[path] = path.name
-        tree = ast.parse(path.read_text(), str(path))
-        config = hydra_config(tree, path)
-        if config:
-            files[config] = config.name
-            for group in config_groups(config):
-                files[group] = group.relative_to(examples).as_posix()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 0:
-                if is_ours(node.module):
-                    used |= {
-                        project.resolve(node.module, a.name)[0] for a in node.names
-                    }
-                elif (examples / f"{node.module}.py").is_file():
-                    todo.append(examples / f"{node.module}.py")
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if (examples / f"{alias.name}.py").is_file():
-                        todo.append(examples / f"{alias.name}.py")
-    application = project.closure({m for m in used if m not in project.core}, False)
-    application -= project.core
-    vendored = project.vendored_names(application)
-    rewriter = Rewriter(project, "sota", vendored)
-    copied = {p.name for p in files}
-
-    def rewrite(text, current, where):
-        if where.endswith(".py"):
-            text = merge_imports(rewriter.imports(text, current, where))
+        where = path.relative_to(ROOT).as_posix()
+        text = path.read_text()
+        if path.name == entries_file:
+            edits.append(sota_entries_edit(text, entries_name, where, part))
+            continue
+        if path.suffix == ".py":
+            text = merge_imports(rewriter.imports(text, None, where))
         text = rewriter.references(text, where)
-        for pattern, replacement in PROJECT_ASIDES:
-            text = pattern.sub(replacement, text)
-        return re.sub(
-            r"\bexamples/([\w.*?-]+)",
-            lambda m: (
-                f"{SOTA_DIR}/{m.group(1)}"
-                if fnmatch.filter(copied, m.group(1))
-                else m.group(0)
-            ),
-            text,
+        if fnmatch.fnmatch(path.name, "run_*.sh"):
+            out[f"{SOTA_CHECK['dir']}/{path.name}"] = text
+            scripts.append(path.name)
+        else:
+            out[f"{SOTA_DIR}/{path.name}"] = text
+    if not scripts or not edits:
+        raise GenerationError(
+            f"{SOTA_SOURCE} needs run_*.sh scripts and {entries_file} "
+            f"(see SOTA_ENTRIES)"
         )
-
-    out = {}
-    for path, name in files.items():
-        where = path.relative_to(ROOT).as_posix()
-        out[f"{SOTA_DIR}/{name}"] = rewrite(path.read_text(), None, where)
-    for module, short in sorted(vendored.items()):
-        path = module_file(module)
-        if path.name == "__init__.py":
-            continue
-        where = path.relative_to(ROOT).as_posix()
-        text = rewrite(path.read_text(), module, where)
-        out[f"{SOTA_DIR}/{VENDOR_PACKAGE}/{short}.py"] = text
-    out[f"{SOTA_DIR}/{VENDOR_PACKAGE}/__init__.py"] = (
-        '"""The training loop, environments and networks the ACER scripts use."""\n'
+    edits.append(LinesEdit(SOTA_CHECK["list"], SOTA_CHECK["after"], scripts, part))
+    lines = sum(
+        text.count("\n") for path, text in out.items() if path.startswith(SOTA_DIR)
     )
-    out[f"{SOTA_DIR}/README.md"] = sota_readme(files)
-    return out
+    if lines > SOTA_MAX_LINES:
+        raise GenerationError(
+            f"{SOTA_DIR} would hold {lines} lines, more than {SOTA_MAX_LINES}"
+        )
+    return out, edits
 
 
-def config_groups(config: Path) -> list[Path]:
-    """The config-group files a Hydra config's ``defaults`` list composes from its
-    own folder (``- run: default`` -> ``run/default.yaml``; ``override`` entries
-    name Hydra's own groups)."""
-    defaults = re.search(
-        r"^defaults:\n((?:[ \t]+-[^\n]*\n?)+)", config.read_text(), re.M
+def sota_entries_edit(text: str, name: str, where: str, part: int) -> DictEntriesEdit:
+    """The entries of the literal dict ``name`` of ``text``, as written, for the
+    commands dict of TorchRL's test_sota.py."""
+    tree = ast.parse(text, where)
+    node = next((n for n in tree.body if name in _assigned_names(n)), None)
+    if node is None or not isinstance(node.value, ast.Dict) or not node.value.keys:
+        raise GenerationError(f"{where}: no literal dict {name} (see SOTA_ENTRIES)")
+    lines = text.splitlines()
+    first = node.value.keys[0].lineno
+    last = node.value.values[-1].end_lineno
+    entries = "\n".join(lines[first - 1 : last]) + "\n"
+    return DictEntriesEdit(
+        TEST_SOTA["path"], TEST_SOTA["dict"], TEST_SOTA["after"], entries, part
     )
-    if defaults is None:
-        return []
-    found = []
-    for group, name in re.findall(
-        r"^\s+-\s+([\w/]+):\s*(\w+)", defaults.group(1), re.M
-    ):
-        path = config.parent / group / f"{name}.yaml"
-        if path.is_file():
-            found.append(path)
-    return found
-
-
-def hydra_config(tree: ast.Module, script: Path) -> Path | None:
-    for node in ast.walk(tree):
-        for decorator in getattr(node, "decorator_list", []):
-            if (
-                isinstance(decorator, ast.Call)
-                and ast.unparse(decorator.func) == "hydra.main"
-            ):
-                kwargs = {k.arg: ast.literal_eval(k.value) for k in decorator.keywords}
-                folder = script.parent / (kwargs.get("config_path") or ".")
-                config = (folder / f"{kwargs['config_name']}.yaml").resolve()
-                if not config.is_file():
-                    raise GenerationError(f"{script.name}: no config {config}")
-                return config
-    return None
-
-
-def sota_readme(files: dict[Path, str]) -> str:
-    scripts = [
-        name for path, name in files.items() if path in {ROOT / s for s in SOTA_SCRIPTS}
-    ]
-    lines = [
-        "## ACER: Actor-Critic with Experience Replay",
-        "",
-        "Scripts that train ACER ([Wang et al. 2017](https://arxiv.org/abs/1611.01224)) "
-        "with `torchrl.objectives.ACERLoss` and the Retrace estimator "
-        "(`torchrl.objectives.value.RetraceEstimator`).",
-        "",
-        "Each script reads its settings from the `config_*.yaml` file next to it "
-        "(Hydra: any setting can be overridden on the command line); the environments "
-        f"and networks are in the `utils_*.py` files, the training loop in `{VENDOR_PACKAGE}/`.",
-        "",
-        "```bash",
-        *(f"python {name}" for name in scripts),
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 # -- writing -----------------------------------------------------------------------
@@ -1354,17 +1759,23 @@ def write_out(generated: Generated, out: Path) -> list[str]:
     for path, text in sorted(generated.new_files.items()):
         _write(out / path, text)
         written.append(path)
-    manifest = []
+    manifest, used = [], set()
     for edit in generated.edits:
-        _write(out / "_edits" / edit.path, edit.fragment())
+        fragment, n = edit.path, 1
+        while fragment in used:  # a file edited more than once (by --series part)
+            n += 1
+            fragment = f"{edit.path}.{n}"
+        used.add(fragment)
+        _write(out / "_edits" / fragment, edit.fragment())
         manifest.append(
             {
                 "path": edit.path,
-                "kind": "rst" if isinstance(edit, RstEdit) else "python",
-                "module": None if isinstance(edit, RstEdit) else edit.module,
+                "fragment": fragment,
+                "kind": edit.kind,
+                "module": edit.module,
             }
         )
-        written.append(f"_edits/{edit.path}")
+        written.append(f"_edits/{fragment}")
     _write(out / "_edits" / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     return written
 
@@ -1418,19 +1829,29 @@ def license_header(checkout: Checkout) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def changes(generated: Generated, checkout: Checkout):
-    """``(path, text at the commit or None, new text)`` for every file."""
+def changes(generated: Generated, checkout: Checkout, upto: int | None = None):
+    """``(path, text at the commit or None, new text)`` for every file (``upto``:
+    of the --series parts up to that one only)."""
     header = license_header(checkout)
     result = []
     for path, text in sorted(generated.new_files.items()):
+        if upto is not None and generated.parts[path] > upto:
+            continue
         if checkout.base(path) is not None:
             raise GenerationError(
                 f"{path} already exists in TorchRL at {checkout.commit}"
             )
-        result.append((path, None, header + text if path.endswith(".py") else text))
+        for part, early in generated.early.get(path, ()):
+            if upto is not None and upto <= part:
+                text = early
+                break
+        if path.endswith(".py") and not text.startswith(header):
+            text = header + text
+        result.append((path, None, text))
     by_path: dict[str, list] = {}
     for edit in generated.edits:
-        by_path.setdefault(edit.path, []).append(edit)
+        if upto is None or edit.part <= upto:
+            by_path.setdefault(edit.path, []).append(edit)
     for path, edits in sorted(by_path.items()):
         base = checkout.base(path)
         if base is None:
@@ -1442,6 +1863,61 @@ def changes(generated: Generated, checkout: Checkout):
             text = sort_imports(text)  # TorchRL's own order, blank lines kept
         result.append((path, base, text))
     return result
+
+
+def write_series(generated: Generated, checkout: Checkout, out: Path) -> list[Path]:
+    """:data:`SERIES` as ``git format-patch`` files in ``out``: the parts committed
+    one after the other on the commit, in a throwaway clone of the checkout."""
+    if not checkout.git:
+        raise GenerationError("--series needs a git checkout")
+
+    def git(*args, cwd):
+        done = subprocess.run(
+            ["git", "-C", str(cwd), *args], capture_output=True, text=True
+        )
+        if done.returncode:
+            raise GenerationError(f"git {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    identity = []
+    for key, default in (
+        ("user.name", "torchrl-acer"),
+        ("user.email", "torchrl-acer@users.noreply.github.com"),
+    ):
+        value = subprocess.run(
+            ["git", "-C", str(ROOT), "config", key], capture_output=True, text=True
+        ).stdout.strip()
+        identity += ["-c", f"{key}={value or default}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "rl"
+        git(
+            "clone",
+            "-q",
+            "--shared",
+            "--no-checkout",
+            str(checkout.root),
+            str(clone),
+            cwd=tmp,
+        )
+        git("checkout", "-q", "--detach", checkout.commit, cwd=clone)
+        for part, (subject, body) in enumerate(SERIES, 1):
+            files = changes(generated, checkout, upto=part)
+            for path, _, new in files:
+                _write(clone / path, new)
+            git("add", "--", *(path for path, _, _ in files), cwd=clone)
+            git(*identity, "commit", "-q", "-m", subject, "-m", body, cwd=clone)
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob("*.patch"):
+            old.unlink()
+        names = git(
+            "format-patch",
+            "--no-signature",
+            "-o",
+            str(out.resolve()),
+            f"{checkout.commit}..HEAD",
+            cwd=clone,
+        ).split()
+    return [Path(name) for name in names]
 
 
 def unified_diff(path: str, old: str | None, new: str) -> str:
@@ -1481,11 +1957,21 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--force", action="store_true", help="overwrite local changes in the checkout"
     )
+    parser.add_argument(
+        "--series",
+        type=Path,
+        metavar="DIR",
+        help="write the contribution as ordered `git format-patch` files into DIR "
+        "(Retrace; the ACER loss and network; the trainer and sota folder), "
+        "leaving the checkout as it is",
+    )
     args = parser.parse_args(argv)
     if (args.checkout is None) == (args.out is None):
         parser.error("give a TorchRL checkout or --out DIR (not both)")
-    if args.patch and args.checkout is None:
-        parser.error("--patch needs a checkout")
+    if (args.patch or args.series) and args.checkout is None:
+        parser.error("--patch and --series need a checkout")
+    if args.series and (args.patch or args.no_write or args.force):
+        parser.error("--series writes nothing else: no --patch, --no-write, --force")
     if args.no_write and not args.patch:
         parser.error("--no-write needs --patch")
     log = sys.stderr if args.patch == "-" else sys.stdout
@@ -1500,6 +1986,12 @@ def main(argv=None) -> int:
                 print(f"  {path}", file=log)
             return 0
         checkout = Checkout(args.checkout.resolve(), args.commit)
+        if args.series:
+            written = write_series(generated, checkout, args.series)
+            print(f"wrote {len(written)} patches into {args.series}:", file=log)
+            for path in written:
+                print(f"  {path.name}", file=log)
+            return 0
         files = changes(generated, checkout)
         if not args.no_write:
             conflicts = [
