@@ -11,10 +11,12 @@ import importlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -730,3 +732,51 @@ def checkpoint_component(checkpoint, name):
     record = ACERCheckpoint.verify(checkpoint)["components"][name]
     adapter = FiniteStateDictAdapter(payload_format="torch", weights_only=False)
     return adapter.read(Path(checkpoint) / record["path"])
+
+
+# An environment whose faults a test switches on. It lives here, imported once,
+# and not in a test module: pytest imports test modules under names of its own
+# (--import-mode=importlib), so a test module imported by another one too would
+# be two modules, and the registered environment would read the other's switches.
+INJECTED = "InjectedCartPole-v1"
+
+
+class Inject(gym.Wrapper):
+    """Returns NaN where ``Inject.what`` says, once ``Inject.armed`` (shared by the
+    copies): ``"reward"`` once, ``"rewards"`` on every step of every copy,
+    ``"final_observation"`` at the next episode end (the policy never sees it),
+    ``"observation"`` once mid-episode (the policy acts on it); ``"raise"``
+    raises (an environment that crashes)."""
+
+    armed = False
+    what = "reward"
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if Inject.armed:
+            if Inject.what in ("reward", "rewards"):
+                reward = float("nan")
+                Inject.armed = Inject.what == "rewards"
+            elif Inject.what == "final_observation" and (terminated or truncated):
+                obs = np.full_like(obs, np.nan)
+                Inject.armed = False
+            elif Inject.what == "observation" and not (terminated or truncated):
+                obs = np.full_like(obs, np.nan)
+                Inject.armed = False
+            elif Inject.what == "raise":
+                Inject.armed = False
+                raise RuntimeError("the simulator crashed")
+            elif Inject.what in ("sigint", "sigint_twice"):
+                # Ctrl-C arriving in the middle of an environment's step
+                Inject.armed = Inject.what == "sigint_twice"
+                Inject.what = "sigint"
+                os.kill(os.getpid(), signal.SIGINT)
+        return obs, reward, terminated, truncated, info
+
+
+def _injected_cartpole(**kwargs):
+    return Inject(gym.make("CartPole-v1", **kwargs))
+
+
+if INJECTED not in gym.registry:
+    gym.register(INJECTED, entry_point=_injected_cartpole, disable_env_checker=True)

@@ -184,6 +184,8 @@ class ACERUpdateSchedule(TrainerHookBase):
         self.generator = torch.Generator().manual_seed(seed)
         self.segment_length: int | None = None
         self._pending: list = []  # what the batch's remaining updates train on
+        #: the fresh batch's updates: on-policy (0 or 1) and replayed
+        self.planned = {"on_policy": 0, "off_policy": 0}
         self._trainer: Trainer | None = None
 
     @property
@@ -213,6 +215,11 @@ class ACERUpdateSchedule(TrainerHookBase):
                 rate = torch.tensor(float(self.replay_ratio))
                 draws = int(torch.poisson(rate, generator=self.generator))
                 self._pending += [None] * draws  # sampled when their turn comes
+        on_policy = int(self.on_policy_updates and accepted)
+        self.planned = {
+            "on_policy": on_policy,
+            "off_policy": len(self._pending) - on_policy,
+        }
         return batch
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
@@ -270,8 +277,10 @@ class ACERTrainer(Trainer):
 
     It logs, besides the loss terms TorchRL's trainer logs, the trust region's
     statistics of each update (``train/trust_region_active_fraction``,
-    ``train/trust_region_k_norm``, ``train/trust_region_k_dot_g``) and the
-    steps held in replay (``replay/steps``); its ``_optim_count`` counts updates.
+    ``train/trust_region_k_norm``, ``train/trust_region_k_dot_g``), the steps
+    held in replay (``replay/steps``) and each batch's updates
+    (``train/on_policy_updates``, ``train/off_policy_updates``); its
+    ``_optim_count`` counts updates.
 
     Everything else (logging, evaluation, checkpoints, the guards of
     :mod:`torchrl_acer.trainers.hooks`) is registered with :meth:`register_op`,
@@ -451,6 +460,7 @@ class ACERTrainer(Trainer):
         self.register_op("post_steps", update_weights)
         # ACER's own numbers in the training log, beside the loss terms TorchRL
         # logs: the trust region's statistics of each update, the replay's size
+        # and the batch's updates, on-policy and replayed
         self.register_op("post_optim_log", self._log_trust_region)
         self.register_op("post_steps_log", self._log_replay)
         if progress_bar:
@@ -483,7 +493,12 @@ class ACERTrainer(Trainer):
         return {f"train/trust_region_{key}": value for key, value in stats.items()}
 
     def _log_replay(self, batch: TensorDictBase) -> dict:
-        return {"replay/steps": self.schedule.replay_steps}
+        planned = self.schedule.planned
+        return {
+            "replay/steps": self.schedule.replay_steps,
+            "train/on_policy_updates": planned["on_policy"],
+            "train/off_policy_updates": planned["off_policy"],
+        }
 
 
 class _DetachingStepper(DefaultOptimizationStepper):
