@@ -108,7 +108,14 @@ def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
     harness.mkdir()
     (harness / "acer_upstream_harness.py").write_text(HARNESS)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "PYTHONPATH": str(harness), "ACER_UPSTREAM_OUT": str(out)}
+    # TorchRL's test base (test/objectives/_objectives_common.py) is not in its
+    # wheel: the generated tests import this project's stand-in for it here
+    stand_in = Path(__file__).parent / "upstream"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(harness), str(stand_in)]),
+        "ACER_UPSTREAM_OUT": str(out),
+    }
     run_generated_tests(
         "-p",
         "acer_upstream_harness",

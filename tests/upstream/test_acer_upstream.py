@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from _objectives_common import LossModuleTestBase
 
 # Self-contained but for the helpers below, which tools/upstream_patch.py inlines
 # into the upstream copy of this module (and drops this comment with the imports).
@@ -40,7 +41,7 @@ from torchrl_acer import ACERLoss, RetraceEstimator
 SPACES = ("logits", "log_probs", "probs")  # what the trust region projects
 
 
-class TestACER:
+class TestACER(LossModuleTestBase):
     @pytest.mark.parametrize("reduction", ["mean", "sum"])
     @pytest.mark.parametrize("space", SPACES)
     @pytest.mark.parametrize("delta", [None, 0.05])
@@ -280,10 +281,7 @@ class TestACER:
             "value_target": "value_target",
             "advantage": "advantage",
         }
-        for name, key in defaults.items():
-            assert getattr(loss.tensor_keys, name) == key
-        with pytest.raises(ValueError):
-            loss.set_keys(not_a_key="x")
+        self.tensordict_keys_test(loss, default_keys=defaults)
         data = random_batch(2, 4)
         expected = loss(data)["loss_objective"]
         data["behaviour", "logits"] = data.pop("logits")
@@ -314,20 +312,8 @@ class TestACER:
 
     def test_reset_parameters_recursive(self):
         actor, critic = discrete_actor_critic()
-        loss = make_loss(actor, critic)
-        names = (
-            "actor_network_params",
-            "critic_network_params",
-            "target_actor_network_params",
-        )
-        with torch.no_grad():
-            for name in names:
-                getattr(loss, name).apply(lambda p: p.add_(1000.0))
-        before = {name: getattr(loss, name).clone() for name in names}
-        loss.reset_parameters_recursive()
-        for name in names:
-            for key, value in getattr(loss, name).items(True, True):
-                assert (value != before[name][key]).any(), (name, key)
+        # the networks, the critic and the averaged policy's copy
+        self.reset_parameters_recursive_test(make_loss(actor, critic))
 
     @pytest.mark.parametrize("device", get_default_devices())
     def test_device(self, device):
