@@ -130,18 +130,16 @@ class ACERLoss(LossModule):
     :math:`a'_t = \mu_t + \sigma_t \epsilon_{0,t}`, rows ``1 .. n`` the
     :math:`u_i`. A categorical policy draws nothing.
 
-    Each network sees the ``T + 1`` observations of each row once (plus the real next
-    observation of mid-row truncations), the averaged actor runs once without
-    gradient on the ``T`` observations, and a trunk shared by the actor and the
-    critic (``ActorValueOperator``) runs once. The averaged actor runs on a copy
-    of the actor holding the target parameters themselves (not a submodule: the
-    state dict is unchanged), without swapping parameters in and out.
+    Each network runs once per forward (see the estimator's ``shifted``), a trunk
+    shared by the actor and the critic (``ActorValueOperator``) too; the averaged
+    actor runs once, without gradient, on a copy of the actor holding the target
+    parameters themselves (not a submodule: the state dict is unchanged).
 
     **Recurrent networks** (TorchRL's :class:`~torchrl.modules.LSTMModule` and
     :class:`~torchrl.modules.GRUModule`; for a categorical policy in the actor, the
     critic or a trunk they share; for a Gaussian one in the actor, see below). Each
-    row of the ``[*B, T]`` segment is run as one
-    sequence in recurrent mode. With :math:`h_t` the state entering step ``t``
+    row of the ``[*B, T]`` segment runs as one sequence in recurrent mode. With
+    :math:`h_t` the state entering step ``t``
     (every module's), :math:`f` the recurrent core and :math:`h^{stored}_0` the
     state stored with the segment's first step (the collector stores the state
     each step started from):
@@ -164,16 +162,11 @@ class ACERLoss(LossModule):
     With ``burn_in=k`` (R2D2, Kapturowski et al., ICLR 2019,
     https://openreview.net/forum?id=r1lyTjAqYX) the networks first run over steps
     ``0 .. k-1`` without gradient, only to compute :math:`h_k`; the three loss terms
-    and the Retrace targets cover steps ``k .. T-1``. Retrace on the burn-in steps:
-    none is computed (:math:`G_t` depends only on the steps from ``t`` on, so the
-    targets of steps ``t >= k`` are those of the whole segment; no target, trace
-    or bootstrap reads a burn-in step). The mean reduction is over the
-    ``B (T - k)`` remaining steps, ``reduction="none"`` returns ``[*B, T - k]``,
-    and segments must be longer than ``k``.
-
-    The loss's :attr:`in_keys` then hold ``is_init`` and, with ``"stored"``,
-    every module's hidden-state keys: a replay that keeps the loss's ``in_keys``
-    keeps what recurrence needs.
+    and the Retrace targets (those of the whole segment, see the estimator) cover
+    steps ``k .. T-1``: the mean is over ``B (T - k)`` steps, ``reduction="none"``
+    returns ``[*B, T - k]``, and segments must be longer than ``k``. The loss's
+    :attr:`in_keys` hold ``is_init`` and, with ``"stored"``, every module's
+    hidden-state keys: a replay that keeps them keeps what recurrence needs.
 
     With a Gaussian policy the recurrent trunk is the actor's, and the stochastic
     dueling network's value and advantage networks are feed-forward modules that
@@ -188,10 +181,9 @@ class ACERLoss(LossModule):
     A dueling network holding a recurrent module itself is refused.
 
     With ``check_values=False`` on the estimator, ``torch.compile(loss)`` traces
-    the whole forward, trust-region hook included, as one graph. Shapes must not
-    depend on the data there, so the window holds the next observations of at
-    most as many mid-row truncations (``done`` and not ``terminated`` before a
-    row's last step) as the batch has rows; a batch with more raises an error.
+    the whole forward, trust-region hook included, as one graph; a batch must then
+    have at most as many mid-row truncations as rows (see
+    :class:`~torchrl_acer.objectives.value.retrace.ObservationWindow`).
 
     Args:
         actor_network (ProbabilisticTensorDictSequential): the policy, a categorical
@@ -305,31 +297,21 @@ class ACERLoss(LossModule):
     class _AcceptedKeys(RetraceEstimator._AcceptedKeys):
         """Configurable tensordict keys (``set_keys(name=key)``, nested keys allowed).
 
-        The first ten are forwarded to the value estimator
-        (:class:`~torchrl_acer.RetraceEstimator`).
+        The first ten are the value estimator's, forwarded to it (see
+        :class:`~torchrl_acer.RetraceEstimator`); ``action`` and ``sample_log_prob``
+        default to the actor's keys.
 
         Attributes:
-            advantage (NestedKey): written by the estimator, :math:`G_t - V(s_t)`.
-                Defaults to ``"advantage"``.
-            value_target (NestedKey): written by the estimator, the Retrace target
-                :math:`G_t`. Defaults to ``"value_target"``.
-            value (NestedKey): written by the estimator, :math:`V(s_t)`. Defaults
-                to ``"state_value"``.
-            action_value (NestedKey): the critic's output, one value per action
-                (categorical policies). Defaults to ``"action_value"``.
-            action (NestedKey): the stored action. Defaults to the actor's sample
-                key (``"action"``).
-            reward (NestedKey): the reward, read under ``"next"``. Defaults to
-                ``"reward"``.
-            done (NestedKey): the end-of-trajectory flag, read under ``"next"``.
-                Defaults to ``"done"``.
-            terminated (NestedKey): the termination flag (no bootstrap), read
-                under ``"next"``. Defaults to ``"terminated"``.
-            sample_log_prob (NestedKey): the behaviour policy's log-probability of
-                the stored action. Defaults to the actor's log-probability key
-                (``"action_log_prob"``).
-            value_target_opc (NestedKey): written by the estimator for Gaussian
-                policies, :math:`Q_{opc}`. Defaults to ``"value_target_opc"``.
+            advantage (NestedKey): written, :math:`G_t - V(s_t)`.
+            value_target (NestedKey): written, :math:`G_t`.
+            value (NestedKey): written, :math:`V(s_t)`.
+            action_value (NestedKey): the critic's output, one value per action.
+            action (NestedKey): the stored action.
+            reward (NestedKey): read under ``"next"``.
+            done (NestedKey): read under ``"next"``.
+            terminated (NestedKey): read under ``"next"``.
+            sample_log_prob (NestedKey): the behaviour log-probability of the action.
+            value_target_opc (NestedKey): written for Gaussian policies, :math:`Q_{opc}`.
             behavior_logits (NestedKey): the behaviour policy's logits stored with
                 each step (categorical policies). Defaults to the actor's logits key
                 (``"logits"``), where collectors store them.
@@ -504,45 +486,37 @@ class ACERLoss(LossModule):
             ``loss.make_value_estimator(gamma=0.99)``,
             ``loss.make_value_estimator("retrace", gamma=0.9, c_thresh=1.0)``.
         """
-        for name in ("recurrent_state", "burn_in"):
-            if name in hyperparams:
-                raise TypeError(
-                    f"{name} is an option of ACERLoss(...), which passes it to its "
-                    f"estimator; do not pass it to make_value_estimator"
-                )
         recurrent = {"recurrent_state": self.recurrent_state, "burn_in": self.burn_in}
-        if isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
+        for name in recurrent.keys() & hyperparams.keys():
+            raise TypeError(
+                f"{name} is an option of ACERLoss(...), which passes it to its "
+                f"estimator; do not pass it to make_value_estimator"
+            )
+        hp = {"device": _get_default_device(self), **hyperparams, **recurrent}
+        if isinstance(value_type, RetraceEstimator):
+            theirs = {name: getattr(value_type, name) for name in recurrent}
+            if theirs != recurrent:
+                raise ValueError(
+                    f"the estimator's {theirs} differ from the loss's {recurrent}"
+                )
+            self._value_estimator, self.value_type = value_type, type(value_type)
+        elif isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
             # the base class would call it without the networks: the registry's
             # way (for_loss), with the defaults of ValueEstimators.Retrace
-            hp = {**default_value_kwargs(ValueEstimators.Retrace), **hyperparams}
-            hp.setdefault("device", _get_default_device(self))
-            self._value_estimator = value_type.for_loss(self, **hp, **recurrent)
+            hp = {**default_value_kwargs(ValueEstimators.Retrace), **hp}
+            self._value_estimator = value_type.for_loss(self, **hp)
             self.value_type = value_type
-        else:
-            if isinstance(value_type, RetraceEstimator):
-                theirs = {name: getattr(value_type, name) for name in recurrent}
-                if theirs != recurrent:
-                    raise ValueError(
-                        f"the estimator's {theirs} differ from the loss's {recurrent}"
-                    )
-            elif isinstance(value_type, ValueEstimatorBase) or isinstance(
-                value_type, type
-            ):
-                raise NotImplementedError(
-                    f"ACERLoss needs a RetraceEstimator, got {value_type}"
-                )
-            value_type, hp = self._prepare_value_estimator_kwargs(
-                value_type, **hyperparams
+        elif isinstance(value_type, (ValueEstimatorBase, type)):
+            raise NotImplementedError(
+                f"ACERLoss needs a RetraceEstimator, got {value_type}"
             )
-            if value_type is not None:
-                hp.setdefault("device", _get_default_device(self))
-                dispatch_value_estimator(
-                    self,
-                    value_type,
-                    supported=self.SUPPORTED_VALUE_ESTIMATORS,
-                    **hp,
-                    **recurrent,
-                )
+        else:
+            dispatch_value_estimator(
+                self,
+                self.default_value_estimator if value_type is None else value_type,
+                supported=self.SUPPORTED_VALUE_ESTIMATORS,
+                **hp,
+            )
         self._forward_value_estimator_keys()
         return self
 
@@ -581,10 +555,7 @@ class ACERLoss(LossModule):
         else:
             with torch.no_grad():
                 average = estimator.evaluator.dist_params_only(
-                    {
-                        key: steps.window.current_tensors[key]
-                        for key in self.actor_network.in_keys
-                    },
+                    steps.window.flat_current(self.actor_network.in_keys),
                     self.target_actor_network_params,
                 )
         log_mu = estimator.behaviour_log_prob(data)
@@ -800,15 +771,11 @@ class ACERLoss(LossModule):
         """
         owner, keys = type(self).__name__, self.tensor_keys
         check = self.value_estimator.check_values
-        names = (
-            ("logits",)
-            if self.value_estimator.family != "gaussian"
-            else ("loc", "scale")
-        )
+        gaussian = self.value_estimator.family == "gaussian"
+        what = "Gaussian parameters" if gaussian else "logits"
         out = []
-        for name in names:
+        for name in ("loc", "scale") if gaussian else ("logits",):
             key = getattr(keys, f"behavior_{name}")
-            what = "logits" if name == "logits" else "Gaussian parameters"
             value = get_entry(
                 data,
                 key,
@@ -817,17 +784,17 @@ class ACERLoss(LossModule):
                 f"store the actor's)",
             )
             fits = value.shape == shape
-            if not fits and name != "logits":  # a Gaussian's may broadcast
+            if not fits and gaussian:  # a Gaussian's may broadcast
                 try:
-                    value, fits = value.expand(shape), True
+                    fits = value.expand(shape) is not None
                 except RuntimeError:
                     pass
             if not fits:
                 raise ValueError(
                     f"{owner}: behaviour {name} {key!r} "
-                    f"{'have' if name == 'logits' else 'has'} shape "
-                    f"{tuple(value.shape)}, expected {tuple(shape)} (the policy's "
-                    f"{what} for the [*B, T] batch)"
+                    f"{'has' if gaussian else 'have'} shape {tuple(value.shape)}, "
+                    f"expected {tuple(shape)} (the policy's {what} for the [*B, T] "
+                    f"batch)"
                 )
             if check:
                 # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
@@ -838,8 +805,8 @@ class ACERLoss(LossModule):
                     owner,
                     f"the behaviour policy's {what} are corrupted",
                 )
-            out.append(value)
-        if check and len(out) == 2 and not bool((out[1] > 0).all()):
+            out.append(value.expand(shape))
+        if check and gaussian and not bool((out[1] > 0).all()):
             raise ValueError(
                 f"{owner}: behaviour scale {keys.behavior_scale!r} holds values that "
                 f"are not positive; min {out[1].min().item()}"

@@ -1,72 +1,20 @@
 r"""RetraceEstimator: the Retrace(lambda) target as a TorchRL value estimator.
 
 Besides the estimator, this module holds how it runs the policy and the critic once
-over a window of transitions, and the input checks it shares with the loss.
+over a ``[*B, T]`` batch, and the input checks it shares with the loss:
 
-**Feed-forward networks.** Retrace and ACER need the networks at every ``s_t`` of a ``[*B, T]`` batch and at
-every real next observation ``s'_t``. Inside an episode ``s'_t == s_{t+1}``, so the
-``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of a row cover both. The only
-``s'_t`` they miss are the mid-row truncations (``done`` and not ``terminated``
-before the last step): those are bootstrapped from ``V(s'_t)`` and ``s'_t`` is not
-the next row entry (a reset observation is). They are appended as extra inputs, so
-the networks see ``B (T + 1) + K`` observations in one call, ``K`` the number of
-mid-row truncations, instead of ``2 B T``. Mid-row terminations need no extra
-input: their next value is multiplied by zero. This is TorchRL's ``shifted=True``
-(one call over the shifted observations), exact for any number of resets in a row.
-
-With ``shifted=False`` (TorchRL's default meaning) the window makes no assumption
-about ``s'_t``: the networks see the ``B T`` observations and the ``B T`` next
-observations, still in one call.
-
-**Recurrent networks** (replayed ``[*B, T]`` segments). A network holding TorchRL's :class:`~torchrl.modules.LSTMModule` or
-:class:`~torchrl.modules.GRUModule` cannot see a segment as independent
-observations (the feed-forward window above): it must run over each row
-in order, from a hidden state, resetting at episode starts. Here each row is one
-sequence, run in TorchRL's recurrent mode (:class:`~torchrl.modules.set_recurrent_mode`)
-in one call per network:
-
-- the state entering step ``0`` is the state stored with the segment's first step
-  (``recurrent_state="stored"``, the state the behaviour policy had there) or zero
-  (``"zero"``, OpenAI baselines' replay); either is zeroed if the step starts an
-  episode;
-- the state is reset to zero at every step ``t`` that starts an episode:
-  ``is_init_t`` (TorchRL's :class:`~torchrl.envs.InitTracker`) or ``done_{t-1}``;
-- the next observation :math:`s'_t` of a mid-row truncation (``done`` and not
-  ``terminated`` before the last step) is inserted in the row right after
-  :math:`s_t`, so it is evaluated with the state after step ``t``; the reset at
-  :math:`s_{t+1}` then discards whatever it did to the state. The last next
-  observation :math:`s'_{T-1}` follows :math:`s_{T-1}`. Rows get ``T + 1 + K_b``
-  entries (``K_b`` mid-row truncations of row ``b``), padded to the longest after
-  their end, where padding cannot reach any output that is read;
-- with a burn-in of ``k`` steps (R2D2, Kapturowski et al., ICLR 2019) the networks
-  first run without gradient over steps ``0 .. k-1`` from the state above; the
-  states after step ``k-1`` start the window over steps ``k .. T-1``.
-
-Every recurrent module of the actor and of the critic is run this way (a trunk they
-share runs once); the averaged policy runs over the whole segment, burn-in
-included, from the same stored states with its own parameters.
-
-A critic may also read the actor's features by key rather than share its modules:
-a Gaussian policy's :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`,
-whose feed-forward value and advantage networks read the output of the actor's
-recurrent trunk (an ``LSTMModule``'s ``out_key``), possibly with observations. Those
-entries (:attr:`RecurrentEvaluator.features`) are not read from the data: they are
-the actor's outputs on the sequences, at each ``s_t`` and ``s'_t``, and the value
-network runs on them like a shared trunk's head; the advantage network, called on
-several actions per step, runs on the steps' entries, flattened
-(:meth:`SequenceWindow.flat_current`).
-
-Where only the networks' outputs are read (the window and the averaged policy; the
-burn-in reads the states after its last step), the recurrent modules do not run
-their own forward but :func:`forward_in_pieces`: their RNN (``module.lstm`` /
-``module.gru``, on their parameters) over the same pieces of the rows between
-resets, padded, in a few calls, with the same outputs; the rest of the network runs
-on the rows as they are. TorchRL's recurrent mode packs the pieces, and
-``torch.nn.LSTM`` / ``GRU`` run a ``PackedSequence`` step by step in small
-operations (no oneDNN kernel takes one on a CPU: a ``[32, 21]`` LSTM's forward and
-backward are 3 235 ATen operations packed, 77 padded), which made the loss's
-forward and backward 1.2 to 1.7 times slower on a CPU once rows held resets
-(issue #18).
+- feed-forward networks see the batch as independent observations laid out by
+  :class:`ObservationWindow` (``s_t`` and the real next observations ``s'_t``, in
+  one call per network), called by :class:`PolicyCriticEvaluator`;
+- networks holding TorchRL's :class:`~torchrl.modules.LSTMModule` or
+  :class:`~torchrl.modules.GRUModule` see each row as one sequence, laid out by
+  :class:`SequenceWindow` (``s'_t`` inserted after its step, the state reset at
+  episode starts) and run by :class:`RecurrentEvaluator` in TorchRL's recurrent
+  mode, from the stored or a zero state, after an optional burn-in. The equations
+  are in :class:`~torchrl_acer.ACERLoss`;
+- where only the outputs of a recurrent module are read, :func:`forward_in_pieces`
+  runs its RNN on padded pieces of the rows rather than TorchRL's packed sequences
+  (issue #18).
 """
 
 from __future__ import annotations
@@ -153,19 +101,11 @@ class RetraceEstimator(ValueEstimatorBase):
     :math:`Q_{opc}` (the same recursion with every trace 1) is also written, under
     ``value_target_opc``.
 
-    **Recurrent networks** (TorchRL's ``LSTMModule`` / ``GRUModule``; for a
-    Gaussian policy in the actor alone, the dueling network's value and advantage
-    networks being feed-forward modules that read the actor's trunk features):
-    each row runs as one sequence in recurrent mode, from the state
-    stored with its first step (``recurrent_state="stored"``) or zero (``"zero"``),
-    reset to zero at ``is_init`` (and after ``done``); :math:`V(s'_t)` is evaluated
-    from the state after step ``t``, so a mid-row truncation bootstraps from the
-    state that continues its episode. With ``burn_in=k`` the first ``k`` steps of
-    each row run without gradient only to warm the state. Retrace treats them as
-    not being there: it runs on steps ``k .. T-1`` alone, which gives those steps
-    the targets of the whole segment (:math:`G_t` reads only steps ``>= t``), and
-    the burn-in steps get ``NaN`` as target, advantage and state value. See
-    :class:`~torchrl_acer.ACERLoss` for the equations.
+    **Recurrent networks** (TorchRL's ``LSTMModule`` / ``GRUModule``) run each row
+    as one sequence, as :class:`~torchrl_acer.ACERLoss` states in equations. With
+    ``burn_in=k`` Retrace runs on steps ``k .. T-1`` alone, which gives them the
+    targets of the whole segment (:math:`G_t` reads only steps ``>= t``); the
+    burn-in steps get ``NaN`` as target, advantage and state value.
 
     The functional form is :func:`~torchrl_acer.retrace_lambda_return_estimate`.
 
@@ -184,11 +124,8 @@ class RetraceEstimator(ValueEstimatorBase):
         differentiable (bool): if ``True``, the outputs carry gradients to the
             data (rewards, observations), never to the parameters of the networks
             (TorchRL's meaning). Defaults to ``False``.
-        shifted (bool): if ``True``, the networks run on the shifted ``T + 1``
-            observations of each row (plus the real next observation of each
-            mid-row truncation) instead of on the ``T`` observations and the ``T``
-            next observations; see above. Defaults to ``False``; ``ACERLoss``'s
-            default estimator uses ``True``.
+        shifted (bool): the shifted window above. Defaults to ``False``;
+            ``ACERLoss``'s default estimator uses ``True``.
         skip_existing (bool, optional): if ``True``, the critic is not run where
             the input already holds its output (``action_value``, or the dueling
             network's state value, at ``s_t`` and under ``"next"``); the policy
@@ -529,7 +466,7 @@ class RetraceEstimator(ValueEstimatorBase):
             reuse = (
                 skip
                 and data.get(output_key, None) is not None
-                and data.get(("next", *_as_tuple(output_key)), None) is not None
+                and data.get(_next(output_key), None) is not None
             )
             if reuse:
                 in_keys = [*in_keys, output_key]
@@ -558,11 +495,7 @@ class RetraceEstimator(ValueEstimatorBase):
             )
             # the advantage network reads each step's observations (and, recurrent,
             # the features of the actor's pass over the sequences), flattened
-            observations = (
-                window.current
-                if self.recurrent is None
-                else window.flat_current(self.value_network.observation_keys)
-            )
+            observations = window.flat_current(self.value_network.observation_keys)
             return Steps(window, params, out, action, (done, terminated), observations)
         logits = params["logits"]
         if out.shape != logits.shape:
@@ -771,10 +704,6 @@ def taken(per_action: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     return per_action.gather(-1, action.unsqueeze(-1))
 
 
-def _as_tuple(key: NestedKey) -> tuple[str, ...]:
-    return key if isinstance(key, tuple) else (key,)
-
-
 def _detached(params: TensorDictBase | None, module) -> TensorDictBase:
     """``params`` (or the module's own) without gradient."""
     if params is None:
@@ -918,17 +847,6 @@ def explain_dtype_error(
         ) from error
 
 
-def check_action_range(action_index: torch.Tensor, num_actions: int, owner: str):
-    """Raises ``ValueError`` naming the first action index outside the policy's."""
-    bad = (action_index < 0) | (action_index >= num_actions)
-    if bad.any():
-        index = tuple(bad.nonzero()[0].tolist())
-        raise ValueError(
-            f"{owner}: action {action_index[index].item()} at index {index} is out "
-            f"of range for the {num_actions} actions of the policy"
-        )
-
-
 def action_index(
     action: torch.Tensor,
     batch_shape: torch.Size,
@@ -971,19 +889,30 @@ def action_index(
             f"{owner}: action has dtype {action.dtype}, expected integer indices"
         )
     if check_values:
-        check_action_range(action, num_actions, owner)
+        bad = (action < 0) | (action >= num_actions)
+        if bad.any():
+            index = tuple(bad.nonzero()[0].tolist())
+            raise ValueError(
+                f"{owner}: action {action[index].item()} at index {index} is out "
+                f"of range for the {num_actions} actions of the policy"
+            )
     return action.long()
 
 
 class ObservationWindow:
     """The observations of a ``[*B, T]`` batch (time last), flattened for one call.
 
+    Shifted, the ``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of each row
+    (inside an episode ``s'_t == s_{t+1}``), then the real next observation of
+    each of the ``K`` mid-row truncations (``done`` and not ``terminated`` before
+    the last step: a reset observation follows them), ``B (T + 1) + K`` inputs in
+    all; a mid-row termination needs none (its next value is multiplied by zero).
+
     Attributes:
         tensors: ``{key: [B (T + 1) + K, ...]}``, the networks' inputs as plain
             tensors.
         current_tensors: ``{key: [B T, ...]}``, the observations ``s_t`` alone.
         inputs: ``tensors`` as a flat TensorDict (built when first read).
-        current: ``current_tensors`` as a flat TensorDict (built when first read).
         num_extra: ``K``, the number of mid-row truncations; under
             ``torch.compile``, a bound on it (see ``extra_bound``).
         shifted: whether ``inputs`` is the shifted window above (``True``) or the
@@ -1083,7 +1012,7 @@ class ObservationWindow:
         self.tensors = window
         self.current_tensors = current
         self._size = size
-        self._inputs = self._current = None
+        self._inputs = None
 
     @property
     def inputs(self) -> TensorDictBase:
@@ -1091,12 +1020,10 @@ class ObservationWindow:
             self._inputs = TensorDict(self.tensors, [self._size])
         return self._inputs
 
-    @property
-    def current(self) -> TensorDictBase:
-        if self._current is None:
-            rows = math.prod(self.batch_shape)
-            self._current = TensorDict(self.current_tensors, [rows * self.T])
-        return self._current
+    def flat_current(self, keys: list[NestedKey]) -> TensorDictBase:
+        """The observations ``keys`` at each ``s_t``, ``[prod(B) T]``."""
+        rows = math.prod(self.batch_shape)
+        return TensorDict({k: self.current_tensors[k] for k in keys}, [rows * self.T])
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Splits the outputs on ``inputs`` into ``(at s_t, at s'_t)``.
@@ -1276,18 +1203,27 @@ class PolicyCriticEvaluator:
         self,
         inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
         params: TensorDictBase | None = None,
+        *,
+        sequences: bool = False,
     ) -> dict[str, torch.Tensor]:
-        """The policy's distribution parameters alone (the averaged policy's pass)."""
+        """The policy's distribution parameters alone (the averaged policy's pass).
+
+        With ``sequences``, ``inputs`` are ``[R, L]`` sequences (a
+        :class:`SequenceWindow`'s) run in recurrent mode.
+        """
         data = _as_tensordict(inputs)
-        if is_compiling():  # a traced swap, TorchRL's way
-            with (
-                self.params_context(params, self.actor_network),
-                _skip_existing_set_to(False),
-            ):
-                run_modules(policy_modules(self.actor_network), data)
-        else:
-            with _skip_existing_set_to(False):
-                run_modules(policy_modules(self._average_actor(params)), data)
+        # under torch.compile a traced swap, TorchRL's way; else a copy holding params
+        compiling = is_compiling()
+        actor = self.actor_network if compiling else self._average_actor(params)
+        with (
+            self.params_context(params, actor)
+            if compiling
+            else contextlib.nullcontext(),
+            set_recurrent_mode(True) if sequences else contextlib.nullcontext(),
+            _skip_existing_set_to(False),
+        ):
+            pieces = recurrent_modules(actor) if sequences else ()
+            run_modules(policy_modules(actor), data, pieces)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
     def _average_actor(self, params):
@@ -1769,7 +1705,6 @@ class RecurrentEvaluator:
         ...]``: the actor with ``params``, run over the whole segment from the same
         states.
         """
-        ev = self.evaluator
         window = SequenceWindow(
             full,
             self.obs_keys,
@@ -1781,19 +1716,12 @@ class RecurrentEvaluator:
             self.resets(full, done, owner),
             owner=owner,
         )
-        inputs = window.inputs
-        with (
-            torch.no_grad(),
-            set_recurrent_mode(True),
-            _skip_existing_set_to(False),
-            ev.params_context(params, ev.actor_network),
-        ):
-            run_modules(policy_modules(ev.actor_network), inputs, self.actor_modules)
+        with torch.no_grad():
+            dist = self.evaluator.dist_params_only(
+                window.inputs, params, sequences=True
+            )
         k = self.burn_in
-        return {
-            name: window.current(inputs.get(key))[..., k:, :]
-            for name, key in ev.dist_param_keys.items()
-        }
+        return {name: window.current(value)[..., k:, :] for name, value in dist.items()}
 
 
 def forward_in_pieces(
@@ -1809,7 +1737,11 @@ def forward_in_pieces(
     them, and a packed LSTM or GRU runs step by step in small operations; here the
     pieces, longest first and padded after their end, go through the module's RNN
     in a few calls over consecutive spans of time, each on the pieces still
-    running and from the states the previous one left.
+    running and from the states the previous one left. ``torch.nn.LSTM`` / ``GRU``
+    run a ``PackedSequence`` in small operations (no oneDNN kernel takes one on a
+    CPU: a ``[32, 21]`` LSTM's forward and backward are 3 235 ATen operations
+    packed, 77 padded), which made the loss 1.2 to 1.7 times slower on a CPU once
+    rows held resets (issue #18).
     """
     R, L = tensordict.batch_size
     x = tensordict.get(module.in_keys[0])
@@ -1863,7 +1795,10 @@ class SequenceWindow:
     Row ``b`` holds ``s_0 .. s_{T-1}`` in order with the real next observation of
     each mid-row truncation inserted after its step and ``s'_{T-1}`` after the last
     step (with ``done`` and ``terminated``), or the ``T`` observations alone
-    (without them). ``inputs`` is the ``[R, L]`` TensorDict the networks run on:
+    (without them). ``s'_t`` is thus evaluated from the state after step ``t``, and
+    the reset at ``s_{t+1}`` discards what it did to the state. Rows are padded to
+    the longest after their end, where no output that is read depends on the
+    padding. ``inputs`` is the ``[R, L]`` TensorDict the networks run on:
     observations, ``is_init`` (the resets) and each hidden state, zero except at
     the first entry, where the state entering the row is.
 
