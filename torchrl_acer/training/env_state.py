@@ -213,6 +213,9 @@ class CollectorState:
 
     def __init__(self, target, *, name="training", seed=0, stream=0, frames=lambda: 0):
         self.target, self.name = target, name
+        env = isinstance(target, EnvBase)
+        self._save = env_state_dict if env else collector_state_dict
+        self._load = load_env_state_dict if env else load_collector_state_dict
         self.seed, self.stream, self.frames = seed, stream, frames
         self.notes: list[str] = []
         #: set, why the next saves leave the state out (the environments failed:
@@ -222,20 +225,13 @@ class CollectorState:
     def state_dict(self) -> dict:
         if self.unsaved is not None:
             return {"saved": False, "reason": self.unsaved, "at_frames": self.frames()}
-        if isinstance(self.target, EnvBase):
-            state = env_state_dict(self.target)
-        else:
-            state = collector_state_dict(self.target)
-        return {**state, "at_frames": self.frames()}
+        return {**self._save(self.target), "at_frames": self.frames()}
 
     def load_state_dict(self, state: dict) -> None:
         reason = state.get("reason")
         if state["saved"]:
             try:  # checked before anything changes
-                if isinstance(self.target, EnvBase):
-                    load_env_state_dict(self.target, state)
-                else:
-                    load_collector_state_dict(self.target, state)
+                self._load(self.target, state)
             except ValueError as err:  # other environments than the saved ones
                 reason = str(err)
             else:

@@ -550,34 +550,28 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     c = cfg.collector
     T, num_envs = c.T, cfg.env.num_envs
     backend = c.get("backend", "single")
-    if backend in ("lean", "auto", "single") and env is None:
-        env = make_env(num_envs, seed=cfg.seed)
-    if backend in ("lean", "auto"):
-        try:
-            return GymVectorCollector(
-                env,
-                actor,
-                frames_per_batch=T * num_envs,
-                total_frames=-1,  # endless: the trainer counts frames
-                policy_device=device,
-            )
-        except NotReproducedError as err:
-            if backend == "lean":
-                raise
-            # the same batches from TorchRL's own Collector (its refusals come
-            # before it touches the env: nothing differs but the cost); any other
-            # error, the policy failing on the first observation say, is raised
-            print(f"collector.backend=auto: TorchRL's Collector, since {err}")
-        backend = "single"
-    if backend == "single":
+    if backend in ("lean", "auto", "single"):
+        env = env if env is not None else make_env(num_envs, seed=cfg.seed)
+        # endless (total_frames=-1): the trainer counts frames
+        batches = dict(frames_per_batch=T * num_envs, total_frames=-1)
+        if backend != "single":
+            try:
+                return GymVectorCollector(env, actor, policy_device=device, **batches)
+            except NotReproducedError as err:
+                if backend == "lean":
+                    raise
+                # the same batches from TorchRL's own Collector (its refusals come
+                # before it touches the env: nothing differs but the cost); any
+                # other error, the policy failing on the first observation say,
+                # is raised
+                print(f"collector.backend=auto: TorchRL's Collector, since {err}")
         return Collector(
             env,
             actor,
-            frames_per_batch=T * num_envs,
-            total_frames=-1,  # endless: the trainer counts frames
             policy_device=device,
             storing_device="cpu",  # the replay stays in host memory
             auto_register_policy_transforms=False,
+            **batches,
         )
     if backend not in _TORCHRL_BACKENDS:
         raise ConfigError(f"bad config: collector.backend={backend!r}")
