@@ -60,6 +60,15 @@ def _wrapper_chain(env: gym.Env):
         env = inner
 
 
+def _memo_transforms(env: EnvBase) -> list:
+    """The transforms holding a ``_memo`` dict (the auto-reset transform's stash)."""
+    return [
+        t
+        for t in getattr(env, "transform", ())
+        if isinstance(getattr(t, "_memo", None), dict)
+    ]
+
+
 def _why_not_saved(env: EnvBase) -> str | None:
     """``None`` if :func:`env_state_dict` can save ``env``, else why not."""
     if not isinstance(env, EnvBase):
@@ -99,18 +108,13 @@ def env_state_dict(env: EnvBase) -> dict:
         blob = pickle.dumps({"envs": vector.envs, "vector": own})
     except Exception as err:  # an env holding a window, a socket, a library handle
         return {"saved": False, "reason": f"its state does not pickle ({err})"}
-    memos = [
-        dict(t._memo)
-        for t in getattr(env, "transform", ())
-        if isinstance(getattr(t, "_memo", None), dict)
-    ]
     return {
         "saved": True,
         "kind": type(vector).__name__,
         "num_envs": vector.num_envs,
         "vector": blob,
         "transforms": env.state_dict(),
-        "memos": memos,
+        "memos": [dict(t._memo) for t in _memo_transforms(env)],
     }
 
 
@@ -131,12 +135,7 @@ def load_env_state_dict(env: EnvBase, state: dict) -> None:
     vector.envs = saved["envs"]
     vars(vector).update(saved["vector"])
     env.load_state_dict(state["transforms"])
-    memo_transforms = [
-        t
-        for t in getattr(env, "transform", ())
-        if isinstance(getattr(t, "_memo", None), dict)
-    ]
-    for transform, memo in zip(memo_transforms, state["memos"], strict=True):
+    for transform, memo in zip(_memo_transforms(env), state["memos"], strict=True):
         transform._memo = dict(memo)
 
 
@@ -214,6 +213,9 @@ class CollectorState:
 
     def __init__(self, target, *, name="training", seed=0, stream=0, frames=lambda: 0):
         self.target, self.name = target, name
+        env = isinstance(target, EnvBase)
+        self._save = env_state_dict if env else collector_state_dict
+        self._load = load_env_state_dict if env else load_collector_state_dict
         self.seed, self.stream, self.frames = seed, stream, frames
         self.notes: list[str] = []
         #: set, why the next saves leave the state out (the environments failed:
@@ -223,20 +225,13 @@ class CollectorState:
     def state_dict(self) -> dict:
         if self.unsaved is not None:
             return {"saved": False, "reason": self.unsaved, "at_frames": self.frames()}
-        if isinstance(self.target, EnvBase):
-            state = env_state_dict(self.target)
-        else:
-            state = collector_state_dict(self.target)
-        return {**state, "at_frames": self.frames()}
+        return {**self._save(self.target), "at_frames": self.frames()}
 
     def load_state_dict(self, state: dict) -> None:
         reason = state.get("reason")
         if state["saved"]:
             try:  # checked before anything changes
-                if isinstance(self.target, EnvBase):
-                    load_env_state_dict(self.target, state)
-                else:
-                    load_collector_state_dict(self.target, state)
+                self._load(self.target, state)
             except ValueError as err:  # other environments than the saved ones
                 reason = str(err)
             else:

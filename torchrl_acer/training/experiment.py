@@ -14,7 +14,6 @@ import copy
 import functools
 import json
 import logging
-import math
 import os
 import re
 import signal
@@ -31,7 +30,6 @@ from torchrl.collectors import MultiAsyncCollector
 from torchrl.data import ReplayBuffer, Unbounded
 from torchrl.envs import TensorDictPrimer
 from torchrl.record.loggers import CSVLogger
-from torchrl.record.loggers.csv import CSVExperiment
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
@@ -44,6 +42,8 @@ from torchrl_acer.trainers.checkpoint import (
     SaveEvery,
     _missing_message,
 )
+from torchrl_acer.trainers.configs import _finite as _finite_number
+from torchrl_acer.trainers.configs import _int, _number
 from torchrl_acer.trainers.evaluation import Evaluation
 from torchrl_acer.trainers.hooks import (
     STOP_SIGNALS,
@@ -75,7 +75,6 @@ __all__ = [
     "quiet_torchrl_info",
     "resume",
     "run_dir_for",
-    "save_config",
     "train",
 ]
 
@@ -96,18 +95,6 @@ def get_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_finite(value) -> bool:
-    return _is_number(value) and math.isfinite(value)
-
-
 class _Setting(NamedTuple):
     """What one config key must hold."""
 
@@ -117,12 +104,12 @@ class _Setting(NamedTuple):
 
 
 def _int_at_least(low: int, null: str | None = None) -> _Setting:
-    return _Setting(f"an integer >= {low}", lambda v: _is_int(v) and v >= low, null)
+    return _Setting(f"an integer >= {low}", lambda v: _int(v) and v >= low, null)
 
 
 def _finite(expect: str, test, null: str | None = None) -> _Setting:
     return _Setting(
-        f"a finite number {expect}", lambda v: _is_finite(v) and test(v), null
+        f"a finite number {expect}", lambda v: _finite_number(v) and test(v), null
     )
 
 
@@ -162,7 +149,7 @@ _SETTINGS: dict[str, _Setting] = {
     "model.num_cells": _Setting(
         "a list of integers >= 1",
         lambda v: (
-            isinstance(v, (list, ListConfig)) and all(_is_int(n) and n >= 1 for n in v)
+            isinstance(v, (list, ListConfig)) and all(_int(n) and n >= 1 for n in v)
         ),
     ),
     "model.activation": _one_of("relu", "tanh"),
@@ -181,7 +168,7 @@ _SETTINGS: dict[str, _Setting] = {
         lambda v: (
             isinstance(v, (list, ListConfig))
             and len(v) > 0
-            and all(_is_int(i) and i >= 0 for i in v)
+            and all(_int(i) and i >= 0 for i in v)
             and len(set(v)) == len(v)
         ),
         null="the whole observation",
@@ -190,10 +177,10 @@ _SETTINGS: dict[str, _Setting] = {
     "loss.burn_in": _int_at_least(0),
     "loss.gamma": _finite("in (0, 1]", lambda v: 0 < v <= 1),
     "loss.ratio_clip": _Setting(
-        "a number > 0 (inf: no truncation)", lambda v: _is_number(v) and v > 0
+        "a number > 0 (inf: no truncation)", lambda v: _number(v) and v > 0
     ),
     "loss.trust_region_delta": _Setting(
-        "a number > 0", lambda v: _is_number(v) and v > 0, null="no trust region"
+        "a number > 0", lambda v: _number(v) and v > 0, null="no trust region"
     ),
     "loss.trust_region_space": _one_of("logits", "log_probs", "probs"),
     "loss.entropy_coeff": _finite(">= 0", lambda v: v >= 0),
@@ -205,7 +192,7 @@ _SETTINGS: dict[str, _Setting] = {
     "optim.eps": _finite(">= 0", lambda v: v >= 0),
     "optim.decay": _finite("in [0, 1)", lambda v: 0 <= v < 1),
     "optim.max_grad_norm": _Setting(
-        "a number > 0", lambda v: _is_number(v) and v > 0, null="no clipping"
+        "a number > 0", lambda v: _number(v) and v > 0, null="no clipping"
     ),
     "replay.ratio": _finite(">= 0", lambda v: v >= 0),
     "replay.on_policy_updates": _BOOL,
@@ -318,8 +305,8 @@ def frames_to_run(cfg: DictConfig) -> int:
     so when that differs from what was asked."""
     c = cfg.collector
     per_batch = c.T * cfg.env.num_envs
-    if c.get("sync") and c.get("backend", "single") in _TORCHRL_BACKENDS:
-        per_batch *= c.num_workers
+    if c.get("sync"):
+        per_batch *= collector_workers(cfg)
     batches = -(-c.total_frames // per_batch)
     frames = batches * per_batch
     if frames != c.total_frames:
@@ -385,25 +372,17 @@ def make_logger(backend: str | None, run_dir: Path):
     return get_logger(backend, logger_name=str(run_dir), experiment_name="logs")
 
 
-class _CSVExperimentWithHeader(CSVExperiment):
-    def add_scalar(self, name, value, global_step=None):
-        path = os.path.join(self.log_dir, "scalars", name + ".csv")
-        if path not in self.files and not (
+class _CSVLoggerWithHeader(CSVLogger):
+    def log_scalar(self, name, value, step=None):
+        experiment = self.experiment
+        path = os.path.join(experiment.log_dir, "scalars", name + ".csv")
+        if path not in experiment.files and not (
             os.path.isfile(path) and os.path.getsize(path)
         ):  # a new file: its header first (a resumed run's file has one)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
                 f.write(CSV_HEADER)
-        super().add_scalar(name, value, global_step)
-
-
-class _CSVLoggerWithHeader(CSVLogger):
-    def _create_experiment(self):
-        return _CSVExperimentWithHeader(
-            os.path.join(self.log_dir, self.exp_name),
-            video_format=self.video_format,
-            video_fps=self.video_fps,
-        )
+        super().log_scalar(name, value, step)
 
 
 def cut_csv_logs(logger, frames: int) -> int:
@@ -571,33 +550,28 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     c = cfg.collector
     T, num_envs = c.T, cfg.env.num_envs
     backend = c.get("backend", "single")
-    if backend in ("lean", "auto"):
+    if backend in ("lean", "auto", "single"):
         env = env if env is not None else make_env(num_envs, seed=cfg.seed)
-        try:
-            return GymVectorCollector(
-                env,
-                actor,
-                frames_per_batch=T * num_envs,
-                total_frames=-1,  # endless: the trainer counts frames
-                policy_device=device,
-            )
-        except NotReproducedError as err:
-            if backend == "lean":
-                raise
-            # the same batches from TorchRL's own Collector (its refusals come
-            # before it touches the env: nothing differs but the cost); any other
-            # error, the policy failing on the first observation say, is raised
-            print(f"collector.backend=auto: TorchRL's Collector, since {err}")
-        backend = "single"
-    if backend == "single":
+        # endless (total_frames=-1): the trainer counts frames
+        batches = dict(frames_per_batch=T * num_envs, total_frames=-1)
+        if backend != "single":
+            try:
+                return GymVectorCollector(env, actor, policy_device=device, **batches)
+            except NotReproducedError as err:
+                if backend == "lean":
+                    raise
+                # the same batches from TorchRL's own Collector (its refusals come
+                # before it touches the env: nothing differs but the cost); any
+                # other error, the policy failing on the first observation say,
+                # is raised
+                print(f"collector.backend=auto: TorchRL's Collector, since {err}")
         return Collector(
-            env if env is not None else make_env(num_envs, seed=cfg.seed),
+            env,
             actor,
-            frames_per_batch=T * num_envs,
-            total_frames=-1,  # endless: the trainer counts frames
             policy_device=device,
             storing_device="cpu",  # the replay stays in host memory
             auto_register_policy_transforms=False,
+            **batches,
         )
     if backend not in _TORCHRL_BACKENDS:
         raise ConfigError(f"bad config: collector.backend={backend!r}")
@@ -820,9 +794,13 @@ def make_trainer(
         )
         checkpoint.register("eval_envs", environments[1], adapter=envs_adapter)
     checkpoint.register("rng", GlobalRNGState())
-    policy_version = None
+    policy_version, hint = None, "resume={}"
     if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
         policy_version = PolicyVersion(cfg.collector.max_policy_lag)
+        hint += (
+            " (collector.num_workers may change on resume, except with the Atari "
+            "frame replay, which keeps each worker's environments apart)"
+        )
     if isinstance(replay, ReplayBuffer):
         # what it holds, not the capacity its storage is allocated at
         checkpoint.register("replay_buffer", ReplayContents(replay))
@@ -878,18 +856,12 @@ def make_trainer(
         loss.actor_network, evaluation=trainer.evaluation, check=cfg.health.check
     )
     trainer.policy_check.register(trainer)
-    _fresh_episodes_after_failures(trainer, trainer.policy_check)
-    hint = "resume={}"
-    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
-        hint += (
-            " (collector.num_workers may change on resume, except with the Atari "
-            "frame replay, which keeps each worker's environments apart)"
-        )
+    _around(trainer, "train", functools.partial(_note_failed_environments, trainer))
     # before GracefulStop: see its docs
     FailureCheckpoint(resume_hint=hint.format).register(trainer)
     trainer.stop = GracefulStop()
     trainer.stop.register(trainer)
-    _save_after_a_second_signal(trainer, trainer.policy_check)
+    _around(trainer, "train", functools.partial(_save_after_a_second_signal, trainer))
     return trainer
 
 
@@ -911,42 +883,32 @@ def _environments_failed(trainer, phase: str, err: BaseException) -> str | None:
     )
 
 
-def _fresh_episodes_after_failures(trainer, check: PolicyInputCheck) -> None:
-    """An error while the environments step (or the policy acts in them) leaves
-    their state out of the checkpoint that :class:`FailureCheckpoint` (registered
-    after, hence around this) writes: a resume would step into the same failure
-    (a NaN observation carried to the next step, a simulator in a broken state).
-    The error gets a note saying which phase failed."""
+def _note_failed_environments(trainer, inner):
+    """``train``, leaving the state of the environments that raised out of the
+    checkpoint :class:`FailureCheckpoint` (registered after, hence around this)
+    writes: a resume would step into the same failure (a NaN observation
+    carried to the next step, a simulator in a broken state)."""
+    try:
+        return inner()
+    except Exception as err:
+        note = _environments_failed(trainer, trainer.policy_check.phase, err)
+        if note is not None:
+            err.add_note(note)
+        raise
 
-    def around(inner):
-        try:
-            return inner()
-        except Exception as err:
-            note = _environments_failed(trainer, check.phase, err)
-            if note is not None:
-                err.add_note(note)
+
+def _save_after_a_second_signal(trainer, inner):
+    """``train``, saving when a second signal stopped a collection
+    (:class:`GracefulStop` raises ``KeyboardInterrupt``): what was trained before
+    that batch is whole; the training environments, stopped mid-step, are left
+    out. At any other time a second signal ends the run without saving."""
+    try:
+        return inner()
+    except KeyboardInterrupt as err:
+        if trainer.stop.signum is None or trainer.policy_check.phase != "collecting":
             raise
-
-    _around(trainer, "train", around)
-
-
-def _save_after_a_second_signal(trainer, check: PolicyInputCheck) -> None:
-    """A second signal while collecting stops the collection at once
-    (:class:`GracefulStop` raises ``KeyboardInterrupt``); what was trained
-    before that batch is whole, and is saved (without the training
-    environments, stopped mid-step) before ``train`` returns as a stopped run.
-    At any other time a second signal ends the run without saving."""
-
-    def around(inner):
-        try:
-            return inner()
-        except KeyboardInterrupt as err:
-            if trainer.stop.signum is None or check.phase != "collecting":
-                raise
-            _environments_failed(trainer, "collecting", err)
-            trainer._save_trainer()
-
-    _around(trainer, "train", around)
+        _environments_failed(trainer, "collecting", err)
+        trainer._save_trainer()
 
 
 def resume(trainer: ACERTrainer, checkpoint: str | Path) -> None:
@@ -996,21 +958,17 @@ def resume(trainer: ACERTrainer, checkpoint: str | Path) -> None:
             print(f"resume: {note}")
 
 
-def save_config(cfg: DictConfig, run_dir: Path) -> None:
-    """Creates ``run_dir`` and writes the resolved config there."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-
-
 def train(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
-    """Resumes (``cfg.resume``), trains, then writes ``summary.json`` and prints
+    """Resumes (``cfg.resume``), writes the resolved config to
+    ``run_dir/config.yaml``, trains, then writes ``summary.json`` and prints
     the final greedy evaluation and where the logs, the plot and the checkpoint
     are. A run stopped by a signal (Ctrl-C, SIGTERM, SIGHUP, ...: ``STOP_SIGNALS``)
     prints how to resume it instead and exits with status 128 + the signal's
     number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
     if cfg.resume:
         resume(trainer, cfg.resume)
-    save_config(cfg, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     evaluator = trainer.evaluation.evaluate
     try:
         trainer.train()
