@@ -17,9 +17,8 @@ format it replaced promised:
   A truncated, corrupted or missing file is refused, naming it, before any
   component is touched.
 - **The run's config.** The resolved config is stored in the manifest and compared
-  on load (:func:`check_config`): settings that
-  differ outside :data:`SAFE_CONFIG_CHANGES` are
-  refused, listed, unless allowed (``allow_config_change``) or ``force``\\ d.
+  on load: settings that differ outside :data:`SAFE_CONFIG_CHANGES` are refused,
+  listed, unless allowed (``allow_config_change``) or ``force``\\ d.
 - **Strict loading, named.** Before anything loads, each module's saved parameters
   are compared with its own, and each optimizer's state with its parameters: keys
   missing, unexpected or of another shape are refused, named, all at once.
@@ -70,7 +69,7 @@ from torchrl.checkpoint import CheckpointError as _TorchRLCheckpointError
 from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorStorage
 from torchrl.trainers import Trainer, TrainerHookBase
 
-from torchrl_acer.trainers.hooks import first_few
+from torchrl_acer.trainers.hooks import first_few, nonfinite_entries
 from torchrl_acer.training.refusal import Refusal
 
 __all__ = [
@@ -110,38 +109,6 @@ class NonFiniteCheckpointError(ACERCheckpointError):
 
 
 # -- state, checked -----------------------------------------------------------
-
-
-def nonfinite_entries(state: Any, prefix: str) -> list[str]:
-    """Dotted names of the floating tensors in ``state`` (nested mappings,
-    sequences, tensordicts) holding a NaN or an infinity."""
-    if isinstance(state, torch.Tensor):
-        if state.is_floating_point() or state.is_complex():
-            if not bool(torch.isfinite(state).all()):
-                return [prefix]
-        return []
-    if isinstance(state, TensorDictBase):
-        state = state.to_dict()
-    if isinstance(state, Mapping):
-        items = state.items()
-    elif isinstance(state, (list, tuple)):
-        items = enumerate(state)
-    else:
-        return []
-    out = []
-    for key, value in items:
-        out += nonfinite_entries(value, f"{prefix}.{key}")
-    return out
-
-
-class _Given:
-    """Hands a state dict already taken to TorchRL's adapter."""
-
-    def __init__(self, state):
-        self.state = state
-
-    def state_dict(self):
-        return self.state
 
 
 class _Taken:
@@ -201,10 +168,10 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
         return adapter
 
     def save(self, component, path, *, args, kwargs):
-        state = component.state_dict(*args, **kwargs)
+        state = super().save(component, path, args=args, kwargs=kwargs)
         if self.nonfinite is not None and self.check_finite:
             self.nonfinite += nonfinite_entries(state, self.name or "")
-        return super().save(_Given(state), path, args=(), kwargs={})
+        return state
 
     def load(self, component, path, *, map_location, tensor_load_kwargs, args, kwargs):
         if self.weights_only is not None and (path / self.state_torch).exists():
@@ -345,9 +312,6 @@ SAFE_CONFIG_CHANGES = (
 )
 
 
-_MISSING = "<absent>"
-
-
 def _flatten(tree, prefix="") -> dict:
     out = {}
     if isinstance(tree, dict):
@@ -360,64 +324,7 @@ def _flatten(tree, prefix="") -> dict:
     return out
 
 
-def _matches(key: str, patterns) -> bool:
-    return any(key == p or fnmatch.fnmatchcase(key, p) for p in patterns)
-
-
-def config_differences(
-    saved: dict | None, current: dict | None, *, ignore=SAFE_CONFIG_CHANGES
-) -> list[tuple[str, object, object]]:
-    """``(key, saved value, current value)`` for each dotted config key that
-    differs (absent on one side included), except those matching ``ignore``."""
-    if saved is None or current is None:
-        return []
-    old, new = _flatten(saved), _flatten(current)
-    out = []
-    for key in sorted(old.keys() | new.keys()):
-        a, b = old.get(key, _MISSING), new.get(key, _MISSING)
-        if a != b and not _matches(key, ignore):
-            out.append((key, a, b))
-    return out
-
-
-def check_config(
-    source,
-    saved: dict | None,
-    current: dict | None,
-    *,
-    allow=(),
-    force: bool = False,
-    how_to_allow: str = "",
-) -> list[tuple[str, object, object]]:
-    """Refuses a checkpoint (``source``, named in the message) whose ``saved``
-    config differs from ``current`` outside :data:`SAFE_CONFIG_CHANGES` and
-    ``allow`` (dotted keys or ``fnmatch`` patterns), listing the settings; with
-    ``force`` any difference passes. ``how_to_allow`` (given the refused keys,
-    comma-separated, as ``{keys}``) tells the caller's way to allow them. Returns
-    the differences outside the safe list that passed (allowed or forced), for the
-    caller to report."""
-    changed = config_differences(saved, current)
-    refused = config_differences(
-        saved, current, ignore=SAFE_CONFIG_CHANGES + tuple(allow)
-    )
-    if refused and not force:
-        lines = [show_config_change(*d) for d in refused[:20]]
-        if len(refused) > 20:
-            lines.append(f"  ... and {len(refused) - 20} more")
-        keys = ",".join(key for key, _, _ in refused)
-        raise ACERCheckpointError(
-            f"{source} was written with another config; these settings differ:\n"
-            + "\n".join(lines)
-            + "\nResuming with them changed may fail or train something else. "
-            f"To resume anyway, allow them: {how_to_allow.format(keys=keys)}. "
-            f"Settings safe to change are not listed: "
-            f"{', '.join(SAFE_CONFIG_CHANGES)}"
-        )
-    return changed
-
-
-def show_config_change(key: str, old, new) -> str:
-    """One line of :func:`check_config`'s report."""
+def _config_change(key: str, old, new) -> str:
     return f"  {key}: {old!r} in the checkpoint, {new!r} now"
 
 
@@ -815,22 +722,42 @@ class ACERCheckpoint(Checkpoint):
         return result
 
     def _check_config(self, source, manifest, allow, force) -> list:
+        """The differences between the saved config and :attr:`config` outside
+        :data:`SAFE_CONFIG_CHANGES`, as ``(dotted key, saved, current)`` (a key
+        absent on one side included); those outside ``allow`` too are refused,
+        listed, unless ``force``."""
         saved = manifest["metadata"][METADATA_KEY].get("config")
-        changed = check_config(
-            source,
-            saved,
-            self.config,
-            allow=allow,
-            force=force,
-            how_to_allow="ACERCheckpoint.load(path, allow_config_change=[{keys}])"
-            " or force=True (a run's resume_allow_config_change=[{keys}] or "
-            "resume_force=true)",
-        )
+        if saved is None or self.config is None:
+            return []
+        old, new = _flatten(saved), _flatten(self.config)
+
+        def matches(key, patterns):
+            return any(fnmatch.fnmatchcase(key, p) for p in patterns)
+
+        changed = [
+            (key, old.get(key, "<absent>"), new.get(key, "<absent>"))
+            for key in sorted(old.keys() | new.keys())
+            if old.get(key, "<absent>") != new.get(key, "<absent>")
+            and not matches(key, SAFE_CONFIG_CHANGES)
+        ]
+        refused = [d for d in changed if not matches(d[0], allow)]
+        if refused and not force:
+            keys = ",".join(key for key, _, _ in refused)
+            lines = first_few([_config_change(*d) for d in refused], 20, "\n")
+            raise ACERCheckpointError(
+                f"{source} was written with another config; these settings differ:"
+                f"\n{lines}\nResuming with them changed may fail or train something else. To "
+                f"resume anyway, allow them: ACERCheckpoint.load(path, "
+                f"allow_config_change=[{keys}]) or force=True (a run's "
+                f"resume_allow_config_change=[{keys}] or resume_force=true). "
+                f"Settings safe to change are not listed: "
+                f"{', '.join(SAFE_CONFIG_CHANGES)}"
+            )
         if changed:
             torchrl_logger.info(
                 "%s: settings changed since the checkpoint, as allowed:\n%s",
                 source,
-                "\n".join(show_config_change(*d) for d in changed),
+                "\n".join(_config_change(*d) for d in changed),
             )
         return changed
 

@@ -62,7 +62,7 @@ import signal
 import threading
 import uuid
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -296,32 +296,26 @@ def first_few(items: list[str], limit: int, sep: str = ", ") -> str:
     return sep.join(items[:limit]) + tail
 
 
-def _refuse_nonfinite_save(loss_module, optimizer, path, frames, hint="") -> None:
-    """Refuses a checkpoint of non-finite values.
-
-    Raises :class:`NonFiniteTrainingError` naming the parameters and buffers of
-    ``loss_module`` and the states of ``optimizer`` that hold a non-finite value:
-    no checkpoint is written from them.
-    """
-    named = [(f"loss_module.{k}", v) for k, v in loss_module.state_dict().items()]
-    if optimizer is not None:
-        for index, state in optimizer.state_dict()["state"].items():
-            named += [(f"optimizer.state[{index}].{k}", v) for k, v in state.items()]
-    # per tensor: a save is rare, and the tensors sit on several devices
-    bad = [
-        name
-        for name, value in named
-        if isinstance(value, torch.Tensor)
-        and value.is_floating_point()
-        and not bool(torch.isfinite(value).all())
-    ]
-    if bad:
-        raise NonFiniteTrainingError(
-            f"refusing to write a checkpoint to {path} at {frames} frames: "
-            f"{first_few(bad, 5)} "
-            f"hold non-finite values (the previous checkpoint there, if any, is "
-            f"kept){hint}"
-        )
+def nonfinite_entries(state: Any, prefix: str) -> list[str]:
+    """Dotted names of the floating tensors in ``state`` (nested mappings,
+    sequences, tensordicts) holding a NaN or an infinity."""
+    if isinstance(state, torch.Tensor):
+        if state.is_floating_point() or state.is_complex():
+            if not bool(torch.isfinite(state).all()):
+                return [prefix]
+        return []
+    if isinstance(state, TensorDictBase):
+        state = state.to_dict()
+    if isinstance(state, Mapping):
+        items = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        return []
+    out = []
+    for key, value in items:
+        out += nonfinite_entries(value, f"{prefix}.{key}")
+    return out
 
 
 class NonFiniteGuard(OptimizationStepper):
@@ -506,13 +500,19 @@ class NonFiniteGuard(OptimizationStepper):
 
     def _save(self, inner) -> None:
         trainer = self._trainer
-        rotation = trainer.checkpoint_rotation
-        _refuse_nonfinite_save(
-            trainer.loss_module,
-            trainer.optimizer,
-            trainer.save_trainer_file if rotation is None else rotation.directory,
-            trainer.collected_frames,
-        )
+        # per tensor: a save is rare, and the tensors sit on several devices
+        bad = nonfinite_entries(trainer.loss_module.state_dict(), "loss_module")
+        if trainer.optimizer is not None:
+            state = trainer.optimizer.state_dict()["state"]
+            bad += nonfinite_entries(state, "optimizer.state")
+        if bad:
+            rotation = trainer.checkpoint_rotation
+            path = trainer.save_trainer_file if rotation is None else rotation.directory
+            raise NonFiniteTrainingError(
+                f"refusing to write a checkpoint to {path} at "
+                f"{trainer.collected_frames} frames: {first_few(bad, 5)} hold "
+                f"non-finite values (the previous checkpoint there, if any, is kept)"
+            )
         inner()
 
     def _log(self, batch) -> dict:
