@@ -253,6 +253,16 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
     _RUN_DIR_LOCKS[path] = fd
 
 
+class _StatelessHook(TrainerHookBase):
+    """A hook with nothing to checkpoint."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return
+
+
 def _around(trainer: Trainer, name: str, around: Callable) -> None:
     """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``.
 
@@ -367,7 +377,9 @@ class NonFiniteGuard(OptimizationStepper):
         self.optimizer_step_count = 0
         self._streak = {"updates": 0, "batches": 0}
         self._first = {"updates": None, "batches": None}  # each streak's first
-        self._applied = self._batch_ok = True
+        self._applied = True
+        #: whether the last collected batch was finite where the loss reads
+        self.batch_ok = True
 
     def register(self, trainer: Trainer, name: str = "optimization_stepper") -> None:
         if trainer.optimization_stepper not in (None, self):
@@ -474,10 +486,10 @@ class NonFiniteGuard(OptimizationStepper):
         if batch is None:  # collected into a replay buffer: nothing to check
             return batch
         read = self._read(batch)
-        self._batch_ok = _batch_is_finite(read)
+        self.batch_ok = _batch_is_finite(read)
         self._event(
             "batches",
-            self._batch_ok,
+            self.batch_ok,
             lambda: (
                 f"the batch collected after {self._trainer.collected_frames} "
                 f"frames held {_describe_batch(read)}"
@@ -485,13 +497,8 @@ class NonFiniteGuard(OptimizationStepper):
         )
         return batch
 
-    @property
-    def batch_ok(self) -> bool:
-        """Whether the last collected batch was finite where the loss reads."""
-        return self._batch_ok
-
     def _optim_steps(self, inner, batch) -> None:
-        if self._batch_ok:
+        if self.batch_ok:
             inner(batch)
 
     def _post_optim(self, inner) -> None:
@@ -531,19 +538,6 @@ class NonFiniteGuard(OptimizationStepper):
         self._streak = dict(state_dict["streak"])
         self._first = dict(state_dict["first"])
         self.optimizer_step_count = state_dict["optimizer_step_count"]
-
-
-def _lag_since_push(versions: torch.Tensor, pushed_at: list[int], updates: int) -> int:
-    """The learner's ``updates`` since the weights that acted on the oldest of
-    the steps' ``versions`` were pushed (version ``v`` at ``pushed_at[v]``)."""
-    oldest = int(versions.min())
-    if not 0 <= oldest < len(pushed_at):
-        raise RuntimeError(
-            f"a batch carries policy version {oldest}, but versions 0 to "
-            f"{len(pushed_at) - 1} only were pushed: the collector was given "
-            f"weights by someone else"
-        )
-    return updates - pushed_at[oldest]
 
 
 def _worker_failure(err: Exception, collector, pids) -> str | None:
@@ -643,7 +637,8 @@ class PolicyVersion(TrainerHookBase):
         self.dropped_batches = 0
         self.lag: int | None = None  # the last batch's
         self._pushed_at: list[int] = []  # [v]: learner updates when v was pushed
-        self._drop = False
+        #: whether the last collected batch is trained on (not beyond the bound)
+        self.batch_ok = True
         self._batch = None  # the last collected batch, as the trainer holds it
 
     def register(self, trainer: Trainer, name: str = "policy_version") -> None:
@@ -721,21 +716,23 @@ class PolicyVersion(TrainerHookBase):
                 "the collected batch has no 'policy_version' entry: the "
                 "collector's policy must be a VersionedPolicy for PolicyVersion"
             )
-        self.lag = _lag_since_push(versions, self._pushed_at, _updates(self._trainer))
+        # the learner's updates since the weights that acted on the oldest step
+        # were pushed (version v at _pushed_at[v])
+        oldest = int(versions.min())
+        if not 0 <= oldest < len(self._pushed_at):
+            raise RuntimeError(
+                f"a batch carries policy version {oldest}, but versions 0 to "
+                f"{len(self._pushed_at) - 1} only were pushed: the collector was "
+                f"given weights by someone else"
+            )
+        self.lag = _updates(self._trainer) - self._pushed_at[oldest]
         self._batch = batch
-        self._drop = self.max_policy_lag is not None and self.lag > self.max_policy_lag
-        self.dropped_batches += self._drop
+        self.batch_ok = self.max_policy_lag is None or self.lag <= self.max_policy_lag
+        self.dropped_batches += not self.batch_ok
         return batch
 
-    @property
-    def batch_ok(self) -> bool:
-        """Whether the last collected batch is trained on (not beyond the lag
-        bound): a replay that stores at ``batch_process`` (ACER's schedule, as
-        one of its ``accept``) asks it."""
-        return not self._drop
-
     def _optim_steps(self, inner, batch) -> None:
-        if not self._drop:
+        if self.batch_ok:
             inner(batch)
 
     def _step(self, inner, trainer, sub_batch):
@@ -775,7 +772,7 @@ _ENDING = "SIGINT SIGTERM SIGHUP SIGQUIT SIGUSR1 SIGUSR2 SIGXCPU".split()
 STOP_SIGNALS = tuple(getattr(signal, n) for n in _ENDING if hasattr(signal, n))
 
 
-class GracefulStop(TrainerHookBase):
+class GracefulStop(_StatelessHook):
     """Stops training at an iteration boundary, with a checkpoint, on the
     signals that end a training process.
 
@@ -869,14 +866,8 @@ class GracefulStop(TrainerHookBase):
         else:
             raise KeyboardInterrupt(f"{name}: a second signal; stopped without saving")
 
-    def state_dict(self) -> dict[str, Any]:
-        return {}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return
-
-
-class FailureCheckpoint(TrainerHookBase):
+class FailureCheckpoint(_StatelessHook):
     """Saves what was trained when training fails, then lets the error go on
     with a note saying where.
 
@@ -923,12 +914,10 @@ class FailureCheckpoint(TrainerHookBase):
             err.add_note(self._save(err))
             raise
 
-    def _save(self, err: Exception | None = None) -> str:
+    def _save(self, err: Exception) -> str:
         trainer = self._trainer
         failed = f"training failed after {trainer.collected_frames} frames"
-        worker = None
-        if err is not None:
-            worker = _worker_failure(err, trainer.collector, self._pids)
+        worker = _worker_failure(err, trainer.collector, self._pids)
         if worker is not None:
             failed = (
                 f"{worker} died: {failed}; the batches the workers had collected "
@@ -955,22 +944,15 @@ class FailureCheckpoint(TrainerHookBase):
                 f"({type(err).__name__}: {err})"
             )
         path = _checkpoint_path(trainer)
-        if not left_out:
-            hint = (
-                f"trainer.load_from_file({str(path)!r})"
-                if self.resume_hint is None
-                else self.resume_hint(path)
-            )
-            return f"{failed}; what was trained was saved to {path}. Resume with {hint}"
-        hint = (
-            f"trainer.load_from_file({str(path)!r}, strict='warn')"
-            if self.resume_hint is None
-            else self.resume_hint(path)
-        )
-        return (
-            f"{failed}; what was trained was saved to {path}, without "
-            f"{', '.join(left_out)}, which could not be saved. Resume with {hint}"
-        )
+        if self.resume_hint is not None:
+            hint = self.resume_hint(path)
+        else:
+            strict = ", strict='warn'" if left_out else ""
+            hint = f"trainer.load_from_file({str(path)!r}{strict})"
+        saved = f"what was trained was saved to {path}"
+        if left_out:
+            saved += f", without {', '.join(left_out)}, which could not be saved"
+        return f"{failed}; {saved}. Resume with {hint}"
 
     def _unsaveable(self) -> list[str]:
         """The trainer's checkpoint components whose ``state_dict`` raises."""
@@ -994,12 +976,6 @@ class FailureCheckpoint(TrainerHookBase):
             self._trainer._save_trainer()
         finally:
             checkpoint.save_components = default
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return
 
 
 class _InputCheck:
@@ -1036,7 +1012,7 @@ class _Evaluating:
         return getattr(self.__dict__["evaluate"], name)
 
 
-class PolicyInputCheck(TrainerHookBase):
+class PolicyInputCheck(_StatelessHook):
     """Refuses non-finite observations while the policy acts, naming them, and
     keeps what the trainer is doing in :attr:`phase`.
 
@@ -1075,36 +1051,29 @@ class PolicyInputCheck(TrainerHookBase):
             self.policy.register_forward_pre_hook(_InputCheck(self), with_kwargs=True)
         trainer.register_op("setup", self._enter, phase="collecting")
         # before any batch_process op (a NonFiniteGuard's check raises there)
-        _around(trainer, "_process_batch_hook", self._batch)
+        batch = "training on a batch"
+        _around(trainer, "_process_batch_hook", self._in_phase(batch, after=batch))
         _around(trainer, "optim_steps", self._in_phase("updating"))
-        _around(trainer, "save_trainer", self._saving)
+        # the next batch is collected next
+        _around(trainer, "save_trainer", self._in_phase("saving", after="collecting"))
         if self.evaluation is not None:
             self.evaluation.evaluate = _Evaluating(self.evaluation.evaluate, self)
 
     def _enter(self, phase) -> None:
         self.phase = phase
 
-    def _batch(self, inner, batch):
-        self.phase = "training on a batch"
-        return inner(batch)
+    def _in_phase(self, phase, after=None):
+        """A wrapper in ``phase``, in ``after`` (the phase before) once it returns.
 
-    def _in_phase(self, phase):
+        A call that raises leaves its phase: it is the one that failed."""
+
         def around(inner, *args, **kwargs):
             previous, self.phase = self.phase, phase
-            try:
-                out = inner(*args, **kwargs)
-            except BaseException:
-                raise  # the phase stays: it is the one that failed
-            self.phase = previous
+            out = inner(*args, **kwargs)
+            self.phase = previous if after is None else after
             return out
 
         return around
-
-    def _saving(self, inner, *args, **kwargs):
-        self.phase = "saving"
-        out = inner(*args, **kwargs)
-        self.phase = "collecting"  # the next batch is collected next
-        return out
 
     def check(self, module, args, kwargs) -> None:
         if self.phase not in ("collecting", "evaluating"):
@@ -1125,12 +1094,6 @@ class PolicyInputCheck(TrainerHookBase):
             f"after {frames} frames ({counts}). The environment returned them; "
             f"the policy cannot act on them"
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return
 
 
 class RunDirectoryOwnedError(RuntimeError):
