@@ -81,8 +81,6 @@ __all__ = [
     "ReplayContents",
     "SAFE_CONFIG_CHANGES",
     "SaveEvery",
-    "load_replay_state_dict",
-    "replay_state_dict",
 ]
 
 #: Version of what :class:`ACERCheckpoint` adds to TorchRL's manifest (the
@@ -236,10 +234,6 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(file.fileno())
 
 
-def _remove(path: Path) -> None:
-    Checkpoint._remove_path(path)
-
-
 def _previous_name(destination: Path) -> str:
     return f".{destination.name}.previous-"
 
@@ -263,7 +257,7 @@ def _publish(source: Path, destination: Path) -> None:
             os.replace(previous, destination)
             raise
         _fsync_dir(parent)
-        _remove(previous)
+        Checkpoint._remove_path(previous)
     _fsync_dir(parent)
 
 
@@ -353,26 +347,28 @@ def state_dict_mismatches(saved, current, prefix: str = "") -> list[str]:
 def _git_commit() -> str | None:
     """The commit of the checkout this package runs from, ``-dirty`` if it has
     uncommitted changes; ``None`` outside a git checkout (best effort)."""
-    here = Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=here,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            cwd=here,
-            timeout=10,
-        ).stdout.strip()
+        return (
+            subprocess.run(
+                # --exclude=*: the commit itself, never a tag's name
+                [
+                    "git",
+                    "describe",
+                    "--always",
+                    "--dirty",
+                    "--abbrev=40",
+                    "--exclude=*",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=Path(__file__).resolve().parent,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
-    return commit + ("-dirty" if dirty else "") if commit else None
 
 
 @cache
@@ -407,31 +403,27 @@ LEGACY_MAGIC = b"torchrl-acer checkpoint\n"
 _LEGACY_FIXED = struct.Struct("<QQ32s")
 
 
-def _legacy_header(path: Path) -> dict:
-    with open(path, "rb") as file:
-        file.read(len(LEGACY_MAGIC))
-        fixed = file.read(_LEGACY_FIXED.size)
-        if len(fixed) < _LEGACY_FIXED.size:
-            raise ValueError("truncated before its header")
-        header_len, _, _ = _LEGACY_FIXED.unpack(fixed)
-        return json.loads(file.read(header_len))
-
-
-def _refuse_single_file_format(path: Path) -> None:
-    """Refuses a file of the single-file format, naming its format version."""
+def _single_file_refusal(path: Path) -> ACERCheckpointError | None:
+    """The refusal of a file of the single-file format, naming its format version;
+    ``None`` for any other path."""
+    if not path.is_file():
+        return None
     with open(path, "rb") as file:
         if file.read(len(LEGACY_MAGIC)) != LEGACY_MAGIC:
-            return
-    try:
-        header = _legacy_header(path)
-        written = (
-            f"checkpoint format {header.get('format_version')!r}, written by "
-            f"torchrl-acer {header.get('library_version')} at "
-            f"{header.get('frames')} frames"
-        )
-    except ValueError as err:
-        written = f"an unreadable header ({err})"
-    raise ACERCheckpointError(
+            return None
+        fixed = file.read(_LEGACY_FIXED.size)
+        try:
+            if len(fixed) < _LEGACY_FIXED.size:
+                raise ValueError("truncated before its header")
+            header = json.loads(file.read(_LEGACY_FIXED.unpack(fixed)[0]))
+            written = (
+                f"checkpoint format {header.get('format_version')!r}, written by "
+                f"torchrl-acer {header.get('library_version')} at "
+                f"{header.get('frames')} frames"
+            )
+        except ValueError as err:
+            written = f"an unreadable header ({err})"
+    return ACERCheckpointError(
         f"{path} is a single-file torchrl-acer checkpoint ({written}). It cannot "
         f"be loaded by this version, which reads torchrl.checkpoint checkpoints "
         f"(format {FORMAT_VERSION} of torchrl-acer's manifest metadata): resume it "
@@ -506,7 +498,12 @@ class ACERCheckpoint(Checkpoint):
         adapter: CheckpointAdapter | None = None,
         options: CheckpointOptions | None = None,
     ) -> ACERCheckpoint:
-        if adapter is None and _state_dict_only(component):
+        def has(method):
+            return callable(getattr(component, method, None))
+
+        # where TorchRL would infer its StateDictCheckpointAdapter
+        stateful = has("state_dict") and has("load_state_dict")
+        if adapter is None and stateful and not (has("dump") and has("load")):
             adapter = FiniteStateDictAdapter()
         if isinstance(adapter, FiniteStateDictAdapter):
             adapter = adapter.bound(name, self._nonfinite)
@@ -564,8 +561,8 @@ class ACERCheckpoint(Checkpoint):
                 _publish(archive, destination)
         finally:
             self._nonfinite.clear()
-            _remove(stage)
-            _remove(archive)
+            Checkpoint._remove_path(stage)
+            Checkpoint._remove_path(archive)
         return destination
 
     @staticmethod
@@ -607,10 +604,8 @@ class ACERCheckpoint(Checkpoint):
         ``upstream/torchrl/0006`` asks a trainer's checkpoint, and so hands such a
         file to :meth:`load` instead of to its legacy ``torch.load`` path)."""
         source = cls._local_path(path)
-        if source.is_file():
-            with open(source, "rb") as file:
-                if file.read(len(LEGACY_MAGIC)) == LEGACY_MAGIC:
-                    return True
+        if _single_file_refusal(source) is not None:
+            return True
         return super().is_checkpoint(source)
 
     @classmethod
@@ -626,8 +621,8 @@ class ACERCheckpoint(Checkpoint):
         source = cls._local_path(path)
         if not source.exists():
             raise FileNotFoundError(_missing_message(source))
-        if source.is_file():
-            _refuse_single_file_format(source)
+        if (refusal := _single_file_refusal(source)) is not None:
+            raise refusal
         with _opener(source) as open_file:
             try:
                 with open_file(MANIFEST_NAME) as file:
@@ -800,17 +795,6 @@ def _json_copy(value):
     return json.loads(json.dumps(value))
 
 
-def _state_dict_only(component: Any) -> bool:
-    def has(name):
-        return callable(getattr(component, name, None))
-
-    return (
-        has("state_dict")
-        and has("load_state_dict")
-        and not (has("dump") and has("load"))
-    )
-
-
 def _missing_message(source: Path) -> str:
     left = sorted(source.parent.glob(_previous_name(source) + "*"))
     if left:
@@ -891,80 +875,71 @@ def _optimizer_mismatches(saved, optimizer: torch.optim.Optimizer, name: str):
 # -- a replay's contents ----------------------------------------------------------
 
 
-def replay_state_dict(replay) -> dict:
-    """The replay buffer's ``state_dict`` with only the filled part of its storage.
+class ReplayContents:
+    """A TorchRL replay buffer as a checkpoint component that saves what it holds,
+    not its capacity: register it under ``"replay_buffer"`` before the trainer
+    registers the buffer itself (with its ``dump``, which writes the whole
+    storage).
 
     A :class:`~torchrl.data.LazyTensorStorage` is allocated at full capacity on
     its first write, and its own ``state_dict`` holds all of it: a checkpoint then
     costs the capacity, however little is stored. Here its first ``len(storage)``
     entries are kept instead (a round-robin writer fills them in order; its cursor
-    is in the writer's state), and :func:`load_replay_state_dict` writes them back
-    into a freshly built buffer. Other buffers (``FrameStackReplayBuffer``, which
-    saves its own filled part) give their ``state_dict`` unchanged.
+    is in the writer's state), and :meth:`load_state_dict` writes them back into a
+    freshly built buffer. Other buffers (``FrameStackReplayBuffer``, which saves
+    its own filled part) give their ``state_dict`` unchanged.
     """
-    state = replay.state_dict()
-    storage = getattr(replay, "_storage", None)
-    if (
-        not isinstance(replay, ReplayBuffer)
-        or type(storage) not in (TensorStorage, LazyTensorStorage)
-        or not storage.initialized
-        or storage.ndim != 1
-    ):
-        return state
-    n = len(storage)
-    data = storage._storage[:n].clone()
-    is_td = isinstance(data, TensorDictBase)
-    state["_storage"] = {
-        "filled": data.to_dict() if is_td else data,
-        "batch_size": list(data.batch_size) if is_td else None,
-        "_len": n,
-    }
-    return state
-
-
-def load_replay_state_dict(replay, state: dict) -> None:
-    """Loads :func:`replay_state_dict`'s state (or a plain ``state_dict``)."""
-    stored = state.get("_storage") if isinstance(state, dict) else None
-    if not isinstance(stored, dict) or "filled" not in stored:
-        replay.load_state_dict(state)
-        return
-    n, capacity = stored["_len"], replay._storage.max_size
-    if n > capacity:
-        raise ValueError(
-            f"the checkpoint's replay holds {n} entries, more than this buffer's "
-            f"capacity of {capacity}"
-        )
-    filled = stored["filled"]
-    if stored["batch_size"] is not None:
-        filled = TensorDict(filled, batch_size=stored["batch_size"])
-        full = filled.apply(
-            lambda t: t.new_zeros((capacity, *t.shape[1:])),
-            batch_size=[capacity, *filled.batch_size[1:]],
-        )
-        full[:n] = filled
-        full = full.state_dict()
-    else:
-        full = filled.new_zeros((capacity, *filled.shape[1:]))
-        full[:n] = filled
-    replay.load_state_dict(
-        {**state, "_storage": {"_storage": full, "initialized": True, "_len": n}}
-    )
-
-
-class ReplayContents:
-    """A TorchRL replay buffer as a checkpoint component that saves what it holds
-    (:func:`replay_state_dict`), not its capacity: register it under
-    ``"replay_buffer"`` before the trainer registers the buffer itself (with its
-    ``dump``, which writes the whole storage)."""
 
     def __init__(self, replay) -> None:
         self.replay = replay
 
     def state_dict(self) -> dict:
-        return replay_state_dict(self.replay)
+        state = self.replay.state_dict()
+        storage = getattr(self.replay, "_storage", None)
+        if (
+            not isinstance(self.replay, ReplayBuffer)
+            or type(storage) not in (TensorStorage, LazyTensorStorage)
+            or not storage.initialized
+            or storage.ndim != 1
+        ):
+            return state
+        n = len(storage)
+        data = storage._storage[:n].clone()
+        is_td = isinstance(data, TensorDictBase)
+        state["_storage"] = {
+            "filled": data.to_dict() if is_td else data,
+            "batch_size": list(data.batch_size) if is_td else None,
+            "_len": n,
+        }
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        load_replay_state_dict(self.replay, state)
+        """Loads :meth:`state_dict`'s state (or a plain ``state_dict``)."""
+        stored = state.get("_storage") if isinstance(state, dict) else None
+        if not isinstance(stored, dict) or "filled" not in stored:
+            self.replay.load_state_dict(state)
+            return
+        n, capacity = stored["_len"], self.replay._storage.max_size
+        if n > capacity:
+            raise ValueError(
+                f"the checkpoint's replay holds {n} entries, more than this buffer's "
+                f"capacity of {capacity}"
+            )
+        filled = stored["filled"]
+        if stored["batch_size"] is not None:
+            filled = TensorDict(filled, batch_size=stored["batch_size"])
+            full = filled.apply(
+                lambda t: t.new_zeros((capacity, *t.shape[1:])),
+                batch_size=[capacity, *filled.batch_size[1:]],
+            )
+            full[:n] = filled
+            full = full.state_dict()
+        else:
+            full = filled.new_zeros((capacity, *filled.shape[1:]))
+            full[:n] = filled
+        self.replay.load_state_dict(
+            {**state, "_storage": {"_storage": full, "initialized": True, "_len": n}}
+        )
 
 
 class SaveEvery(TrainerHookBase):
