@@ -122,17 +122,15 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
     """TorchRL's state-dict adapter (same ``adapter_id``, same payload) that records
     the non-finite floating tensors of what it saves.
 
-    :class:`ACERCheckpoint` gives one to each component with ``state_dict`` /
-    ``load_state_dict`` registered without an adapter, and refuses the save when
-    any recorded one. Pass one explicitly for another payload, e.g.
+    :class:`ACERCheckpoint` refuses the save when one recorded any. Pass one
+    explicitly for another payload, e.g.
     ``FiniteStateDictAdapter(payload_format="torch", weights_only=False)`` for an
     environment's state (:mod:`torchrl_acer.training.env_state`), which holds
     tensordicts (TorchRL's TensorDict payload takes plain containers only, and
     ``torch.load(weights_only=True)`` refuses them).
 
     Args:
-        payload_format, archive_compression: as
-            :class:`~torchrl.checkpoint.StateDictCheckpointAdapter`.
+        payload_format: as :class:`~torchrl.checkpoint.StateDictCheckpointAdapter`.
         weights_only: for a ``"torch"`` payload, overrides the ``weights_only`` a
             load passes to :func:`torch.load` (``True`` by default), for this
             component only. ``False`` unpickles what the checkpoint holds: use it
@@ -151,11 +149,10 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
         self,
         payload_format: str = "directory",
         *,
-        archive_compression: str | int | None = None,
         weights_only: bool | None = None,
         check_finite: bool = True,
     ) -> None:
-        super().__init__(payload_format, archive_compression=archive_compression)
+        super().__init__(payload_format)
         self.weights_only = weights_only
         self.check_finite = check_finite
 

@@ -62,7 +62,7 @@ import signal
 import threading
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -264,10 +264,8 @@ class _StatelessHook(TrainerHookBase):
 
 
 def _around(trainer: Trainer, name: str, around: Callable) -> None:
-    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``.
-
-    ``inner`` is the method as it was (perhaps wrapped by another hook).
-    """
+    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``,
+    ``inner`` being the method as it was (perhaps wrapped by another hook)."""
     inner = getattr(trainer, name)
 
     @functools.wraps(inner)
@@ -346,8 +344,7 @@ class NonFiniteGuard(OptimizationStepper):
     the streak's first term and the frames; the parameters are then those of
     the last finite update (a :class:`FailureCheckpoint` saves them).
 
-    With ``check_batches``, a collected batch holding a non-finite value where
-    the loss reads (its ``in_keys``) is not trained on (the trainer's
+    A collected batch holding a non-finite value where the loss reads (its ``in_keys``) is not trained on (the trainer's
     ``optim_steps`` is skipped, replay storage at ``pre_epoch`` with it),
     counted (``train/nonfinite_batches``) and stopped on alike. And a save while
     a parameter or an optimizer state is non-finite raises
@@ -364,15 +361,12 @@ class NonFiniteGuard(OptimizationStepper):
     Args:
         max_in_a_row (int, optional): non-finite updates (or batches) in a row
             that stop training. Defaults to 10.
-        check_batches (bool, optional): check collected batches. Defaults to
-            ``True``.
     """
 
-    def __init__(self, max_in_a_row: int = 10, check_batches: bool = True) -> None:
+    def __init__(self, max_in_a_row: int = 10) -> None:
         if not max_in_a_row >= 1:
             raise ValueError(f"max_in_a_row must be >= 1, got {max_in_a_row}")
         self.max_in_a_row = max_in_a_row
-        self.check_batches = check_batches
         self.nonfinite = {"updates": 0, "batches": 0}
         self.optimizer_step_count = 0
         self._streak = {"updates": 0, "batches": 0}
@@ -398,9 +392,8 @@ class NonFiniteGuard(OptimizationStepper):
         super().register(trainer, name)
         _around(trainer, "_post_optim_hook", self._post_optim)
         _around(trainer, "_save_trainer", self._save)
-        if self.check_batches:
-            trainer.register_op("batch_process", self._check_batch)
-            _around(trainer, "optim_steps", self._optim_steps)
+        trainer.register_op("batch_process", self._check_batch)
+        _around(trainer, "optim_steps", self._optim_steps)
         trainer.register_op("post_steps_log", self._log)
 
     def step(self, trainer: Trainer, sub_batch: TensorDictBase) -> TensorDictBase:
@@ -779,7 +772,7 @@ class GracefulStop(_StatelessHook):
     Without it, Ctrl-C raises wherever the loop is, and the other signals
     (SIGTERM from a scheduler, SIGHUP when the terminal closes, ...) kill the
     process: what was trained since the last scheduled save is lost, silently.
-    With it, the first of ``signals`` calls ``trainer.request_stop("received
+    With it, the first of :data:`STOP_SIGNALS` calls ``trainer.request_stop("received
     SIGxxx")``: the iteration under way (collection, updates, logging)
     finishes, the trainer saves (TorchRL's ``train`` does on a stop, given a
     checkpoint destination) and ``train()`` returns. The signal is kept in
@@ -805,18 +798,13 @@ class GracefulStop(_StatelessHook):
     Left out: SIGKILL and SIGSTOP (they cannot be caught), SIGPIPE (Python
     ignores it) and SIGALRM (a program's own timers).
 
-    Args:
-        signals (iterable of int, optional): the signals to stop on. Defaults
-            to :data:`STOP_SIGNALS`.
-
     Examples:
         >>> stop = GracefulStop()
         >>> stop.signum, stop.exit_code  # after train(): sys.exit(stop.exit_code)
         (None, 0)
     """
 
-    def __init__(self, signals: Iterable[int] = STOP_SIGNALS) -> None:
-        self.signals = tuple(signals)
+    def __init__(self) -> None:
         self.signum: int | None = None
         self._saving = False
 
@@ -834,7 +822,7 @@ class GracefulStop(_StatelessHook):
         self.signum = None
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            for signum in self.signals:
+            for signum in STOP_SIGNALS:
                 previous[signum] = signal.signal(signum, self._on_signal)
         try:
             return inner()
