@@ -264,8 +264,10 @@ class _StatelessHook(TrainerHookBase):
 
 
 def _around(trainer: Trainer, name: str, around: Callable) -> None:
-    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``,
-    ``inner`` being the method as it was (perhaps wrapped by another hook)."""
+    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``.
+
+    ``inner`` is the method as it was (perhaps wrapped by another hook).
+    """
     inner = getattr(trainer, name)
 
     @functools.wraps(inner)
@@ -305,8 +307,10 @@ def first_few(items: list[str], limit: int, sep: str = ", ") -> str:
 
 
 def nonfinite_entries(state: Any, prefix: str) -> list[str]:
-    """Dotted names of the floating tensors in ``state`` (nested mappings,
-    sequences, tensordicts) holding a NaN or an infinity."""
+    """Dotted names of the floating tensors in ``state`` holding a NaN or an infinity.
+
+    ``state`` may nest mappings, sequences and tensordicts.
+    """
     if isinstance(state, torch.Tensor):
         if state.is_floating_point() or state.is_complex():
             if not bool(torch.isfinite(state).all()):
