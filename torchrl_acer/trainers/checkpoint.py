@@ -17,9 +17,8 @@ format it replaced promised:
   A truncated, corrupted or missing file is refused, naming it, before any
   component is touched.
 - **The run's config.** The resolved config is stored in the manifest and compared
-  on load (:func:`check_config`): settings that
-  differ outside :data:`SAFE_CONFIG_CHANGES` are
-  refused, listed, unless allowed (``allow_config_change``) or ``force``\\ d.
+  on load: settings that differ outside :data:`SAFE_CONFIG_CHANGES` are refused,
+  listed, unless allowed (``allow_config_change``) or ``force``\\ d.
 - **Strict loading, named.** Before anything loads, each module's saved parameters
   are compared with its own, and each optimizer's state with its parameters: keys
   missing, unexpected or of another shape are refused, named, all at once.
@@ -70,7 +69,7 @@ from torchrl.checkpoint import CheckpointError as _TorchRLCheckpointError
 from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorStorage
 from torchrl.trainers import Trainer, TrainerHookBase
 
-from torchrl_acer.trainers.hooks import first_few
+from torchrl_acer.trainers.hooks import first_few, nonfinite_entries
 from torchrl_acer.training.refusal import Refusal
 
 __all__ = [
@@ -82,8 +81,6 @@ __all__ = [
     "ReplayContents",
     "SAFE_CONFIG_CHANGES",
     "SaveEvery",
-    "load_replay_state_dict",
-    "replay_state_dict",
 ]
 
 #: Version of what :class:`ACERCheckpoint` adds to TorchRL's manifest (the
@@ -112,38 +109,6 @@ class NonFiniteCheckpointError(ACERCheckpointError):
 # -- state, checked -----------------------------------------------------------
 
 
-def nonfinite_entries(state: Any, prefix: str) -> list[str]:
-    """Dotted names of the floating tensors in ``state`` (nested mappings,
-    sequences, tensordicts) holding a NaN or an infinity."""
-    if isinstance(state, torch.Tensor):
-        if state.is_floating_point() or state.is_complex():
-            if not bool(torch.isfinite(state).all()):
-                return [prefix]
-        return []
-    if isinstance(state, TensorDictBase):
-        state = state.to_dict()
-    if isinstance(state, Mapping):
-        items = state.items()
-    elif isinstance(state, (list, tuple)):
-        items = enumerate(state)
-    else:
-        return []
-    out = []
-    for key, value in items:
-        out += nonfinite_entries(value, f"{prefix}.{key}")
-    return out
-
-
-class _Given:
-    """Hands a state dict already taken to TorchRL's adapter."""
-
-    def __init__(self, state):
-        self.state = state
-
-    def state_dict(self):
-        return self.state
-
-
 class _Taken:
     """Takes the state dict TorchRL's adapter reads, instead of loading it."""
 
@@ -157,17 +122,15 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
     """TorchRL's state-dict adapter (same ``adapter_id``, same payload) that records
     the non-finite floating tensors of what it saves.
 
-    :class:`ACERCheckpoint` gives one to each component with ``state_dict`` /
-    ``load_state_dict`` registered without an adapter, and refuses the save when
-    any recorded one. Pass one explicitly for another payload, e.g.
+    :class:`ACERCheckpoint` refuses the save when one recorded any. Pass one
+    explicitly for another payload, e.g.
     ``FiniteStateDictAdapter(payload_format="torch", weights_only=False)`` for an
     environment's state (:mod:`torchrl_acer.training.env_state`), which holds
     tensordicts (TorchRL's TensorDict payload takes plain containers only, and
     ``torch.load(weights_only=True)`` refuses them).
 
     Args:
-        payload_format, archive_compression: as
-            :class:`~torchrl.checkpoint.StateDictCheckpointAdapter`.
+        payload_format: as :class:`~torchrl.checkpoint.StateDictCheckpointAdapter`.
         weights_only: for a ``"torch"`` payload, overrides the ``weights_only`` a
             load passes to :func:`torch.load` (``True`` by default), for this
             component only. ``False`` unpickles what the checkpoint holds: use it
@@ -186,11 +149,10 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
         self,
         payload_format: str = "directory",
         *,
-        archive_compression: str | int | None = None,
         weights_only: bool | None = None,
         check_finite: bool = True,
     ) -> None:
-        super().__init__(payload_format, archive_compression=archive_compression)
+        super().__init__(payload_format)
         self.weights_only = weights_only
         self.check_finite = check_finite
 
@@ -201,10 +163,10 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
         return adapter
 
     def save(self, component, path, *, args, kwargs):
-        state = component.state_dict(*args, **kwargs)
+        state = super().save(component, path, args=args, kwargs=kwargs)
         if self.nonfinite is not None and self.check_finite:
             self.nonfinite += nonfinite_entries(state, self.name or "")
-        return super().save(_Given(state), path, args=(), kwargs={})
+        return state
 
     def load(self, component, path, *, map_location, tensor_load_kwargs, args, kwargs):
         if self.weights_only is not None and (path / self.state_torch).exists():
@@ -269,10 +231,6 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(file.fileno())
 
 
-def _remove(path: Path) -> None:
-    Checkpoint._remove_path(path)
-
-
 def _previous_name(destination: Path) -> str:
     return f".{destination.name}.previous-"
 
@@ -296,7 +254,7 @@ def _publish(source: Path, destination: Path) -> None:
             os.replace(previous, destination)
             raise
         _fsync_dir(parent)
-        _remove(previous)
+        Checkpoint._remove_path(previous)
     _fsync_dir(parent)
 
 
@@ -345,9 +303,6 @@ SAFE_CONFIG_CHANGES = (
 )
 
 
-_MISSING = "<absent>"
-
-
 def _flatten(tree, prefix="") -> dict:
     out = {}
     if isinstance(tree, dict):
@@ -360,64 +315,7 @@ def _flatten(tree, prefix="") -> dict:
     return out
 
 
-def _matches(key: str, patterns) -> bool:
-    return any(key == p or fnmatch.fnmatchcase(key, p) for p in patterns)
-
-
-def config_differences(
-    saved: dict | None, current: dict | None, *, ignore=SAFE_CONFIG_CHANGES
-) -> list[tuple[str, object, object]]:
-    """``(key, saved value, current value)`` for each dotted config key that
-    differs (absent on one side included), except those matching ``ignore``."""
-    if saved is None or current is None:
-        return []
-    old, new = _flatten(saved), _flatten(current)
-    out = []
-    for key in sorted(old.keys() | new.keys()):
-        a, b = old.get(key, _MISSING), new.get(key, _MISSING)
-        if a != b and not _matches(key, ignore):
-            out.append((key, a, b))
-    return out
-
-
-def check_config(
-    source,
-    saved: dict | None,
-    current: dict | None,
-    *,
-    allow=(),
-    force: bool = False,
-    how_to_allow: str = "",
-) -> list[tuple[str, object, object]]:
-    """Refuses a checkpoint (``source``, named in the message) whose ``saved``
-    config differs from ``current`` outside :data:`SAFE_CONFIG_CHANGES` and
-    ``allow`` (dotted keys or ``fnmatch`` patterns), listing the settings; with
-    ``force`` any difference passes. ``how_to_allow`` (given the refused keys,
-    comma-separated, as ``{keys}``) tells the caller's way to allow them. Returns
-    the differences outside the safe list that passed (allowed or forced), for the
-    caller to report."""
-    changed = config_differences(saved, current)
-    refused = config_differences(
-        saved, current, ignore=SAFE_CONFIG_CHANGES + tuple(allow)
-    )
-    if refused and not force:
-        lines = [show_config_change(*d) for d in refused[:20]]
-        if len(refused) > 20:
-            lines.append(f"  ... and {len(refused) - 20} more")
-        keys = ",".join(key for key, _, _ in refused)
-        raise ACERCheckpointError(
-            f"{source} was written with another config; these settings differ:\n"
-            + "\n".join(lines)
-            + "\nResuming with them changed may fail or train something else. "
-            f"To resume anyway, allow them: {how_to_allow.format(keys=keys)}. "
-            f"Settings safe to change are not listed: "
-            f"{', '.join(SAFE_CONFIG_CHANGES)}"
-        )
-    return changed
-
-
-def show_config_change(key: str, old, new) -> str:
-    """One line of :func:`check_config`'s report."""
+def _config_change(key: str, old, new) -> str:
     return f"  {key}: {old!r} in the checkpoint, {new!r} now"
 
 
@@ -446,26 +344,28 @@ def state_dict_mismatches(saved, current, prefix: str = "") -> list[str]:
 def _git_commit() -> str | None:
     """The commit of the checkout this package runs from, ``-dirty`` if it has
     uncommitted changes; ``None`` outside a git checkout (best effort)."""
-    here = Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=here,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            cwd=here,
-            timeout=10,
-        ).stdout.strip()
+        return (
+            subprocess.run(
+                # --exclude=*: the commit itself, never a tag's name
+                [
+                    "git",
+                    "describe",
+                    "--always",
+                    "--dirty",
+                    "--abbrev=40",
+                    "--exclude=*",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=Path(__file__).resolve().parent,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
-    return commit + ("-dirty" if dirty else "") if commit else None
 
 
 @cache
@@ -500,31 +400,27 @@ LEGACY_MAGIC = b"torchrl-acer checkpoint\n"
 _LEGACY_FIXED = struct.Struct("<QQ32s")
 
 
-def _legacy_header(path: Path) -> dict:
-    with open(path, "rb") as file:
-        file.read(len(LEGACY_MAGIC))
-        fixed = file.read(_LEGACY_FIXED.size)
-        if len(fixed) < _LEGACY_FIXED.size:
-            raise ValueError("truncated before its header")
-        header_len, _, _ = _LEGACY_FIXED.unpack(fixed)
-        return json.loads(file.read(header_len))
-
-
-def _refuse_single_file_format(path: Path) -> None:
-    """Refuses a file of the single-file format, naming its format version."""
+def _single_file_refusal(path: Path) -> ACERCheckpointError | None:
+    """The refusal of a file of the single-file format, naming its format version;
+    ``None`` for any other path."""
+    if not path.is_file():
+        return None
     with open(path, "rb") as file:
         if file.read(len(LEGACY_MAGIC)) != LEGACY_MAGIC:
-            return
-    try:
-        header = _legacy_header(path)
-        written = (
-            f"checkpoint format {header.get('format_version')!r}, written by "
-            f"torchrl-acer {header.get('library_version')} at "
-            f"{header.get('frames')} frames"
-        )
-    except ValueError as err:
-        written = f"an unreadable header ({err})"
-    raise ACERCheckpointError(
+            return None
+        fixed = file.read(_LEGACY_FIXED.size)
+        try:
+            if len(fixed) < _LEGACY_FIXED.size:
+                raise ValueError("truncated before its header")
+            header = json.loads(file.read(_LEGACY_FIXED.unpack(fixed)[0]))
+            written = (
+                f"checkpoint format {header.get('format_version')!r}, written by "
+                f"torchrl-acer {header.get('library_version')} at "
+                f"{header.get('frames')} frames"
+            )
+        except ValueError as err:
+            written = f"an unreadable header ({err})"
+    return ACERCheckpointError(
         f"{path} is a single-file torchrl-acer checkpoint ({written}). It cannot "
         f"be loaded by this version, which reads torchrl.checkpoint checkpoints "
         f"(format {FORMAT_VERSION} of torchrl-acer's manifest metadata): resume it "
@@ -599,7 +495,12 @@ class ACERCheckpoint(Checkpoint):
         adapter: CheckpointAdapter | None = None,
         options: CheckpointOptions | None = None,
     ) -> ACERCheckpoint:
-        if adapter is None and _state_dict_only(component):
+        def has(method):
+            return callable(getattr(component, method, None))
+
+        # where TorchRL would infer its StateDictCheckpointAdapter
+        stateful = has("state_dict") and has("load_state_dict")
+        if adapter is None and stateful and not (has("dump") and has("load")):
             adapter = FiniteStateDictAdapter()
         if isinstance(adapter, FiniteStateDictAdapter):
             adapter = adapter.bound(name, self._nonfinite)
@@ -657,8 +558,8 @@ class ACERCheckpoint(Checkpoint):
                 _publish(archive, destination)
         finally:
             self._nonfinite.clear()
-            _remove(stage)
-            _remove(archive)
+            Checkpoint._remove_path(stage)
+            Checkpoint._remove_path(archive)
         return destination
 
     @staticmethod
@@ -700,10 +601,8 @@ class ACERCheckpoint(Checkpoint):
         ``upstream/torchrl/0006`` asks a trainer's checkpoint, and so hands such a
         file to :meth:`load` instead of to its legacy ``torch.load`` path)."""
         source = cls._local_path(path)
-        if source.is_file():
-            with open(source, "rb") as file:
-                if file.read(len(LEGACY_MAGIC)) == LEGACY_MAGIC:
-                    return True
+        if _single_file_refusal(source) is not None:
+            return True
         return super().is_checkpoint(source)
 
     @classmethod
@@ -719,8 +618,8 @@ class ACERCheckpoint(Checkpoint):
         source = cls._local_path(path)
         if not source.exists():
             raise FileNotFoundError(_missing_message(source))
-        if source.is_file():
-            _refuse_single_file_format(source)
+        if (refusal := _single_file_refusal(source)) is not None:
+            raise refusal
         with _opener(source) as open_file:
             try:
                 with open_file(MANIFEST_NAME) as file:
@@ -815,22 +714,42 @@ class ACERCheckpoint(Checkpoint):
         return result
 
     def _check_config(self, source, manifest, allow, force) -> list:
+        """The differences between the saved config and :attr:`config` outside
+        :data:`SAFE_CONFIG_CHANGES`, as ``(dotted key, saved, current)`` (a key
+        absent on one side included); those outside ``allow`` too are refused,
+        listed, unless ``force``."""
         saved = manifest["metadata"][METADATA_KEY].get("config")
-        changed = check_config(
-            source,
-            saved,
-            self.config,
-            allow=allow,
-            force=force,
-            how_to_allow="ACERCheckpoint.load(path, allow_config_change=[{keys}])"
-            " or force=True (a run's resume_allow_config_change=[{keys}] or "
-            "resume_force=true)",
-        )
+        if saved is None or self.config is None:
+            return []
+        old, new = _flatten(saved), _flatten(self.config)
+
+        def matches(key, patterns):
+            return any(fnmatch.fnmatchcase(key, p) for p in patterns)
+
+        changed = [
+            (key, old.get(key, "<absent>"), new.get(key, "<absent>"))
+            for key in sorted(old.keys() | new.keys())
+            if old.get(key, "<absent>") != new.get(key, "<absent>")
+            and not matches(key, SAFE_CONFIG_CHANGES)
+        ]
+        refused = [d for d in changed if not matches(d[0], allow)]
+        if refused and not force:
+            keys = ",".join(key for key, _, _ in refused)
+            lines = first_few([_config_change(*d) for d in refused], 20, "\n")
+            raise ACERCheckpointError(
+                f"{source} was written with another config; these settings differ:"
+                f"\n{lines}\nResuming with them changed may fail or train something else. To "
+                f"resume anyway, allow them: ACERCheckpoint.load(path, "
+                f"allow_config_change=[{keys}]) or force=True (a run's "
+                f"resume_allow_config_change=[{keys}] or resume_force=true). "
+                f"Settings safe to change are not listed: "
+                f"{', '.join(SAFE_CONFIG_CHANGES)}"
+            )
         if changed:
             torchrl_logger.info(
                 "%s: settings changed since the checkpoint, as allowed:\n%s",
                 source,
-                "\n".join(show_config_change(*d) for d in changed),
+                "\n".join(_config_change(*d) for d in changed),
             )
         return changed
 
@@ -871,17 +790,6 @@ class ACERCheckpoint(Checkpoint):
 
 def _json_copy(value):
     return json.loads(json.dumps(value))
-
-
-def _state_dict_only(component: Any) -> bool:
-    def has(name):
-        return callable(getattr(component, name, None))
-
-    return (
-        has("state_dict")
-        and has("load_state_dict")
-        and not (has("dump") and has("load"))
-    )
 
 
 def _missing_message(source: Path) -> str:
@@ -964,80 +872,71 @@ def _optimizer_mismatches(saved, optimizer: torch.optim.Optimizer, name: str):
 # -- a replay's contents ----------------------------------------------------------
 
 
-def replay_state_dict(replay) -> dict:
-    """The replay buffer's ``state_dict`` with only the filled part of its storage.
+class ReplayContents:
+    """A TorchRL replay buffer as a checkpoint component that saves what it holds,
+    not its capacity: register it under ``"replay_buffer"`` before the trainer
+    registers the buffer itself (with its ``dump``, which writes the whole
+    storage).
 
     A :class:`~torchrl.data.LazyTensorStorage` is allocated at full capacity on
     its first write, and its own ``state_dict`` holds all of it: a checkpoint then
     costs the capacity, however little is stored. Here its first ``len(storage)``
     entries are kept instead (a round-robin writer fills them in order; its cursor
-    is in the writer's state), and :func:`load_replay_state_dict` writes them back
-    into a freshly built buffer. Other buffers (``FrameStackReplayBuffer``, which
-    saves its own filled part) give their ``state_dict`` unchanged.
+    is in the writer's state), and :meth:`load_state_dict` writes them back into a
+    freshly built buffer. Other buffers (``FrameStackReplayBuffer``, which saves
+    its own filled part) give their ``state_dict`` unchanged.
     """
-    state = replay.state_dict()
-    storage = getattr(replay, "_storage", None)
-    if (
-        not isinstance(replay, ReplayBuffer)
-        or type(storage) not in (TensorStorage, LazyTensorStorage)
-        or not storage.initialized
-        or storage.ndim != 1
-    ):
-        return state
-    n = len(storage)
-    data = storage._storage[:n].clone()
-    is_td = isinstance(data, TensorDictBase)
-    state["_storage"] = {
-        "filled": data.to_dict() if is_td else data,
-        "batch_size": list(data.batch_size) if is_td else None,
-        "_len": n,
-    }
-    return state
-
-
-def load_replay_state_dict(replay, state: dict) -> None:
-    """Loads :func:`replay_state_dict`'s state (or a plain ``state_dict``)."""
-    stored = state.get("_storage") if isinstance(state, dict) else None
-    if not isinstance(stored, dict) or "filled" not in stored:
-        replay.load_state_dict(state)
-        return
-    n, capacity = stored["_len"], replay._storage.max_size
-    if n > capacity:
-        raise ValueError(
-            f"the checkpoint's replay holds {n} entries, more than this buffer's "
-            f"capacity of {capacity}"
-        )
-    filled = stored["filled"]
-    if stored["batch_size"] is not None:
-        filled = TensorDict(filled, batch_size=stored["batch_size"])
-        full = filled.apply(
-            lambda t: t.new_zeros((capacity, *t.shape[1:])),
-            batch_size=[capacity, *filled.batch_size[1:]],
-        )
-        full[:n] = filled
-        full = full.state_dict()
-    else:
-        full = filled.new_zeros((capacity, *filled.shape[1:]))
-        full[:n] = filled
-    replay.load_state_dict(
-        {**state, "_storage": {"_storage": full, "initialized": True, "_len": n}}
-    )
-
-
-class ReplayContents:
-    """A TorchRL replay buffer as a checkpoint component that saves what it holds
-    (:func:`replay_state_dict`), not its capacity: register it under
-    ``"replay_buffer"`` before the trainer registers the buffer itself (with its
-    ``dump``, which writes the whole storage)."""
 
     def __init__(self, replay) -> None:
         self.replay = replay
 
     def state_dict(self) -> dict:
-        return replay_state_dict(self.replay)
+        state = self.replay.state_dict()
+        storage = getattr(self.replay, "_storage", None)
+        if (
+            not isinstance(self.replay, ReplayBuffer)
+            or type(storage) not in (TensorStorage, LazyTensorStorage)
+            or not storage.initialized
+            or storage.ndim != 1
+        ):
+            return state
+        n = len(storage)
+        data = storage._storage[:n].clone()
+        is_td = isinstance(data, TensorDictBase)
+        state["_storage"] = {
+            "filled": data.to_dict() if is_td else data,
+            "batch_size": list(data.batch_size) if is_td else None,
+            "_len": n,
+        }
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        load_replay_state_dict(self.replay, state)
+        """Loads :meth:`state_dict`'s state (or a plain ``state_dict``)."""
+        stored = state.get("_storage") if isinstance(state, dict) else None
+        if not isinstance(stored, dict) or "filled" not in stored:
+            self.replay.load_state_dict(state)
+            return
+        n, capacity = stored["_len"], self.replay._storage.max_size
+        if n > capacity:
+            raise ValueError(
+                f"the checkpoint's replay holds {n} entries, more than this buffer's "
+                f"capacity of {capacity}"
+            )
+        filled = stored["filled"]
+        if stored["batch_size"] is not None:
+            filled = TensorDict(filled, batch_size=stored["batch_size"])
+            full = filled.apply(
+                lambda t: t.new_zeros((capacity, *t.shape[1:])),
+                batch_size=[capacity, *filled.batch_size[1:]],
+            )
+            full[:n] = filled
+            full = full.state_dict()
+        else:
+            full = filled.new_zeros((capacity, *filled.shape[1:]))
+            full[:n] = filled
+        self.replay.load_state_dict(
+            {**state, "_storage": {"_storage": full, "initialized": True, "_len": n}}
+        )
 
 
 class SaveEvery(TrainerHookBase):

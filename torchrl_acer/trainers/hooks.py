@@ -62,7 +62,7 @@ import signal
 import threading
 import uuid
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +253,16 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
     _RUN_DIR_LOCKS[path] = fd
 
 
+class _StatelessHook(TrainerHookBase):
+    """A hook with nothing to checkpoint."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return
+
+
 def _around(trainer: Trainer, name: str, around: Callable) -> None:
     """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``.
 
@@ -296,32 +306,28 @@ def first_few(items: list[str], limit: int, sep: str = ", ") -> str:
     return sep.join(items[:limit]) + tail
 
 
-def _refuse_nonfinite_save(loss_module, optimizer, path, frames, hint="") -> None:
-    """Refuses a checkpoint of non-finite values.
+def nonfinite_entries(state: Any, prefix: str) -> list[str]:
+    """Dotted names of the floating tensors in ``state`` holding a NaN or an infinity.
 
-    Raises :class:`NonFiniteTrainingError` naming the parameters and buffers of
-    ``loss_module`` and the states of ``optimizer`` that hold a non-finite value:
-    no checkpoint is written from them.
+    ``state`` may nest mappings, sequences and tensordicts.
     """
-    named = [(f"loss_module.{k}", v) for k, v in loss_module.state_dict().items()]
-    if optimizer is not None:
-        for index, state in optimizer.state_dict()["state"].items():
-            named += [(f"optimizer.state[{index}].{k}", v) for k, v in state.items()]
-    # per tensor: a save is rare, and the tensors sit on several devices
-    bad = [
-        name
-        for name, value in named
-        if isinstance(value, torch.Tensor)
-        and value.is_floating_point()
-        and not bool(torch.isfinite(value).all())
-    ]
-    if bad:
-        raise NonFiniteTrainingError(
-            f"refusing to write a checkpoint to {path} at {frames} frames: "
-            f"{first_few(bad, 5)} "
-            f"hold non-finite values (the previous checkpoint there, if any, is "
-            f"kept){hint}"
-        )
+    if isinstance(state, torch.Tensor):
+        if state.is_floating_point() or state.is_complex():
+            if not bool(torch.isfinite(state).all()):
+                return [prefix]
+        return []
+    if isinstance(state, TensorDictBase):
+        state = state.to_dict()
+    if isinstance(state, Mapping):
+        items = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        return []
+    out = []
+    for key, value in items:
+        out += nonfinite_entries(value, f"{prefix}.{key}")
+    return out
 
 
 class NonFiniteGuard(OptimizationStepper):
@@ -342,8 +348,7 @@ class NonFiniteGuard(OptimizationStepper):
     the streak's first term and the frames; the parameters are then those of
     the last finite update (a :class:`FailureCheckpoint` saves them).
 
-    With ``check_batches``, a collected batch holding a non-finite value where
-    the loss reads (its ``in_keys``) is not trained on (the trainer's
+    A collected batch holding a non-finite value where the loss reads (its ``in_keys``) is not trained on (the trainer's
     ``optim_steps`` is skipped, replay storage at ``pre_epoch`` with it),
     counted (``train/nonfinite_batches``) and stopped on alike. And a save while
     a parameter or an optimizer state is non-finite raises
@@ -360,20 +365,19 @@ class NonFiniteGuard(OptimizationStepper):
     Args:
         max_in_a_row (int, optional): non-finite updates (or batches) in a row
             that stop training. Defaults to 10.
-        check_batches (bool, optional): check collected batches. Defaults to
-            ``True``.
     """
 
-    def __init__(self, max_in_a_row: int = 10, check_batches: bool = True) -> None:
+    def __init__(self, max_in_a_row: int = 10) -> None:
         if not max_in_a_row >= 1:
             raise ValueError(f"max_in_a_row must be >= 1, got {max_in_a_row}")
         self.max_in_a_row = max_in_a_row
-        self.check_batches = check_batches
         self.nonfinite = {"updates": 0, "batches": 0}
         self.optimizer_step_count = 0
         self._streak = {"updates": 0, "batches": 0}
         self._first = {"updates": None, "batches": None}  # each streak's first
-        self._applied = self._batch_ok = True
+        self._applied = True
+        #: whether the last collected batch was finite where the loss reads
+        self.batch_ok = True
 
     def register(self, trainer: Trainer, name: str = "optimization_stepper") -> None:
         if trainer.optimization_stepper not in (None, self):
@@ -392,9 +396,8 @@ class NonFiniteGuard(OptimizationStepper):
         super().register(trainer, name)
         _around(trainer, "_post_optim_hook", self._post_optim)
         _around(trainer, "_save_trainer", self._save)
-        if self.check_batches:
-            trainer.register_op("batch_process", self._check_batch)
-            _around(trainer, "optim_steps", self._optim_steps)
+        trainer.register_op("batch_process", self._check_batch)
+        _around(trainer, "optim_steps", self._optim_steps)
         trainer.register_op("post_steps_log", self._log)
 
     def step(self, trainer: Trainer, sub_batch: TensorDictBase) -> TensorDictBase:
@@ -480,10 +483,10 @@ class NonFiniteGuard(OptimizationStepper):
         if batch is None:  # collected into a replay buffer: nothing to check
             return batch
         read = self._read(batch)
-        self._batch_ok = _batch_is_finite(read)
+        self.batch_ok = _batch_is_finite(read)
         self._event(
             "batches",
-            self._batch_ok,
+            self.batch_ok,
             lambda: (
                 f"the batch collected after {self._trainer.collected_frames} "
                 f"frames held {_describe_batch(read)}"
@@ -491,13 +494,8 @@ class NonFiniteGuard(OptimizationStepper):
         )
         return batch
 
-    @property
-    def batch_ok(self) -> bool:
-        """Whether the last collected batch was finite where the loss reads."""
-        return self._batch_ok
-
     def _optim_steps(self, inner, batch) -> None:
-        if self._batch_ok:
+        if self.batch_ok:
             inner(batch)
 
     def _post_optim(self, inner) -> None:
@@ -506,13 +504,19 @@ class NonFiniteGuard(OptimizationStepper):
 
     def _save(self, inner) -> None:
         trainer = self._trainer
-        rotation = trainer.checkpoint_rotation
-        _refuse_nonfinite_save(
-            trainer.loss_module,
-            trainer.optimizer,
-            trainer.save_trainer_file if rotation is None else rotation.directory,
-            trainer.collected_frames,
-        )
+        # per tensor: a save is rare, and the tensors sit on several devices
+        bad = nonfinite_entries(trainer.loss_module.state_dict(), "loss_module")
+        if trainer.optimizer is not None:
+            state = trainer.optimizer.state_dict()["state"]
+            bad += nonfinite_entries(state, "optimizer.state")
+        if bad:
+            rotation = trainer.checkpoint_rotation
+            path = trainer.save_trainer_file if rotation is None else rotation.directory
+            raise NonFiniteTrainingError(
+                f"refusing to write a checkpoint to {path} at "
+                f"{trainer.collected_frames} frames: {first_few(bad, 5)} hold "
+                f"non-finite values (the previous checkpoint there, if any, is kept)"
+            )
         inner()
 
     def _log(self, batch) -> dict:
@@ -531,19 +535,6 @@ class NonFiniteGuard(OptimizationStepper):
         self._streak = dict(state_dict["streak"])
         self._first = dict(state_dict["first"])
         self.optimizer_step_count = state_dict["optimizer_step_count"]
-
-
-def _lag_since_push(versions: torch.Tensor, pushed_at: list[int], updates: int) -> int:
-    """The learner's ``updates`` since the weights that acted on the oldest of
-    the steps' ``versions`` were pushed (version ``v`` at ``pushed_at[v]``)."""
-    oldest = int(versions.min())
-    if not 0 <= oldest < len(pushed_at):
-        raise RuntimeError(
-            f"a batch carries policy version {oldest}, but versions 0 to "
-            f"{len(pushed_at) - 1} only were pushed: the collector was given "
-            f"weights by someone else"
-        )
-    return updates - pushed_at[oldest]
 
 
 def _worker_failure(err: Exception, collector, pids) -> str | None:
@@ -643,7 +634,8 @@ class PolicyVersion(TrainerHookBase):
         self.dropped_batches = 0
         self.lag: int | None = None  # the last batch's
         self._pushed_at: list[int] = []  # [v]: learner updates when v was pushed
-        self._drop = False
+        #: whether the last collected batch is trained on (not beyond the bound)
+        self.batch_ok = True
         self._batch = None  # the last collected batch, as the trainer holds it
 
     def register(self, trainer: Trainer, name: str = "policy_version") -> None:
@@ -721,21 +713,23 @@ class PolicyVersion(TrainerHookBase):
                 "the collected batch has no 'policy_version' entry: the "
                 "collector's policy must be a VersionedPolicy for PolicyVersion"
             )
-        self.lag = _lag_since_push(versions, self._pushed_at, _updates(self._trainer))
+        # the learner's updates since the weights that acted on the oldest step
+        # were pushed (version v at _pushed_at[v])
+        oldest = int(versions.min())
+        if not 0 <= oldest < len(self._pushed_at):
+            raise RuntimeError(
+                f"a batch carries policy version {oldest}, but versions 0 to "
+                f"{len(self._pushed_at) - 1} only were pushed: the collector was "
+                f"given weights by someone else"
+            )
+        self.lag = _updates(self._trainer) - self._pushed_at[oldest]
         self._batch = batch
-        self._drop = self.max_policy_lag is not None and self.lag > self.max_policy_lag
-        self.dropped_batches += self._drop
+        self.batch_ok = self.max_policy_lag is None or self.lag <= self.max_policy_lag
+        self.dropped_batches += not self.batch_ok
         return batch
 
-    @property
-    def batch_ok(self) -> bool:
-        """Whether the last collected batch is trained on (not beyond the lag
-        bound): a replay that stores at ``batch_process`` (ACER's schedule, as
-        one of its ``accept``) asks it."""
-        return not self._drop
-
     def _optim_steps(self, inner, batch) -> None:
-        if not self._drop:
+        if self.batch_ok:
             inner(batch)
 
     def _step(self, inner, trainer, sub_batch):
@@ -775,14 +769,14 @@ _ENDING = "SIGINT SIGTERM SIGHUP SIGQUIT SIGUSR1 SIGUSR2 SIGXCPU".split()
 STOP_SIGNALS = tuple(getattr(signal, n) for n in _ENDING if hasattr(signal, n))
 
 
-class GracefulStop(TrainerHookBase):
+class GracefulStop(_StatelessHook):
     """Stops training at an iteration boundary, with a checkpoint, on the
     signals that end a training process.
 
     Without it, Ctrl-C raises wherever the loop is, and the other signals
     (SIGTERM from a scheduler, SIGHUP when the terminal closes, ...) kill the
     process: what was trained since the last scheduled save is lost, silently.
-    With it, the first of ``signals`` calls ``trainer.request_stop("received
+    With it, the first of :data:`STOP_SIGNALS` calls ``trainer.request_stop("received
     SIGxxx")``: the iteration under way (collection, updates, logging)
     finishes, the trainer saves (TorchRL's ``train`` does on a stop, given a
     checkpoint destination) and ``train()`` returns. The signal is kept in
@@ -808,18 +802,13 @@ class GracefulStop(TrainerHookBase):
     Left out: SIGKILL and SIGSTOP (they cannot be caught), SIGPIPE (Python
     ignores it) and SIGALRM (a program's own timers).
 
-    Args:
-        signals (iterable of int, optional): the signals to stop on. Defaults
-            to :data:`STOP_SIGNALS`.
-
     Examples:
         >>> stop = GracefulStop()
         >>> stop.signum, stop.exit_code  # after train(): sys.exit(stop.exit_code)
         (None, 0)
     """
 
-    def __init__(self, signals: Iterable[int] = STOP_SIGNALS) -> None:
-        self.signals = tuple(signals)
+    def __init__(self) -> None:
         self.signum: int | None = None
         self._saving = False
 
@@ -837,7 +826,7 @@ class GracefulStop(TrainerHookBase):
         self.signum = None
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            for signum in self.signals:
+            for signum in STOP_SIGNALS:
                 previous[signum] = signal.signal(signum, self._on_signal)
         try:
             return inner()
@@ -869,14 +858,8 @@ class GracefulStop(TrainerHookBase):
         else:
             raise KeyboardInterrupt(f"{name}: a second signal; stopped without saving")
 
-    def state_dict(self) -> dict[str, Any]:
-        return {}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return
-
-
-class FailureCheckpoint(TrainerHookBase):
+class FailureCheckpoint(_StatelessHook):
     """Saves what was trained when training fails, then lets the error go on
     with a note saying where.
 
@@ -923,12 +906,10 @@ class FailureCheckpoint(TrainerHookBase):
             err.add_note(self._save(err))
             raise
 
-    def _save(self, err: Exception | None = None) -> str:
+    def _save(self, err: Exception) -> str:
         trainer = self._trainer
         failed = f"training failed after {trainer.collected_frames} frames"
-        worker = None
-        if err is not None:
-            worker = _worker_failure(err, trainer.collector, self._pids)
+        worker = _worker_failure(err, trainer.collector, self._pids)
         if worker is not None:
             failed = (
                 f"{worker} died: {failed}; the batches the workers had collected "
@@ -955,22 +936,15 @@ class FailureCheckpoint(TrainerHookBase):
                 f"({type(err).__name__}: {err})"
             )
         path = _checkpoint_path(trainer)
-        if not left_out:
-            hint = (
-                f"trainer.load_from_file({str(path)!r})"
-                if self.resume_hint is None
-                else self.resume_hint(path)
-            )
-            return f"{failed}; what was trained was saved to {path}. Resume with {hint}"
-        hint = (
-            f"trainer.load_from_file({str(path)!r}, strict='warn')"
-            if self.resume_hint is None
-            else self.resume_hint(path)
-        )
-        return (
-            f"{failed}; what was trained was saved to {path}, without "
-            f"{', '.join(left_out)}, which could not be saved. Resume with {hint}"
-        )
+        if self.resume_hint is not None:
+            hint = self.resume_hint(path)
+        else:
+            strict = ", strict='warn'" if left_out else ""
+            hint = f"trainer.load_from_file({str(path)!r}{strict})"
+        saved = f"what was trained was saved to {path}"
+        if left_out:
+            saved += f", without {', '.join(left_out)}, which could not be saved"
+        return f"{failed}; {saved}. Resume with {hint}"
 
     def _unsaveable(self) -> list[str]:
         """The trainer's checkpoint components whose ``state_dict`` raises."""
@@ -994,12 +968,6 @@ class FailureCheckpoint(TrainerHookBase):
             self._trainer._save_trainer()
         finally:
             checkpoint.save_components = default
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return
 
 
 class _InputCheck:
@@ -1036,7 +1004,7 @@ class _Evaluating:
         return getattr(self.__dict__["evaluate"], name)
 
 
-class PolicyInputCheck(TrainerHookBase):
+class PolicyInputCheck(_StatelessHook):
     """Refuses non-finite observations while the policy acts, naming them, and
     keeps what the trainer is doing in :attr:`phase`.
 
@@ -1075,36 +1043,29 @@ class PolicyInputCheck(TrainerHookBase):
             self.policy.register_forward_pre_hook(_InputCheck(self), with_kwargs=True)
         trainer.register_op("setup", self._enter, phase="collecting")
         # before any batch_process op (a NonFiniteGuard's check raises there)
-        _around(trainer, "_process_batch_hook", self._batch)
+        batch = "training on a batch"
+        _around(trainer, "_process_batch_hook", self._in_phase(batch, after=batch))
         _around(trainer, "optim_steps", self._in_phase("updating"))
-        _around(trainer, "save_trainer", self._saving)
+        # the next batch is collected next
+        _around(trainer, "save_trainer", self._in_phase("saving", after="collecting"))
         if self.evaluation is not None:
             self.evaluation.evaluate = _Evaluating(self.evaluation.evaluate, self)
 
     def _enter(self, phase) -> None:
         self.phase = phase
 
-    def _batch(self, inner, batch):
-        self.phase = "training on a batch"
-        return inner(batch)
+    def _in_phase(self, phase, after=None):
+        """A wrapper in ``phase``, in ``after`` (the phase before) once it returns.
 
-    def _in_phase(self, phase):
+        A call that raises leaves its phase: it is the one that failed."""
+
         def around(inner, *args, **kwargs):
             previous, self.phase = self.phase, phase
-            try:
-                out = inner(*args, **kwargs)
-            except BaseException:
-                raise  # the phase stays: it is the one that failed
-            self.phase = previous
+            out = inner(*args, **kwargs)
+            self.phase = previous if after is None else after
             return out
 
         return around
-
-    def _saving(self, inner, *args, **kwargs):
-        self.phase = "saving"
-        out = inner(*args, **kwargs)
-        self.phase = "collecting"  # the next batch is collected next
-        return out
 
     def check(self, module, args, kwargs) -> None:
         if self.phase not in ("collecting", "evaluating"):
@@ -1125,12 +1086,6 @@ class PolicyInputCheck(TrainerHookBase):
             f"after {frames} frames ({counts}). The environment returned them; "
             f"the policy cannot act on them"
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return
 
 
 class RunDirectoryOwnedError(RuntimeError):
