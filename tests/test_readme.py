@@ -1,12 +1,17 @@
-"""The README's Python examples run (with a shorter training run)."""
+"""The README's and the docs guides' Python examples run (with a shorter training run)."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-README = (Path(__file__).parents[1] / "README.md").read_text()
-BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+ROOT = Path(__file__).parents[1]
+README = (ROOT / "README.md").read_text()
+# the README's examples, then those the docs pages took over from it
+PAGES = [README] + [page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))]
+BLOCKS = [
+    b for page in PAGES for b in re.findall(r"```python\n(.*?)```", page, flags=re.S)
+]
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
