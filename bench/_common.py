@@ -92,6 +92,19 @@ def interleaved_medians(
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def per_round_ratios(numerators, denominators) -> dict:
+    """The ratio of two candidates' samples round by round (each round's pair saw the
+    same load from elsewhere, which cancels in the ratio), with their median, min and
+    max: what the benchmarks report as "the median of the per-round ratios"."""
+    ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]
+    return {
+        "ratios": ratios,
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+    }
+
+
 def interleaved_samples(
     fns: dict, rounds: int, min_time: float = 0.02, sync=None
 ) -> dict:

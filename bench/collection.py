@@ -41,7 +41,7 @@ from torchrl.modules import OneHotCategorical, ProbabilisticActor
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import interleaved_samples, save  # noqa: E402
+from _common import interleaved_samples, per_round_ratios, save  # noqa: E402
 
 from torchrl_acer.modules.models import mlp_actor_critic  # noqa: E402
 from torchrl_acer.training.envs import make_env  # noqa: E402
@@ -120,10 +120,8 @@ def main():
     )
     seconds = {name: statistics.median(s) for name, s in samples.items()}
     # the same round's samples saw the same load from elsewhere
-    round_ratios = [
-        c / g
-        for c, g in zip(samples["collector"], samples["lean_collector"], strict=True)
-    ]
+    speedup = per_round_ratios(samples["collector"], samples["lean_collector"])
+    round_ratios = speedup["ratios"]
     torchrl_collector.shutdown()
     prob_collector.shutdown()
     gym_collector.shutdown()
@@ -146,8 +144,8 @@ def main():
         / floor,
         "lean_collector_over_floor": seconds["lean_collector"] / floor,
         # median of the per-round ratios, and their range
-        "lean_collector_speedup": statistics.median(round_ratios),
-        "lean_collector_speedup_range": [min(round_ratios), max(round_ratios)],
+        "lean_collector_speedup": speedup["median"],
+        "lean_collector_speedup_range": [speedup["min"], speedup["max"]],
     }
     path = save("collection", result)
     for name, s in seconds.items():

@@ -90,7 +90,7 @@ from tensordict import TensorDict
 from torch.nn.utils.rnn import pack_padded_sequence
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import interleaved_samples, save  # noqa: E402
+from _common import interleaved_samples, per_round_ratios, save  # noqa: E402
 
 from torchrl_acer import ACERLoss  # noqa: E402
 from torchrl_acer.modules.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
@@ -543,9 +543,9 @@ def timed_row(name, fns, rounds, sync) -> dict:
     }
     for c in fns:
         if c != "bare":
-            ratios = [a / b for a, b in zip(seconds[c], seconds["bare"], strict=True)]
-            row[f"{c}_over_bare"] = statistics.median(ratios)
-            row[f"{c}_over_bare_range"] = [min(ratios), max(ratios)]
+            ratio = per_round_ratios(seconds[c], seconds["bare"])
+            row[f"{c}_over_bare"] = ratio["median"]
+            row[f"{c}_over_bare_range"] = [ratio["min"], ratio["max"]]
     return row
 
 
