@@ -94,6 +94,7 @@ from _common import interleaved_samples, save  # noqa: E402
 
 from torchrl_acer import ACERLoss  # noqa: E402
 from torchrl_acer.modules.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
+from torchrl_acer.objectives.value.retrace import done_flags, evaluate  # noqa: E402
 
 
 def batch(B, T, obs_key, obs_shape, num_actions, dtype):
@@ -474,7 +475,8 @@ def check_recurrent(loss, data, nets, average, layout):
     recurrent = estimator.recurrent
     prefix, rest = recurrent.split_burn_in(data, "bench")
     with torch.no_grad():
-        steps = estimator.evaluate(
+        steps = evaluate(
+            estimator,
             rest,
             actor_params=loss.actor_network_params,
             critic_params=loss.critic_network_params,
@@ -482,7 +484,7 @@ def check_recurrent(loss, data, nets, average, layout):
         )
         avg = recurrent.average_dist_params(
             data,
-            estimator.done_flags(data)[0],
+            done_flags(data, estimator.tensor_keys, "bench")[0],
             loss.target_actor_network_params,
             owner="bench",
         )["logits"]

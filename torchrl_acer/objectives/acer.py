@@ -36,6 +36,8 @@ from torchrl_acer.objectives.trust_region import (
 from torchrl_acer.objectives.value.retrace import (
     RetraceEstimator,
     check_finite,
+    done_flags,
+    evaluate,
     gaussian_log_prob,
     get_entry,
     state_value,
@@ -538,7 +540,8 @@ class ACERLoss(LossModule):
         if estimator.recurrent is not None:
             # burn-in steps only warm the recurrent state: no loss terms on them
             prefix, data = estimator.recurrent.split_burn_in(data, type(self).__name__)
-        steps = estimator.evaluate(
+        steps = evaluate(
+            estimator,
             data,
             actor_params=self.actor_network_params,
             critic_params=self.critic_network_params,
@@ -548,7 +551,7 @@ class ACERLoss(LossModule):
         if estimator.recurrent is not None:
             average = estimator.recurrent.average_dist_params(
                 full,
-                estimator.done_flags(full)[0],
+                done_flags(full, estimator.tensor_keys, type(estimator).__name__)[0],
                 self.target_actor_network_params,
                 owner=type(self).__name__,
             )

@@ -378,8 +378,12 @@ class RetraceEstimator(ValueEstimatorBase):
             prefix, data = self.recurrent.split_burn_in(data, type(self).__name__)
         keys = self.tensor_keys
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
-            steps = self.evaluate(
-                data, actor_params=actor_params, critic_params=params, prefix=prefix
+            steps = evaluate(
+                self,
+                data,
+                actor_params=actor_params,
+                critic_params=params,
+                prefix=prefix,
             )
             if self.family == "gaussian":
                 sdn = self.value_network
@@ -418,106 +422,10 @@ class RetraceEstimator(ValueEstimatorBase):
             tensordict.set(key, value)
         return tensordict
 
-    def evaluate(
-        self,
-        data: TensorDictBase,
-        *,
-        actor_params: TensorDictBase | None = None,
-        critic_params: TensorDictBase | None = None,
-        detach_shared: bool = False,
-        prefix: TensorDictBase | None = None,
-    ) -> Steps:
-        """Runs the networks once over ``data`` (``[*B, T]``, time last).
-
-        Returns the per-step quantities Retrace and ACER need (:class:`Steps`).
-
-        With recurrent networks, ``prefix`` holds the burn-in steps that come
-        before ``data`` (see :class:`RetraceEstimator`), or ``None``.
-        """
-        owner = type(self).__name__
-        check_not_empty(data, owner)
-        done, terminated = self.done_flags(data)
-        gaussian = self.family == "gaussian"
-        output_key = (
-            self.value_network.value_key if gaussian else self.tensor_keys.action_value
-        )
-        run = {
-            "output_key": output_key,
-            "actor_params": actor_params,
-            "critic_params": critic_params,
-            "detach_shared": detach_shared,
-        }
-        if self.recurrent is not None:
-            window = self.recurrent.window(
-                data,
-                prefix,
-                done=done,
-                terminated=terminated,
-                prefix_done=None if prefix is None else self.done_flags(prefix)[0],
-                owner=owner,
-                **run,
-            )
-            call, inputs = self.recurrent.run, window.inputs
-        else:
-            in_keys = self.evaluator.in_keys
-            skip = skip_existing() if self.skip_existing is None else self.skip_existing
-            # the critic's outputs travel through the window like observations, so
-            # the critic can skip them at s_t and s'_t alike
-            reuse = (
-                skip
-                and data.get(output_key, None) is not None
-                and data.get(_next(output_key), None) is not None
-            )
-            if reuse:
-                in_keys = [*in_keys, output_key]
-            window = ObservationWindow(
-                data,
-                in_keys,
-                done=done,
-                terminated=terminated,
-                owner=owner,
-                shifted=self.shifted,
-            )
-            call = functools.partial(self.evaluator, skip_existing=reuse)
-            inputs = window.tensors
-        try:
-            params, out = call(inputs, **run)
-        except RuntimeError as error:
-            explain_dtype_error(
-                error, window.inputs, (self.actor_network, self.value_network), owner
-            )
-            raise
-        action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
-        if gaussian:
-            loc = params["loc"]
-            check_gaussian(
-                action, loc, params["scale"], data.batch_size, owner, self.check_values
-            )
-            # the advantage network reads each step's observations (and, recurrent,
-            # the features of the actor's pass over the sequences), flattened
-            observations = window.flat_current(self.value_network.observation_keys)
-            return Steps(window, params, out, action, (done, terminated), observations)
-        logits = params["logits"]
-        if out.shape != logits.shape:
-            raise ValueError(
-                f"{owner}: the critic's {self.tensor_keys.action_value!r} has shape "
-                f"{tuple(out.shape)} where the policy's logits have "
-                f"{tuple(logits.shape)}; the critic must output one value per action"
-            )
-        action = action_index(
-            action,
-            data.batch_size,
-            logits.shape[-1],
-            one_hot=self.one_hot,
-            owner=owner,
-            check_values=self.check_values,
-        )
-        return Steps(window, params, out, action, (done, terminated))
-
     def gaussian_targets(
         self, data, steps, log_pi, action_value, log_mu=None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        r"""``(Q_ret, Q_opc)`` of a Gaussian policy from ``evaluate``'s ``steps``.
+        r"""``(Q_ret, Q_opc)`` of a Gaussian policy from :func:`evaluate`'s ``steps``.
 
         :math:`Q_{ret}` with the traces :math:`\lambda \min(\bar c, \rho_t^{1/d})`,
         :math:`Q_{opc}` with every trace 1 (see :meth:`value_estimate`).
@@ -531,20 +439,6 @@ class RetraceEstimator(ValueEstimatorBase):
         d = steps.loc.shape[-1]
         q_ret = self.value_estimate(data, trace_power=1.0 / d, log_mu=log_mu, **common)
         return q_ret, self.value_estimate(data, unit_traces=True, **common)
-
-    def done_flags(self, data: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(done, terminated)`` as ``[*B, T]`` booleans."""
-        owner = type(self).__name__
-        flags = []
-        for name in ("done", "terminated"):
-            key = ("next", getattr(self.tensor_keys, name))
-            value = get_entry(data, key, owner, f"the {name} flag after each step")
-            flags.append(
-                as_step_tensor(value, data.batch_size, str(key), owner)
-                .squeeze(-1)
-                .bool()
-            )
-        return flags[0], flags[1]
 
     def behaviour_log_prob(self, data: TensorDictBase) -> torch.Tensor:
         """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
@@ -603,8 +497,8 @@ class RetraceEstimator(ValueEstimatorBase):
             unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
             log_mu: :meth:`behaviour_log_prob` of ``tensordict``, if the caller
                 has it already.
-            flags: :meth:`done_flags` of ``tensordict``, if the caller has them
-                already (the ``flags`` of :meth:`evaluate`'s steps).
+            flags: :func:`done_flags` of ``tensordict``, if the caller has them
+                already (the ``flags`` of :func:`evaluate`'s steps).
         """
         owner = type(self).__name__
         keys = self.tensor_keys
@@ -620,7 +514,9 @@ class RetraceEstimator(ValueEstimatorBase):
                 "a non-finite reward would make every target, and after one update "
                 "every parameter, non-finite",
             )
-        done, terminated = self.done_flags(tensordict) if flags is None else flags
+        if flags is None:
+            flags = done_flags(tensordict, keys, owner)
+        done, terminated = flags
         gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
         if unit_traces:
             # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1); the
@@ -664,7 +560,7 @@ class Steps:
         window: the window the networks ran on.
         action: the stored actions: indices ``[*B, T]`` (categorical policies) or
             ``[*B, T, d]`` (Gaussian ones).
-        flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
+        flags: ``(done, terminated)`` (:func:`done_flags`).
         next_state_value: :math:`V(s'_t)` at the real next observation,
             ``[*B, T, 1]``; for a categorical policy
             :math:`\sum_a \pi(a|s'_t) Q(s'_t, a)`.
@@ -692,6 +588,124 @@ class Steps:
             self.scale = window.split(params["scale"].expand_as(loc))[0]
             self.value, self.next_state_value = window.split(out)
             self.observations = observations
+
+
+def evaluate(
+    estimator: RetraceEstimator,
+    data: TensorDictBase,
+    *,
+    actor_params: TensorDictBase | None = None,
+    critic_params: TensorDictBase | None = None,
+    detach_shared: bool = False,
+    prefix: TensorDictBase | None = None,
+) -> Steps:
+    """Runs ``estimator``'s networks once over ``data`` (``[*B, T]``, time last).
+
+    Returns the per-step quantities Retrace and ACER need (:class:`Steps`), with
+    the estimator's keys, ``shifted``, ``skip_existing`` and ``check_values``.
+
+    With recurrent networks, ``prefix`` holds the burn-in steps that come
+    before ``data`` (see :class:`RetraceEstimator`), or ``None``.
+    """
+    owner = type(estimator).__name__
+    keys = estimator.tensor_keys
+    check_not_empty(data, owner)
+    done, terminated = done_flags(data, keys, owner)
+    gaussian = estimator.family == "gaussian"
+    output_key = estimator.value_network.value_key if gaussian else keys.action_value
+    run = {
+        "output_key": output_key,
+        "actor_params": actor_params,
+        "critic_params": critic_params,
+        "detach_shared": detach_shared,
+    }
+    if estimator.recurrent is not None:
+        window = estimator.recurrent.window(
+            data,
+            prefix,
+            done=done,
+            terminated=terminated,
+            prefix_done=None if prefix is None else done_flags(prefix, keys, owner)[0],
+            owner=owner,
+            **run,
+        )
+        call, inputs = estimator.recurrent.run, window.inputs
+    else:
+        in_keys = estimator.evaluator.in_keys
+        skip = (
+            skip_existing()
+            if estimator.skip_existing is None
+            else estimator.skip_existing
+        )
+        # the critic's outputs travel through the window like observations, so
+        # the critic can skip them at s_t and s'_t alike
+        reuse = (
+            skip
+            and data.get(output_key, None) is not None
+            and data.get(_next(output_key), None) is not None
+        )
+        if reuse:
+            in_keys = [*in_keys, output_key]
+        window = ObservationWindow(
+            data,
+            in_keys,
+            done=done,
+            terminated=terminated,
+            owner=owner,
+            shifted=estimator.shifted,
+        )
+        call = functools.partial(estimator.evaluator, skip_existing=reuse)
+        inputs = window.tensors
+    try:
+        params, out = call(inputs, **run)
+    except RuntimeError as error:
+        explain_dtype_error(
+            error,
+            window.inputs,
+            (estimator.actor_network, estimator.value_network),
+            owner,
+        )
+        raise
+    action = get_entry(data, keys.action, owner, "the stored action")
+    if gaussian:
+        loc = params["loc"]
+        check_gaussian(
+            action, loc, params["scale"], data.batch_size, owner, estimator.check_values
+        )
+        # the advantage network reads each step's observations (and, recurrent,
+        # the features of the actor's pass over the sequences), flattened
+        observations = window.flat_current(estimator.value_network.observation_keys)
+        return Steps(window, params, out, action, (done, terminated), observations)
+    logits = params["logits"]
+    if out.shape != logits.shape:
+        raise ValueError(
+            f"{owner}: the critic's {keys.action_value!r} has shape "
+            f"{tuple(out.shape)} where the policy's logits have "
+            f"{tuple(logits.shape)}; the critic must output one value per action"
+        )
+    action = action_index(
+        action,
+        data.batch_size,
+        logits.shape[-1],
+        one_hot=estimator.one_hot,
+        owner=owner,
+        check_values=estimator.check_values,
+    )
+    return Steps(window, params, out, action, (done, terminated))
+
+
+def done_flags(
+    data: TensorDictBase, keys, owner: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(done, terminated)`` under the estimator's ``keys``, ``[*B, T]`` booleans."""
+    flags = []
+    for name in ("done", "terminated"):
+        key = ("next", getattr(keys, name))
+        value = get_entry(data, key, owner, f"the {name} flag after each step")
+        flags.append(
+            as_step_tensor(value, data.batch_size, str(key), owner).squeeze(-1).bool()
+        )
+    return flags[0], flags[1]
 
 
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
