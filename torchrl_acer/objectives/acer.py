@@ -35,6 +35,7 @@ from torchrl_acer.objectives.trust_region import (
 )
 from torchrl_acer.objectives.value.retrace import (
     RetraceEstimator,
+    behaviour_log_prob,
     check_finite,
     done_flags,
     evaluate,
@@ -561,7 +562,9 @@ class ACERLoss(LossModule):
                     steps.window.flat_current(self.actor_network.in_keys),
                     self.target_actor_network_params,
                 )
-        log_mu = estimator.behaviour_log_prob(data)
+        log_mu = behaviour_log_prob(
+            data, estimator.tensor_keys, estimator.family, type(estimator).__name__
+        )
         # the per-step losses are reduced below: the reduction tells the trust-region
         # hook how each step's gradient is scaled when it reaches the policy
         masked = self._has_loss_mask(data)

@@ -440,35 +440,6 @@ class RetraceEstimator(ValueEstimatorBase):
         q_ret = self.value_estimate(data, trace_power=1.0 / d, log_mu=log_mu, **common)
         return q_ret, self.value_estimate(data, unit_traces=True, **common)
 
-    def behaviour_log_prob(self, data: TensorDictBase) -> torch.Tensor:
-        """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
-
-        A ``torch.distributions.Normal`` policy stores one log-probability per
-        action dimension (``[*B, T, d]``): they are summed, as a diagonal
-        Gaussian's log-density is.
-        """
-        owner = type(self).__name__
-        key = self.tensor_keys.sample_log_prob
-        value = get_entry(
-            data, key, owner, "the behaviour policy's log-probability of the action"
-        )
-        batch = tuple(data.batch_size)
-        if (
-            self.family == "gaussian"
-            and value.ndim == len(batch) + 1
-            and tuple(value.shape[:-1]) == batch
-            and value.shape[-1] > 1
-        ):
-            action = get_entry(data, self.tensor_keys.action, owner, "the action")
-            if value.shape[-1] != action.shape[-1]:
-                raise ValueError(
-                    f"{owner}: {key!r} has shape {tuple(value.shape)}: per-dimension "
-                    f"log-probabilities must have the action's {action.shape[-1]} "
-                    f"dimensions"
-                )
-            value = value.sum(-1, keepdim=True)
-        return as_step_tensor(value, data.batch_size, repr(key), owner)
-
     def value_estimate(
         self,
         tensordict: TensorDictBase,
@@ -495,7 +466,7 @@ class RetraceEstimator(ValueEstimatorBase):
                 \rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
                 ``d``-dimensional actions.
             unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
-            log_mu: :meth:`behaviour_log_prob` of ``tensordict``, if the caller
+            log_mu: :func:`behaviour_log_prob` of ``tensordict``, if the caller
                 has it already.
             flags: :func:`done_flags` of ``tensordict``, if the caller has them
                 already (the ``flags`` of :func:`evaluate`'s steps).
@@ -525,7 +496,7 @@ class RetraceEstimator(ValueEstimatorBase):
             lmbda, c_thresh = 1.0, 1.0
         else:
             if log_mu is None:
-                log_mu = self.behaviour_log_prob(tensordict)
+                log_mu = behaviour_log_prob(tensordict, keys, self.family, owner)
             if check:
                 check_finite(
                     log_mu,
@@ -706,6 +677,40 @@ def done_flags(
             as_step_tensor(value, data.batch_size, str(key), owner).squeeze(-1).bool()
         )
     return flags[0], flags[1]
+
+
+def behaviour_log_prob(
+    data: TensorDictBase, keys, family: str, owner: str
+) -> torch.Tensor:
+    """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
+
+    Read under the estimator's ``keys`` (``sample_log_prob``); ``family`` is the
+    policy's (:func:`policy_family`).
+
+    A ``torch.distributions.Normal`` policy stores one log-probability per
+    action dimension (``[*B, T, d]``): they are summed, as a diagonal
+    Gaussian's log-density is.
+    """
+    key = keys.sample_log_prob
+    value = get_entry(
+        data, key, owner, "the behaviour policy's log-probability of the action"
+    )
+    batch = tuple(data.batch_size)
+    if (
+        family == "gaussian"
+        and value.ndim == len(batch) + 1
+        and tuple(value.shape[:-1]) == batch
+        and value.shape[-1] > 1
+    ):
+        action = get_entry(data, keys.action, owner, "the action")
+        if value.shape[-1] != action.shape[-1]:
+            raise ValueError(
+                f"{owner}: {key!r} has shape {tuple(value.shape)}: per-dimension "
+                f"log-probabilities must have the action's {action.shape[-1]} "
+                f"dimensions"
+            )
+        value = value.sum(-1, keepdim=True)
+    return as_step_tensor(value, data.batch_size, repr(key), owner)
 
 
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
