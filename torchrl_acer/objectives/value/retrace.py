@@ -131,15 +131,14 @@ class RetraceEstimator(ValueEstimatorBase):
             network's state value, at ``s_t`` and under ``"next"``); the policy
             always runs. ``None`` (default) follows
             :func:`tensordict.nn.skip_existing`.
-        check_values (bool): if ``True`` (default), check that the rewards and
-            the behaviour log-probabilities are finite and the actions in range
-            (and, in ``ACERLoss``, that the behaviour logits, or ``loc`` and a
-            positive ``scale``, are finite), and raise ``ValueError`` naming the
-            entry otherwise. These checks reduce over the batch and read the result
-            back (a device synchronisation on GPU, a few microseconds on CPU); pass
-            ``False`` in hot loops once the data pipeline is trusted. Key, shape and
-            empty-batch checks read only metadata and always run; a data dtype that
-            is not the networks' is named when the networks refuse it.
+        check_values (bool): if ``True`` (default), raise ``ValueError`` naming
+            the entry where a reward or a behaviour log-probability is not finite
+            or an action is out of range (``ACERLoss`` checks the behaviour logits,
+            or ``loc`` and a positive ``scale``, too). These checks read a
+            reduction back (a device synchronisation on GPU, a few microseconds on
+            CPU); pass ``False`` in hot loops once the data pipeline is trusted.
+            Key, shape and empty-batch checks read only metadata and always run; a
+            data dtype that is not the networks' is named when they refuse it.
         time_dim (int, optional): the time dimension of inputs; defaults to the
             dimension named ``"time"``, else the last one.
         device (torch.device, optional): device of the hyper-parameter buffers.
@@ -295,14 +294,13 @@ class RetraceEstimator(ValueEstimatorBase):
             self.register_buffer(name, value.to(self._device))
         self.check_values = check_values
         self.time_dim = time_dim
-        self.one_hot = self.family == "one_hot"
 
     def set_keys(self, **kwargs) -> None:
         value = kwargs.get("action_value")
         out_keys = getattr(self.value_network, "out_keys", None)
-        if getattr(self, "family", None) == "gaussian":
-            value = None  # the dueling network's keys are its own
-        if value is not None and out_keys is not None:
+        # a Gaussian policy's dueling network has keys of its own
+        gaussian = getattr(self, "family", None) == "gaussian"
+        if not (gaussian or value is None or out_keys is None):
             if unravel_key(value) not in out_keys:
                 raise KeyError(
                     f"action_value key {value!r} is not an output of the critic, "
@@ -658,7 +656,7 @@ def evaluate(
         action,
         data.batch_size,
         logits.shape[-1],
-        one_hot=estimator.one_hot,
+        one_hot=estimator.family == "one_hot",
         owner=owner,
         check_values=estimator.check_values,
     )
