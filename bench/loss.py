@@ -473,14 +473,12 @@ def check_recurrent(loss, data, nets, average, layout):
     """The loss's network outputs on ``data`` equal the bare side's."""
     estimator = loss.value_estimator
     recurrent = estimator.recurrent
-    prefix, rest = recurrent.split_burn_in(data, "bench")
     with torch.no_grad():
         steps = evaluate(
             estimator,
-            rest,
+            data,
             actor_params=loss.actor_network_params,
             critic_params=loss.critic_network_params,
-            prefix=prefix,
         )
         avg = recurrent.average_dist_params(
             data,

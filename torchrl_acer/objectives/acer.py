@@ -537,18 +537,15 @@ class ACERLoss(LossModule):
         last = tensordict.ndim - 1
         data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
         categorical = estimator.family != "gaussian"
-        full, prefix = data, None
-        if estimator.recurrent is not None:
-            # burn-in steps only warm the recurrent state: no loss terms on them
-            prefix, data = estimator.recurrent.split_burn_in(data, type(self).__name__)
+        full = data
         steps = evaluate(
             estimator,
-            data,
+            full,
             actor_params=self.actor_network_params,
             critic_params=self.critic_network_params,
             detach_shared=self.separate_losses,
-            prefix=prefix,
         )
+        data = steps.data  # burn-in steps only warm the recurrent state: no loss terms
         if estimator.recurrent is not None:
             average = estimator.recurrent.average_dist_params(
                 full,

@@ -371,18 +371,12 @@ class RetraceEstimator(ValueEstimatorBase):
             # gradients reach the data, never the networks' parameters
             actor_params = _detached(actor_params, self.actor_network)
             params = _detached(params, self.value_network)
-        prefix = None
-        if self.recurrent is not None:
-            prefix, data = self.recurrent.split_burn_in(data, type(self).__name__)
         keys = self.tensor_keys
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
             steps = evaluate(
-                self,
-                data,
-                actor_params=actor_params,
-                critic_params=params,
-                prefix=prefix,
+                self, data, actor_params=actor_params, critic_params=params
             )
+            data, prefix = steps.data, steps.prefix
             if self.family == "gaussian":
                 sdn = self.value_network
                 # the window's observations are flat: [*B, T] entries go in flattened
@@ -527,6 +521,8 @@ class Steps:
 
     Attributes:
         window: the window the networks ran on.
+        data: the ``[*B, T]`` steps it covers: the batch, after the burn-in if any.
+        prefix: the burn-in steps before them, or ``None``.
         action: the stored actions: indices ``[*B, T]`` (categorical policies) or
             ``[*B, T, d]`` (Gaussian ones).
         flags: ``(done, terminated)`` (:func:`done_flags`).
@@ -544,8 +540,9 @@ class Steps:
             a flat ``[prod(B) T]`` TensorDict.
     """
 
-    def __init__(self, window, params, out, action, flags, observations=None):
+    def __init__(self, window, params, out, action, flags, data, prefix, obs=None):
         self.window, self.action, self.flags = window, action, flags
+        self.data, self.prefix = data, prefix
         if "logits" in params:
             self.logits, next_logits = window.split(params["logits"])
             self.q, next_q = window.split(out)
@@ -556,7 +553,7 @@ class Steps:
             self.loc = window.split(loc)[0]
             self.scale = window.split(params["scale"].expand_as(loc))[0]
             self.value, self.next_state_value = window.split(out)
-            self.observations = observations
+            self.observations = obs
 
 
 def evaluate(
@@ -566,18 +563,21 @@ def evaluate(
     actor_params: TensorDictBase | None = None,
     critic_params: TensorDictBase | None = None,
     detach_shared: bool = False,
-    prefix: TensorDictBase | None = None,
 ) -> Steps:
     """Runs ``estimator``'s networks once over ``data`` (``[*B, T]``, time last).
 
     Returns the per-step quantities Retrace and ACER need (:class:`Steps`), with
     the estimator's keys, ``shifted``, ``skip_existing`` and ``check_values``.
 
-    With recurrent networks, ``prefix`` holds the burn-in steps that come
-    before ``data`` (see :class:`RetraceEstimator`), or ``None``.
+    With recurrent networks and a burn-in, the steps are those after it
+    (``steps.data``; the burn-in steps are ``steps.prefix``, see
+    :class:`RetraceEstimator`).
     """
     owner = type(estimator).__name__
     keys = estimator.tensor_keys
+    prefix = None
+    if estimator.recurrent is not None:
+        prefix, data = estimator.recurrent.split_burn_in(data, owner)
     check_not_empty(data, owner)
     done, terminated = done_flags(data, keys, owner)
     gaussian = estimator.family == "gaussian"
@@ -644,7 +644,8 @@ def evaluate(
         # the advantage network reads each step's observations (and, recurrent,
         # the features of the actor's pass over the sequences), flattened
         observations = window.flat_current(estimator.value_network.observation_keys)
-        return Steps(window, params, out, action, (done, terminated), observations)
+        flags = (done, terminated)
+        return Steps(window, params, out, action, flags, data, prefix, observations)
     logits = params["logits"]
     if out.shape != logits.shape:
         raise ValueError(
@@ -660,7 +661,7 @@ def evaluate(
         owner=owner,
         check_values=estimator.check_values,
     )
-    return Steps(window, params, out, action, (done, terminated))
+    return Steps(window, params, out, action, (done, terminated), data, prefix)
 
 
 def done_flags(
