@@ -605,7 +605,14 @@ class ACERLoss(LossModule):
         """Per-step terms for a categorical policy (the sum over actions is exact)."""
         estimator = self.value_estimator
         avg_logits = average["logits"].reshape(steps.logits.shape)
-        (behaviour_logits,) = self._behaviour(data, steps.logits.shape)
+        (behaviour_logits,) = behaviour_statistics(
+            data,
+            self.tensor_keys,
+            steps.logits.shape,
+            gaussian=False,
+            check=estimator.check_values,
+            owner=type(self).__name__,
+        )
         behaviour_log_probs = behaviour_logits.log_softmax(-1)
         avg_probs = avg_logits.softmax(-1)
         log_probs = categorical_log_probs(
@@ -662,7 +669,14 @@ class ACERLoss(LossModule):
         loc, scale = gaussian_statistics(
             steps.loc, steps.scale, avg_loc, avg_scale, register
         )
-        mu_loc, mu_scale = self._behaviour(data, steps.loc.shape)
+        mu_loc, mu_scale = behaviour_statistics(
+            data,
+            self.tensor_keys,
+            steps.loc.shape,
+            gaussian=True,
+            check=estimator.check_values,
+            owner=type(self).__name__,
+        )
         with torch.no_grad():
             # one action a' ~ pi for the bias correction, n for the dueling baseline
             n = 1 + sdn.num_samples * sdn.dueling
@@ -766,56 +780,6 @@ class ACERLoss(LossModule):
             "explained_variance": 1 - residual.var() / target.var(),
         }
 
-    def _behaviour(self, data, shape) -> list[torch.Tensor]:
-        """The behaviour policy's statistics stored with the ``[*B, T]`` steps.
-
-        ``[logits]`` (categorical policies, of the policy's ``shape``) or ``[loc,
-        scale]`` (Gaussian ones, expanded to ``shape``), checked.
-        """
-        owner, keys = type(self).__name__, self.tensor_keys
-        check = self.value_estimator.check_values
-        gaussian = self.value_estimator.family == "gaussian"
-        what = "Gaussian parameters" if gaussian else "logits"
-        out = []
-        for name in ("loc", "scale") if gaussian else ("logits",):
-            key = getattr(keys, f"behavior_{name}")
-            value = get_entry(
-                data,
-                key,
-                owner,
-                f"the behaviour policy's {what} stored with each step (collectors "
-                f"store the actor's)",
-            )
-            fits = value.shape == shape
-            if not fits and gaussian:  # a Gaussian's may broadcast
-                try:
-                    fits = value.expand(shape) is not None
-                except RuntimeError:
-                    pass
-            if not fits:
-                raise ValueError(
-                    f"{owner}: behaviour {name} {key!r} "
-                    f"{'has' if gaussian else 'have'} shape {tuple(value.shape)}, "
-                    f"expected {tuple(shape)} (the policy's {what} for the [*B, T] "
-                    f"batch)"
-                )
-            if check:
-                # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
-                # correction would silently switch off
-                check_finite(
-                    value,
-                    repr(key),
-                    owner,
-                    f"the behaviour policy's {what} are corrupted",
-                )
-            out.append(value.expand(shape))
-        if check and gaussian and not bool((out[1] > 0).all()):
-            raise ValueError(
-                f"{owner}: behaviour scale {keys.behavior_scale!r} holds values that "
-                f"are not positive; min {out[1].min().item()}"
-            )
-        return out
-
     @property
     def trust_region_stats(self) -> TensorDict | None:
         r"""The trust region's statistics for the last ``backward``.
@@ -830,6 +794,57 @@ class ACERLoss(LossModule):
         stats = self._trust_region_stats
         values = stats.clone().unbind(0)
         return TensorDict(dict(zip(TRUST_REGION_STATS, values, strict=True)), [])
+
+
+def behaviour_statistics(
+    data: TensorDictBase, keys, shape, *, gaussian: bool, check: bool, owner: str
+) -> list[torch.Tensor]:
+    """The behaviour policy's statistics stored with the ``[*B, T]`` steps.
+
+    ``[logits]`` (categorical policies, of the policy's ``shape``) or ``[loc,
+    scale]`` (Gaussian ones, expanded to ``shape``), read under the loss's ``keys``
+    (``behavior_*``) and checked (their values too if ``check``).
+    """
+    what = "Gaussian parameters" if gaussian else "logits"
+    out = []
+    for name in ("loc", "scale") if gaussian else ("logits",):
+        key = getattr(keys, f"behavior_{name}")
+        value = get_entry(
+            data,
+            key,
+            owner,
+            f"the behaviour policy's {what} stored with each step (collectors "
+            f"store the actor's)",
+        )
+        fits = value.shape == shape
+        if not fits and gaussian:  # a Gaussian's may broadcast
+            try:
+                fits = value.expand(shape) is not None
+            except RuntimeError:
+                pass
+        if not fits:
+            raise ValueError(
+                f"{owner}: behaviour {name} {key!r} "
+                f"{'has' if gaussian else 'have'} shape {tuple(value.shape)}, "
+                f"expected {tuple(shape)} (the policy's {what} for the [*B, T] "
+                f"batch)"
+            )
+        if check:
+            # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
+            # correction would silently switch off
+            check_finite(
+                value,
+                repr(key),
+                owner,
+                f"the behaviour policy's {what} are corrupted",
+            )
+        out.append(value.expand(shape))
+    if check and gaussian and not bool((out[1] > 0).all()):
+        raise ValueError(
+            f"{owner}: behaviour scale {keys.behavior_scale!r} holds values that "
+            f"are not positive; min {out[1].min().item()}"
+        )
+    return out
 
 
 def _diagonal_normal(loc, scale) -> D.Distribution:
