@@ -581,10 +581,31 @@ class ACERLoss(LossModule):
             valid=valid,
             stats_out=self._trust_region_stats,
         )
+        behaviour = behaviour_statistics(
+            data,
+            self.tensor_keys,
+            (steps.logits if categorical else steps.loc).shape,
+            gaussian=not categorical,
+            check=estimator.check_values,
+            owner=type(self).__name__,
+        )
+        args = (estimator, data, steps, average, behaviour, log_mu)
+        common = {
+            "ratio_clip": self.ratio_clip,
+            "register": register,
+            "critic_error": functools.partial(
+                distance_loss, loss_function=self.loss_critic_type
+            ),
+        }
         if categorical:
-            terms = self._categorical_terms(data, steps, average, log_mu, register)
+            terms = categorical_terms(*args, space=self.trust_region_space, **common)
         else:
-            terms = self._gaussian_terms(data, steps, average, log_mu, register)
+            terms = gaussian_terms(
+                *args,
+                sdn=self.critic_network,
+                sdn_params=self.critic_network_params,
+                **common,
+            )
         return self._outputs(terms, data, time_dim, last, masked)
 
     def _has_loss_mask(self, data) -> bool:
@@ -600,145 +621,6 @@ class ACERLoss(LossModule):
         if self.reduction == "sum":
             return value.sum()
         return value
-
-    def _categorical_terms(self, data, steps, average, log_mu, register):
-        """Per-step terms for a categorical policy (the sum over actions is exact)."""
-        estimator = self.value_estimator
-        avg_logits = average["logits"].reshape(steps.logits.shape)
-        (behaviour_logits,) = behaviour_statistics(
-            data,
-            self.tensor_keys,
-            steps.logits.shape,
-            gaussian=False,
-            check=estimator.check_values,
-            owner=type(self).__name__,
-        )
-        behaviour_log_probs = behaviour_logits.log_softmax(-1)
-        avg_probs = avg_logits.softmax(-1)
-        log_probs = categorical_log_probs(
-            steps.logits, avg_probs, self.trust_region_space, register
-        )
-        pi = log_probs.exp()
-        probs = pi.detach()
-        q = steps.q.detach()
-        value = state_value(probs, q)
-        log_pi = taken(log_probs, steps.action)
-        with torch.no_grad():
-            value_target = estimator.value_estimate(
-                data,
-                log_pi=log_pi.detach(),
-                action_value=steps.action_value.detach(),
-                next_state_value=steps.next_state_value.detach(),
-                log_mu=log_mu,
-                flags=steps.flags,
-            )
-            c = self.ratio_clip
-            rho = (log_pi.detach() - log_mu).exp()
-            rho_all = (log_probs.detach() - behaviour_log_probs).exp()
-            # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
-            correction = (1 - c / rho_all).clamp_min(0)
-            correction_weight = correction * probs * (q - value)
-            kl_avg = (avg_probs * (avg_logits.log_softmax(-1) - log_probs)).sum(
-                -1, keepdim=True
-            )
-        objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
-            correction_weight * log_probs
-        ).sum(-1, keepdim=True)
-        entropy = -(pi * log_probs).sum(-1, keepdim=True)
-        return {
-            "objective": objective,
-            "entropy": entropy,
-            "critic": self._critic_error(value_target, steps.action_value),
-            "kl_avg": kl_avg,
-            "rho": rho,
-            "value_target": value_target,
-            "action_value": steps.action_value,
-        }
-
-    def _gaussian_terms(self, data, steps, average, log_mu, register):
-        """Per-step terms for a Gaussian policy and a stochastic dueling network.
-
-        Paper section 5: Q_opc in the policy gradient, one sampled action for the bias
-        correction, a V term in the critic loss.
-        """
-        estimator = self.value_estimator
-        sdn = self.critic_network
-        d = steps.loc.shape[-1]
-        avg_loc = average["loc"].reshape(steps.loc.shape)
-        avg_scale = average["scale"].expand_as(average["loc"]).reshape(steps.loc.shape)
-        loc, scale = gaussian_statistics(
-            steps.loc, steps.scale, avg_loc, avg_scale, register
-        )
-        mu_loc, mu_scale = behaviour_statistics(
-            data,
-            self.tensor_keys,
-            steps.loc.shape,
-            gaussian=True,
-            check=estimator.check_values,
-            owner=type(self).__name__,
-        )
-        with torch.no_grad():
-            # one action a' ~ pi for the bias correction, n for the dueling baseline
-            n = 1 + sdn.num_samples * sdn.dueling
-            noise = torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
-            drawn = loc + scale * noise
-            sampled = drawn[0]
-        actions = torch.cat([steps.action[None], drawn], 0)
-        with estimator.evaluator.params_context(self.critic_network_params, sdn):
-            advantages = sdn.advantages(
-                steps.observations, actions.flatten(1, -2)
-            ).unflatten(1, steps.loc.shape[:-1])
-        value = steps.value
-        if sdn.dueling:  # Q~ = V + A - mean_i A(u_i)
-            offset = value - advantages[2:].mean(0)
-        else:  # a plain Q = A
-            offset = 0.0
-        q_taken = advantages[0] + offset
-        log_pi = gaussian_log_prob(loc, scale, steps.action)
-        log_pi_sampled = gaussian_log_prob(loc, scale, sampled)
-        with torch.no_grad():
-            c = self.ratio_clip
-            v = value.detach()
-            q_sampled = advantages[1] + offset
-            q_ret, q_opc = estimator.gaussian_targets(
-                data, steps, log_pi.detach(), q_taken.detach(), log_mu
-            )
-            rho = (log_pi.detach() - log_mu).exp()
-            rho_sampled = (
-                log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
-            ).exp()
-            correction = (1 - c / rho_sampled).clamp_min(0)
-            kl_avg = D.kl_divergence(
-                _diagonal_normal(avg_loc, avg_scale),
-                _diagonal_normal(loc.detach(), scale.detach()),
-            ).unsqueeze(-1)
-        objective = (
-            rho.clamp(max=c) * (q_opc - v) * log_pi
-            + correction * (q_sampled - v) * log_pi_sampled
-        )
-        entropy = scale.log().sum(-1, keepdim=True) + 0.5 * d * (
-            1.0 + math.log(2 * math.pi)
-        )
-        # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as two distances:
-        # the paper's V_target = min(1, rho) (Q_ret - Q~) + V makes the second one a
-        # real regression (a plain Q critic has no V of its own to train)
-        critic = self._critic_error(q_ret, q_taken)
-        if sdn.dueling:
-            with torch.no_grad():
-                value_target = rho.clamp(max=1.0) * (q_ret - q_taken) + value
-            critic = critic + self._critic_error(value_target, value)
-        return {
-            "objective": objective,
-            "entropy": entropy,
-            "critic": critic,
-            "kl_avg": kl_avg,
-            "rho": rho,
-            "value_target": q_ret,
-            "action_value": q_taken,
-        }
-
-    def _critic_error(self, target, prediction):
-        return distance_loss(target, prediction, loss_function=self.loss_critic_type)
 
     def _outputs(self, terms, data, time_dim, last, masked) -> TensorDictBase:
         losses = {"loss_objective": -terms["objective"]}
@@ -794,6 +676,156 @@ class ACERLoss(LossModule):
         stats = self._trust_region_stats
         values = stats.clone().unbind(0)
         return TensorDict(dict(zip(TRUST_REGION_STATS, values, strict=True)), [])
+
+
+def categorical_terms(
+    estimator,
+    data,
+    steps,
+    average,
+    behaviour,
+    log_mu,
+    *,
+    ratio_clip,
+    space,
+    register,
+    critic_error,
+) -> dict[str, torch.Tensor]:
+    """Per-step terms for a categorical policy (the sum over actions is exact).
+
+    ``steps`` from :func:`~torchrl_acer.objectives.value.retrace.evaluate`, the
+    averaged policy's ``average`` and the ``behaviour`` statistics, ``log_mu`` the
+    behaviour log-probabilities; ``space`` and ``register`` place the trust
+    region, ``critic_error(target, prediction)`` is the critic's distance.
+    """
+    avg_logits = average["logits"].reshape(steps.logits.shape)
+    behaviour_log_probs = behaviour[0].log_softmax(-1)
+    avg_probs = avg_logits.softmax(-1)
+    log_probs = categorical_log_probs(steps.logits, avg_probs, space, register)
+    pi = log_probs.exp()
+    probs = pi.detach()
+    q = steps.q.detach()
+    value = state_value(probs, q)
+    log_pi = taken(log_probs, steps.action)
+    with torch.no_grad():
+        value_target = estimator.value_estimate(
+            data,
+            log_pi=log_pi.detach(),
+            action_value=steps.action_value.detach(),
+            next_state_value=steps.next_state_value.detach(),
+            log_mu=log_mu,
+            flags=steps.flags,
+        )
+        c = ratio_clip
+        rho = (log_pi.detach() - log_mu).exp()
+        rho_all = (log_probs.detach() - behaviour_log_probs).exp()
+        # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
+        correction = (1 - c / rho_all).clamp_min(0)
+        correction_weight = correction * probs * (q - value)
+        kl_avg = (avg_probs * (avg_logits.log_softmax(-1) - log_probs)).sum(
+            -1, keepdim=True
+        )
+    objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
+        correction_weight * log_probs
+    ).sum(-1, keepdim=True)
+    entropy = -(pi * log_probs).sum(-1, keepdim=True)
+    return {
+        "objective": objective,
+        "entropy": entropy,
+        "critic": critic_error(value_target, steps.action_value),
+        "kl_avg": kl_avg,
+        "rho": rho,
+        "value_target": value_target,
+        "action_value": steps.action_value,
+    }
+
+
+def gaussian_terms(
+    estimator,
+    data,
+    steps,
+    average,
+    behaviour,
+    log_mu,
+    *,
+    sdn,
+    sdn_params,
+    ratio_clip,
+    register,
+    critic_error,
+) -> dict[str, torch.Tensor]:
+    """Per-step terms for a Gaussian policy and a stochastic dueling network.
+
+    Paper section 5: Q_opc in the policy gradient, one sampled action for the bias
+    correction, a V term in the critic loss. The arguments are
+    :func:`categorical_terms`'s, with the critic ``sdn`` and its parameters.
+    """
+    d = steps.loc.shape[-1]
+    avg_loc = average["loc"].reshape(steps.loc.shape)
+    avg_scale = average["scale"].expand_as(average["loc"]).reshape(steps.loc.shape)
+    loc, scale = gaussian_statistics(
+        steps.loc, steps.scale, avg_loc, avg_scale, register
+    )
+    mu_loc, mu_scale = behaviour
+    with torch.no_grad():
+        # one action a' ~ pi for the bias correction, n for the dueling baseline
+        n = 1 + sdn.num_samples * sdn.dueling
+        noise = torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
+        drawn = loc + scale * noise
+        sampled = drawn[0]
+    actions = torch.cat([steps.action[None], drawn], 0)
+    with estimator.evaluator.params_context(sdn_params, sdn):
+        advantages = sdn.advantages(
+            steps.observations, actions.flatten(1, -2)
+        ).unflatten(1, steps.loc.shape[:-1])
+    value = steps.value
+    if sdn.dueling:  # Q~ = V + A - mean_i A(u_i)
+        offset = value - advantages[2:].mean(0)
+    else:  # a plain Q = A
+        offset = 0.0
+    q_taken = advantages[0] + offset
+    log_pi = gaussian_log_prob(loc, scale, steps.action)
+    log_pi_sampled = gaussian_log_prob(loc, scale, sampled)
+    with torch.no_grad():
+        c = ratio_clip
+        v = value.detach()
+        q_sampled = advantages[1] + offset
+        q_ret, q_opc = estimator.gaussian_targets(
+            data, steps, log_pi.detach(), q_taken.detach(), log_mu
+        )
+        rho = (log_pi.detach() - log_mu).exp()
+        rho_sampled = (
+            log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
+        ).exp()
+        correction = (1 - c / rho_sampled).clamp_min(0)
+        kl_avg = D.kl_divergence(
+            _diagonal_normal(avg_loc, avg_scale),
+            _diagonal_normal(loc.detach(), scale.detach()),
+        ).unsqueeze(-1)
+    objective = (
+        rho.clamp(max=c) * (q_opc - v) * log_pi
+        + correction * (q_sampled - v) * log_pi_sampled
+    )
+    entropy = scale.log().sum(-1, keepdim=True) + 0.5 * d * (
+        1.0 + math.log(2 * math.pi)
+    )
+    # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as two distances:
+    # the paper's V_target = min(1, rho) (Q_ret - Q~) + V makes the second one a
+    # real regression (a plain Q critic has no V of its own to train)
+    critic = critic_error(q_ret, q_taken)
+    if sdn.dueling:
+        with torch.no_grad():
+            value_target = rho.clamp(max=1.0) * (q_ret - q_taken) + value
+        critic = critic + critic_error(value_target, value)
+    return {
+        "objective": objective,
+        "entropy": entropy,
+        "critic": critic,
+        "kl_avg": kl_avg,
+        "rho": rho,
+        "value_target": q_ret,
+        "action_value": q_taken,
+    }
 
 
 def behaviour_statistics(
