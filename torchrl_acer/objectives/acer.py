@@ -89,15 +89,11 @@ class ACERLoss(LossModule):
     ``step()`` after each optimizer step. After ``backward`` the hook's statistics
     are in :attr:`trust_region_stats`.
 
-    How the per-step bound holds with each ``reduction``:
-
-    - ``"mean"``: the hook multiplies the arriving gradient by the number of valid
-      steps (padding excluded) before projecting and divides after: every step is
-      bounded by ``delta``.
-    - ``"sum"``: the arriving gradient is the step's own; every step is bounded.
-    - ``"none"``: the per-step losses are returned and the hook assumes they will be
-      summed. Reducing them by a mean instead scales each step's gradient by
-      ``1 / N`` and makes the effective bound ``N * delta``.
+    With ``reduction="mean"`` or ``"sum"`` every step is bounded by ``delta`` (the
+    hook undoes the reduction's scale, padding excluded: see
+    :class:`~torchrl_acer.objectives.trust_region.TrustRegionHook`); with ``"none"``
+    the hook assumes the per-step losses will be summed: their mean instead makes
+    the effective bound ``N * delta``.
 
     **Continuous actions** (paper section 5). With a Gaussian policy
     (``Normal`` / ``IndependentNormal`` over ``loc`` and ``scale``, learned or
