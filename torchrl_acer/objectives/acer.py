@@ -353,28 +353,20 @@ class ACERLoss(LossModule):
     ):
         if gamma is not None:
             raise TypeError(_GAMMA_LMBDA_DEPREC_ERROR)
-        if trust_region_space not in TRUST_REGION_SPACES:
-            raise ValueError(
-                f"trust_region_space must be one of {TRUST_REGION_SPACES}, got "
-                f"{trust_region_space!r}"
-            )
+        reduction = "mean" if reduction is None else reduction
+        for name, value, choices in (
+            ("trust_region_space", trust_region_space, TRUST_REGION_SPACES),
+            ("reduction", reduction, ("none", "mean", "sum")),
+            ("loss_critic_type", loss_critic_type, ("l2", "l1", "smooth_l1")),
+        ):
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {value!r}")
         if trust_region_delta is not None and not trust_region_delta > 0:
             raise ValueError(
                 f"trust_region_delta must be positive or None, got {trust_region_delta}"
             )
         if not ratio_clip > 0:
             raise ValueError(f"ratio_clip must be positive, got {ratio_clip}")
-        if reduction is None:
-            reduction = "mean"
-        if reduction not in ("none", "mean", "sum"):
-            raise ValueError(
-                f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}"
-            )
-        if loss_critic_type not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"loss_critic_type must be 'l2', 'l1' or 'smooth_l1', got "
-                f"{loss_critic_type!r}"
-            )
         self._out_keys = None
         super().__init__()
         self.convert_to_functional(
