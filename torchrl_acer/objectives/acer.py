@@ -503,9 +503,6 @@ class ACERLoss(LossModule):
         self._forward_value_estimator_keys()
         return self
 
-    def reset(self) -> None:
-        pass
-
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         estimator = self.value_estimator
