@@ -430,13 +430,9 @@ class ACERLoss(LossModule):
 
     @property
     def in_keys(self):
-        keys = self.tensor_keys
-        gaussian = self.value_estimator.family == "gaussian"
-        behavior = (
-            [keys.behavior_loc, keys.behavior_scale]
-            if gaussian
-            else [keys.behavior_logits]
-        )
+        # the behaviour policy's statistics: behavior_logits, or _loc and _scale
+        names = self.value_estimator.evaluator.dist_param_keys
+        behavior = [getattr(self.tensor_keys, f"behavior_{name}") for name in names]
         return [*self.value_estimator.in_keys, *behavior]
 
     @property
