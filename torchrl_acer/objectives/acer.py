@@ -502,15 +502,10 @@ class ACERLoss(LossModule):
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         estimator = self.value_estimator
-        time_dim = estimator.time_dim
-        if time_dim is None:
-            names = tensordict.names
-            time_dim = names.index("time") if "time" in names else tensordict.ndim - 1
-        time_dim %= tensordict.ndim
+        time_dim = estimator._get_time_dim(None, tensordict)  # the estimator's rule
         last = tensordict.ndim - 1
-        data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
+        full = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
         categorical = estimator.family != "gaussian"
-        full = data
         steps = evaluate(
             estimator,
             full,
