@@ -538,9 +538,10 @@ class ACERLoss(LossModule):
         log_mu = behaviour_log_prob(
             data, estimator.tensor_keys, estimator.family, type(estimator).__name__
         )
-        # the per-step losses are reduced below: the reduction tells the trust-region
-        # hook how each step's gradient is scaled when it reaches the policy
-        masked = self._has_loss_mask(data)
+        # the per-step losses are reduced below (masked where _reduce_loss finds a
+        # mask): the reduction tells the trust-region hook how each step's gradient
+        # is scaled when it reaches the policy
+        masked = any(data.get(k, None) is not None for k in self._loss_mask_keys())
         if masked:
             valid = self._reduce_loss(
                 torch.ones_like(log_mu), data, reduction="none"
@@ -583,10 +584,6 @@ class ACERLoss(LossModule):
                 **common,
             )
         return self._outputs(terms, data, time_dim, last, masked)
-
-    def _has_loss_mask(self, data) -> bool:
-        """Whether ``_reduce_loss`` would mask ``data``'s steps."""
-        return any(data.get(key, None) is not None for key in self._loss_mask_keys())
 
     def _reduce(self, value, data, masked):
         # _reduce_loss's result without a mask, minus its per-call key lookups
