@@ -570,9 +570,7 @@ class ACERLoss(LossModule):
         common = {
             "ratio_clip": self.ratio_clip,
             "register": register,
-            "critic_error": functools.partial(
-                distance_loss, loss_function=self.loss_critic_type
-            ),
+            "loss_critic_type": self.loss_critic_type,
         }
         if categorical:
             terms = categorical_terms(*args, space=self.trust_region_space, **common)
@@ -662,14 +660,14 @@ def categorical_terms(
     ratio_clip,
     space,
     register,
-    critic_error,
+    loss_critic_type,
 ) -> dict[str, torch.Tensor]:
     """Per-step terms for a categorical policy (the sum over actions is exact).
 
     ``steps`` from :func:`~torchrl_acer.objectives.value.retrace.evaluate`, the
     averaged policy's ``average`` and the ``behaviour`` statistics, ``log_mu`` the
     behaviour log-probabilities; ``space`` and ``register`` place the trust
-    region, ``critic_error(target, prediction)`` is the critic's distance.
+    region, ``loss_critic_type`` is the critic's ``distance_loss``.
     """
     avg_logits = average["logits"].reshape(steps.logits.shape)
     behaviour_log_probs = behaviour[0].log_softmax(-1)
@@ -705,7 +703,7 @@ def categorical_terms(
     return {
         "objective": objective,
         "entropy": entropy,
-        "critic": critic_error(value_target, steps.action_value),
+        "critic": distance_loss(value_target, steps.action_value, loss_critic_type),
         "kl_avg": kl_avg,
         "rho": rho,
         "value_target": value_target,
@@ -725,7 +723,7 @@ def gaussian_terms(
     sdn_params,
     ratio_clip,
     register,
-    critic_error,
+    loss_critic_type,
 ) -> dict[str, torch.Tensor]:
     """Per-step terms for a Gaussian policy and a stochastic dueling network.
 
@@ -785,11 +783,11 @@ def gaussian_terms(
     # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as two distances:
     # the paper's V_target = min(1, rho) (Q_ret - Q~) + V makes the second one a
     # real regression (a plain Q critic has no V of its own to train)
-    critic = critic_error(q_ret, q_taken)
+    critic = distance_loss(q_ret, q_taken, loss_critic_type)
     if sdn.dueling:
         with torch.no_grad():
             value_target = rho.clamp(max=1.0) * (q_ret - q_taken) + value
-        critic = critic + critic_error(value_target, value)
+        critic = critic + distance_loss(value_target, value, loss_critic_type)
     return {
         "objective": objective,
         "entropy": entropy,
