@@ -94,6 +94,7 @@ from _common import interleaved_samples, per_round_ratios, save  # noqa: E402
 
 from torchrl_acer import ACERLoss  # noqa: E402
 from torchrl_acer.modules.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
+from torchrl_acer.objectives.value.retrace import done_flags, evaluate  # noqa: E402
 
 
 def batch(B, T, obs_key, obs_shape, num_actions, dtype):
@@ -472,17 +473,16 @@ def check_recurrent(loss, data, nets, average, layout):
     """The loss's network outputs on ``data`` equal the bare side's."""
     estimator = loss.value_estimator
     recurrent = estimator.recurrent
-    prefix, rest = recurrent.split_burn_in(data, "bench")
     with torch.no_grad():
-        steps = estimator.evaluate(
-            rest,
+        steps = evaluate(
+            estimator,
+            data,
             actor_params=loss.actor_network_params,
             critic_params=loss.critic_network_params,
-            prefix=prefix,
         )
         avg = recurrent.average_dist_params(
             data,
-            estimator.done_flags(data)[0],
+            done_flags(data, estimator.tensor_keys, "bench")[0],
             loss.target_actor_network_params,
             owner="bench",
         )["logits"]

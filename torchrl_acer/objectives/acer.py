@@ -35,7 +35,10 @@ from torchrl_acer.objectives.trust_region import (
 )
 from torchrl_acer.objectives.value.retrace import (
     RetraceEstimator,
+    behaviour_log_prob,
     check_finite,
+    done_flags,
+    evaluate,
     gaussian_log_prob,
     get_entry,
     state_value,
@@ -86,15 +89,11 @@ class ACERLoss(LossModule):
     ``step()`` after each optimizer step. After ``backward`` the hook's statistics
     are in :attr:`trust_region_stats`.
 
-    How the per-step bound holds with each ``reduction``:
-
-    - ``"mean"``: the hook multiplies the arriving gradient by the number of valid
-      steps (padding excluded) before projecting and divides after: every step is
-      bounded by ``delta``.
-    - ``"sum"``: the arriving gradient is the step's own; every step is bounded.
-    - ``"none"``: the per-step losses are returned and the hook assumes they will be
-      summed. Reducing them by a mean instead scales each step's gradient by
-      ``1 / N`` and makes the effective bound ``N * delta``.
+    With ``reduction="mean"`` or ``"sum"`` every step is bounded by ``delta`` (the
+    hook undoes the reduction's scale, padding excluded: see
+    :class:`~torchrl_acer.objectives.trust_region.TrustRegionHook`); with ``"none"``
+    the hook assumes the per-step losses will be summed: their mean instead makes
+    the effective bound ``N * delta``.
 
     **Continuous actions** (paper section 5). With a Gaussian policy
     (``Normal`` / ``IndependentNormal`` over ``loc`` and ``scale``, learned or
@@ -362,28 +361,20 @@ class ACERLoss(LossModule):
     ):
         if gamma is not None:
             raise TypeError(_GAMMA_LMBDA_DEPREC_ERROR)
-        if trust_region_space not in TRUST_REGION_SPACES:
-            raise ValueError(
-                f"trust_region_space must be one of {TRUST_REGION_SPACES}, got "
-                f"{trust_region_space!r}"
-            )
+        reduction = "mean" if reduction is None else reduction
+        for name, value, choices in (
+            ("trust_region_space", trust_region_space, TRUST_REGION_SPACES),
+            ("reduction", reduction, ("none", "mean", "sum")),
+            ("loss_critic_type", loss_critic_type, ("l2", "l1", "smooth_l1")),
+        ):
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {value!r}")
         if trust_region_delta is not None and not trust_region_delta > 0:
             raise ValueError(
                 f"trust_region_delta must be positive or None, got {trust_region_delta}"
             )
         if not ratio_clip > 0:
             raise ValueError(f"ratio_clip must be positive, got {ratio_clip}")
-        if reduction is None:
-            reduction = "mean"
-        if reduction not in ("none", "mean", "sum"):
-            raise ValueError(
-                f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}"
-            )
-        if loss_critic_type not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"loss_critic_type must be 'l2', 'l1' or 'smooth_l1', got "
-                f"{loss_critic_type!r}"
-            )
         self._out_keys = None
         super().__init__()
         self.convert_to_functional(
@@ -447,13 +438,9 @@ class ACERLoss(LossModule):
 
     @property
     def in_keys(self):
-        keys = self.tensor_keys
-        gaussian = self.value_estimator.family == "gaussian"
-        behavior = (
-            [keys.behavior_loc, keys.behavior_scale]
-            if gaussian
-            else [keys.behavior_logits]
-        )
+        # the behaviour policy's statistics: behavior_logits, or _loc and _scale
+        names = self.value_estimator.evaluator.dist_param_keys
+        behavior = [getattr(self.tensor_keys, f"behavior_{name}") for name in names]
         return [*self.value_estimator.in_keys, *behavior]
 
     @property
@@ -520,35 +507,25 @@ class ACERLoss(LossModule):
         self._forward_value_estimator_keys()
         return self
 
-    def reset(self) -> None:
-        pass
-
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         estimator = self.value_estimator
-        time_dim = estimator.time_dim
-        if time_dim is None:
-            names = tensordict.names
-            time_dim = names.index("time") if "time" in names else tensordict.ndim - 1
-        time_dim %= tensordict.ndim
+        time_dim = estimator._get_time_dim(None, tensordict)  # the estimator's rule
         last = tensordict.ndim - 1
-        data = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
+        full = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
         categorical = estimator.family != "gaussian"
-        full, prefix = data, None
-        if estimator.recurrent is not None:
-            # burn-in steps only warm the recurrent state: no loss terms on them
-            prefix, data = estimator.recurrent.split_burn_in(data, type(self).__name__)
-        steps = estimator.evaluate(
-            data,
+        steps = evaluate(
+            estimator,
+            full,
             actor_params=self.actor_network_params,
             critic_params=self.critic_network_params,
             detach_shared=self.separate_losses,
-            prefix=prefix,
         )
+        data = steps.data  # burn-in steps only warm the recurrent state: no loss terms
         if estimator.recurrent is not None:
             average = estimator.recurrent.average_dist_params(
                 full,
-                estimator.done_flags(full)[0],
+                done_flags(full, estimator.tensor_keys, type(estimator).__name__)[0],
                 self.target_actor_network_params,
                 owner=type(self).__name__,
             )
@@ -558,10 +535,13 @@ class ACERLoss(LossModule):
                     steps.window.flat_current(self.actor_network.in_keys),
                     self.target_actor_network_params,
                 )
-        log_mu = estimator.behaviour_log_prob(data)
-        # the per-step losses are reduced below: the reduction tells the trust-region
-        # hook how each step's gradient is scaled when it reaches the policy
-        masked = self._has_loss_mask(data)
+        log_mu = behaviour_log_prob(
+            data, estimator.tensor_keys, estimator.family, type(estimator).__name__
+        )
+        # the per-step losses are reduced below (masked where _reduce_loss finds a
+        # mask): the reduction tells the trust-region hook how each step's gradient
+        # is scaled when it reaches the policy
+        masked = any(data.get(k, None) is not None for k in self._loss_mask_keys())
         if masked:
             valid = self._reduce_loss(
                 torch.ones_like(log_mu), data, reduction="none"
@@ -578,15 +558,30 @@ class ACERLoss(LossModule):
             valid=valid,
             stats_out=self._trust_region_stats,
         )
+        behaviour = behaviour_statistics(
+            data,
+            self.tensor_keys,
+            (steps.logits if categorical else steps.loc).shape,
+            gaussian=not categorical,
+            check=estimator.check_values,
+            owner=type(self).__name__,
+        )
+        args = (estimator, data, steps, average, behaviour, log_mu)
+        common = {
+            "ratio_clip": self.ratio_clip,
+            "register": register,
+            "loss_critic_type": self.loss_critic_type,
+        }
         if categorical:
-            terms = self._categorical_terms(data, steps, average, log_mu, register)
+            terms = categorical_terms(*args, space=self.trust_region_space, **common)
         else:
-            terms = self._gaussian_terms(data, steps, average, log_mu, register)
+            terms = gaussian_terms(
+                *args,
+                sdn=self.critic_network,
+                sdn_params=self.critic_network_params,
+                **common,
+            )
         return self._outputs(terms, data, time_dim, last, masked)
-
-    def _has_loss_mask(self, data) -> bool:
-        """Whether ``_reduce_loss`` would mask ``data``'s steps."""
-        return any(data.get(key, None) is not None for key in self._loss_mask_keys())
 
     def _reduce(self, value, data, masked):
         # _reduce_loss's result without a mask, minus its per-call key lookups
@@ -597,131 +592,6 @@ class ACERLoss(LossModule):
         if self.reduction == "sum":
             return value.sum()
         return value
-
-    def _categorical_terms(self, data, steps, average, log_mu, register):
-        """Per-step terms for a categorical policy (the sum over actions is exact)."""
-        estimator = self.value_estimator
-        avg_logits = average["logits"].reshape(steps.logits.shape)
-        (behaviour_logits,) = self._behaviour(data, steps.logits.shape)
-        behaviour_log_probs = behaviour_logits.log_softmax(-1)
-        avg_probs = avg_logits.softmax(-1)
-        log_probs = categorical_log_probs(
-            steps.logits, avg_probs, self.trust_region_space, register
-        )
-        pi = log_probs.exp()
-        probs = pi.detach()
-        q = steps.q.detach()
-        value = state_value(probs, q)
-        log_pi = taken(log_probs, steps.action)
-        with torch.no_grad():
-            value_target = estimator.value_estimate(
-                data,
-                log_pi=log_pi.detach(),
-                action_value=steps.action_value.detach(),
-                next_state_value=steps.next_state_value.detach(),
-                log_mu=log_mu,
-                flags=steps.flags,
-            )
-            c = self.ratio_clip
-            rho = (log_pi.detach() - log_mu).exp()
-            rho_all = (log_probs.detach() - behaviour_log_probs).exp()
-            # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
-            correction = (1 - c / rho_all).clamp_min(0)
-            correction_weight = correction * probs * (q - value)
-            kl_avg = (avg_probs * (avg_logits.log_softmax(-1) - log_probs)).sum(
-                -1, keepdim=True
-            )
-        objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
-            correction_weight * log_probs
-        ).sum(-1, keepdim=True)
-        entropy = -(pi * log_probs).sum(-1, keepdim=True)
-        return {
-            "objective": objective,
-            "entropy": entropy,
-            "critic": self._critic_error(value_target, steps.action_value),
-            "kl_avg": kl_avg,
-            "rho": rho,
-            "value_target": value_target,
-            "action_value": steps.action_value,
-        }
-
-    def _gaussian_terms(self, data, steps, average, log_mu, register):
-        """Per-step terms for a Gaussian policy and a stochastic dueling network.
-
-        Paper section 5: Q_opc in the policy gradient, one sampled action for the bias
-        correction, a V term in the critic loss.
-        """
-        estimator = self.value_estimator
-        sdn = self.critic_network
-        d = steps.loc.shape[-1]
-        avg_loc = average["loc"].reshape(steps.loc.shape)
-        avg_scale = average["scale"].expand_as(average["loc"]).reshape(steps.loc.shape)
-        loc, scale = gaussian_statistics(
-            steps.loc, steps.scale, avg_loc, avg_scale, register
-        )
-        mu_loc, mu_scale = self._behaviour(data, steps.loc.shape)
-        with torch.no_grad():
-            # one action a' ~ pi for the bias correction, n for the dueling baseline
-            n = 1 + sdn.num_samples * sdn.dueling
-            noise = torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
-            drawn = loc + scale * noise
-            sampled = drawn[0]
-        actions = torch.cat([steps.action[None], drawn], 0)
-        with estimator.evaluator.params_context(self.critic_network_params, sdn):
-            advantages = sdn.advantages(
-                steps.observations, actions.flatten(1, -2)
-            ).unflatten(1, steps.loc.shape[:-1])
-        value = steps.value
-        if sdn.dueling:  # Q~ = V + A - mean_i A(u_i)
-            offset = value - advantages[2:].mean(0)
-        else:  # a plain Q = A
-            offset = 0.0
-        q_taken = advantages[0] + offset
-        log_pi = gaussian_log_prob(loc, scale, steps.action)
-        log_pi_sampled = gaussian_log_prob(loc, scale, sampled)
-        with torch.no_grad():
-            c = self.ratio_clip
-            v = value.detach()
-            q_sampled = advantages[1] + offset
-            q_ret, q_opc = estimator.gaussian_targets(
-                data, steps, log_pi.detach(), q_taken.detach(), log_mu
-            )
-            rho = (log_pi.detach() - log_mu).exp()
-            rho_sampled = (
-                log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
-            ).exp()
-            correction = (1 - c / rho_sampled).clamp_min(0)
-            kl_avg = D.kl_divergence(
-                _diagonal_normal(avg_loc, avg_scale),
-                _diagonal_normal(loc.detach(), scale.detach()),
-            ).unsqueeze(-1)
-        objective = (
-            rho.clamp(max=c) * (q_opc - v) * log_pi
-            + correction * (q_sampled - v) * log_pi_sampled
-        )
-        entropy = scale.log().sum(-1, keepdim=True) + 0.5 * d * (
-            1.0 + math.log(2 * math.pi)
-        )
-        # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as two distances:
-        # the paper's V_target = min(1, rho) (Q_ret - Q~) + V makes the second one a
-        # real regression (a plain Q critic has no V of its own to train)
-        critic = self._critic_error(q_ret, q_taken)
-        if sdn.dueling:
-            with torch.no_grad():
-                value_target = rho.clamp(max=1.0) * (q_ret - q_taken) + value
-            critic = critic + self._critic_error(value_target, value)
-        return {
-            "objective": objective,
-            "entropy": entropy,
-            "critic": critic,
-            "kl_avg": kl_avg,
-            "rho": rho,
-            "value_target": q_ret,
-            "action_value": q_taken,
-        }
-
-    def _critic_error(self, target, prediction):
-        return distance_loss(target, prediction, loss_function=self.loss_critic_type)
 
     def _outputs(self, terms, data, time_dim, last, masked) -> TensorDictBase:
         losses = {"loss_objective": -terms["objective"]}
@@ -763,56 +633,6 @@ class ACERLoss(LossModule):
             "explained_variance": 1 - residual.var() / target.var(),
         }
 
-    def _behaviour(self, data, shape) -> list[torch.Tensor]:
-        """The behaviour policy's statistics stored with the ``[*B, T]`` steps.
-
-        ``[logits]`` (categorical policies, of the policy's ``shape``) or ``[loc,
-        scale]`` (Gaussian ones, expanded to ``shape``), checked.
-        """
-        owner, keys = type(self).__name__, self.tensor_keys
-        check = self.value_estimator.check_values
-        gaussian = self.value_estimator.family == "gaussian"
-        what = "Gaussian parameters" if gaussian else "logits"
-        out = []
-        for name in ("loc", "scale") if gaussian else ("logits",):
-            key = getattr(keys, f"behavior_{name}")
-            value = get_entry(
-                data,
-                key,
-                owner,
-                f"the behaviour policy's {what} stored with each step (collectors "
-                f"store the actor's)",
-            )
-            fits = value.shape == shape
-            if not fits and gaussian:  # a Gaussian's may broadcast
-                try:
-                    fits = value.expand(shape) is not None
-                except RuntimeError:
-                    pass
-            if not fits:
-                raise ValueError(
-                    f"{owner}: behaviour {name} {key!r} "
-                    f"{'has' if gaussian else 'have'} shape {tuple(value.shape)}, "
-                    f"expected {tuple(shape)} (the policy's {what} for the [*B, T] "
-                    f"batch)"
-                )
-            if check:
-                # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
-                # correction would silently switch off
-                check_finite(
-                    value,
-                    repr(key),
-                    owner,
-                    f"the behaviour policy's {what} are corrupted",
-                )
-            out.append(value.expand(shape))
-        if check and gaussian and not bool((out[1] > 0).all()):
-            raise ValueError(
-                f"{owner}: behaviour scale {keys.behavior_scale!r} holds values that "
-                f"are not positive; min {out[1].min().item()}"
-            )
-        return out
-
     @property
     def trust_region_stats(self) -> TensorDict | None:
         r"""The trust region's statistics for the last ``backward``.
@@ -827,6 +647,207 @@ class ACERLoss(LossModule):
         stats = self._trust_region_stats
         values = stats.clone().unbind(0)
         return TensorDict(dict(zip(TRUST_REGION_STATS, values, strict=True)), [])
+
+
+def categorical_terms(
+    estimator,
+    data,
+    steps,
+    average,
+    behaviour,
+    log_mu,
+    *,
+    ratio_clip,
+    space,
+    register,
+    loss_critic_type,
+) -> dict[str, torch.Tensor]:
+    """Per-step terms for a categorical policy (the sum over actions is exact).
+
+    ``steps`` from :func:`~torchrl_acer.objectives.value.retrace.evaluate`, the
+    averaged policy's ``average`` and the ``behaviour`` statistics, ``log_mu`` the
+    behaviour log-probabilities; ``space`` and ``register`` place the trust
+    region, ``loss_critic_type`` is the critic's ``distance_loss``.
+    """
+    avg_logits = average["logits"].reshape(steps.logits.shape)
+    behaviour_log_probs = behaviour[0].log_softmax(-1)
+    avg_probs = avg_logits.softmax(-1)
+    log_probs = categorical_log_probs(steps.logits, avg_probs, space, register)
+    pi = log_probs.exp()
+    probs = pi.detach()
+    q = steps.q.detach()
+    value = state_value(probs, q)
+    log_pi = taken(log_probs, steps.action)
+    with torch.no_grad():
+        value_target = estimator.value_estimate(
+            data,
+            log_pi=log_pi.detach(),
+            action_value=steps.action_value.detach(),
+            next_state_value=steps.next_state_value.detach(),
+            log_mu=log_mu,
+            flags=steps.flags,
+        )
+        c = ratio_clip
+        rho = (log_pi.detach() - log_mu).exp()
+        rho_all = (log_probs.detach() - behaviour_log_probs).exp()
+        # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
+        correction = (1 - c / rho_all).clamp_min(0)
+        correction_weight = correction * probs * (q - value)
+        kl_avg = (avg_probs * (avg_logits.log_softmax(-1) - log_probs)).sum(
+            -1, keepdim=True
+        )
+    objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
+        correction_weight * log_probs
+    ).sum(-1, keepdim=True)
+    entropy = -(pi * log_probs).sum(-1, keepdim=True)
+    return {
+        "objective": objective,
+        "entropy": entropy,
+        "critic": distance_loss(value_target, steps.action_value, loss_critic_type),
+        "kl_avg": kl_avg,
+        "rho": rho,
+        "value_target": value_target,
+        "action_value": steps.action_value,
+    }
+
+
+def gaussian_terms(
+    estimator,
+    data,
+    steps,
+    average,
+    behaviour,
+    log_mu,
+    *,
+    sdn,
+    sdn_params,
+    ratio_clip,
+    register,
+    loss_critic_type,
+) -> dict[str, torch.Tensor]:
+    """Per-step terms for a Gaussian policy and a stochastic dueling network.
+
+    Paper section 5: Q_opc in the policy gradient, one sampled action for the bias
+    correction, a V term in the critic loss. The arguments are
+    :func:`categorical_terms`'s, with the critic ``sdn`` and its parameters.
+    """
+    d = steps.loc.shape[-1]
+    avg_loc = average["loc"].reshape(steps.loc.shape)
+    avg_scale = average["scale"].expand_as(average["loc"]).reshape(steps.loc.shape)
+    loc, scale = gaussian_statistics(
+        steps.loc, steps.scale, avg_loc, avg_scale, register
+    )
+    mu_loc, mu_scale = behaviour
+    with torch.no_grad():
+        # one action a' ~ pi for the bias correction, n for the dueling baseline
+        n = 1 + sdn.num_samples * sdn.dueling
+        noise = torch.randn(n, *loc.shape, dtype=loc.dtype, device=loc.device)
+        drawn = loc + scale * noise
+        sampled = drawn[0]
+    actions = torch.cat([steps.action[None], drawn], 0)
+    with estimator.evaluator.params_context(sdn_params, sdn):
+        advantages = sdn.advantages(
+            steps.observations, actions.flatten(1, -2)
+        ).unflatten(1, steps.loc.shape[:-1])
+    value = steps.value
+    if sdn.dueling:  # Q~ = V + A - mean_i A(u_i)
+        offset = value - advantages[2:].mean(0)
+    else:  # a plain Q = A
+        offset = 0.0
+    q_taken = advantages[0] + offset
+    log_pi = gaussian_log_prob(loc, scale, steps.action)
+    log_pi_sampled = gaussian_log_prob(loc, scale, sampled)
+    with torch.no_grad():
+        c = ratio_clip
+        v = value.detach()
+        q_sampled = advantages[1] + offset
+        q_ret, q_opc = estimator.gaussian_targets(
+            data, steps, log_pi.detach(), q_taken.detach(), log_mu
+        )
+        rho = (log_pi.detach() - log_mu).exp()
+        rho_sampled = (
+            log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
+        ).exp()
+        correction = (1 - c / rho_sampled).clamp_min(0)
+        kl_avg = D.kl_divergence(
+            _diagonal_normal(avg_loc, avg_scale),
+            _diagonal_normal(loc.detach(), scale.detach()),
+        ).unsqueeze(-1)
+    objective = (
+        rho.clamp(max=c) * (q_opc - v) * log_pi
+        + correction * (q_sampled - v) * log_pi_sampled
+    )
+    entropy = scale.log().sum(-1, keepdim=True) + 0.5 * d * (
+        1.0 + math.log(2 * math.pi)
+    )
+    # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as two distances:
+    # the paper's V_target = min(1, rho) (Q_ret - Q~) + V makes the second one a
+    # real regression (a plain Q critic has no V of its own to train)
+    critic = distance_loss(q_ret, q_taken, loss_critic_type)
+    if sdn.dueling:
+        with torch.no_grad():
+            value_target = rho.clamp(max=1.0) * (q_ret - q_taken) + value
+        critic = critic + distance_loss(value_target, value, loss_critic_type)
+    return {
+        "objective": objective,
+        "entropy": entropy,
+        "critic": critic,
+        "kl_avg": kl_avg,
+        "rho": rho,
+        "value_target": q_ret,
+        "action_value": q_taken,
+    }
+
+
+def behaviour_statistics(
+    data: TensorDictBase, keys, shape, *, gaussian: bool, check: bool, owner: str
+) -> list[torch.Tensor]:
+    """The behaviour policy's statistics stored with the ``[*B, T]`` steps.
+
+    ``[logits]`` (categorical policies, of the policy's ``shape``) or ``[loc,
+    scale]`` (Gaussian ones, expanded to ``shape``), read under the loss's ``keys``
+    (``behavior_*``) and checked (their values too if ``check``).
+    """
+    what = "Gaussian parameters" if gaussian else "logits"
+    out = []
+    for name in ("loc", "scale") if gaussian else ("logits",):
+        key = getattr(keys, f"behavior_{name}")
+        value = get_entry(
+            data,
+            key,
+            owner,
+            f"the behaviour policy's {what} stored with each step (collectors "
+            f"store the actor's)",
+        )
+        fits = value.shape == shape
+        if not fits and gaussian:  # a Gaussian's may broadcast
+            try:
+                fits = value.expand(shape) is not None
+            except RuntimeError:
+                pass
+        if not fits:
+            raise ValueError(
+                f"{owner}: behaviour {name} {key!r} "
+                f"{'has' if gaussian else 'have'} shape {tuple(value.shape)}, "
+                f"expected {tuple(shape)} (the policy's {what} for the [*B, T] "
+                f"batch)"
+            )
+        if check:
+            # a NaN logit makes every ratio NaN, and NaN > c is False: the bias
+            # correction would silently switch off
+            check_finite(
+                value,
+                repr(key),
+                owner,
+                f"the behaviour policy's {what} are corrupted",
+            )
+        out.append(value.expand(shape))
+    if check and gaussian and not bool((out[1] > 0).all()):
+        raise ValueError(
+            f"{owner}: behaviour scale {keys.behavior_scale!r} holds values that "
+            f"are not positive; min {out[1].min().item()}"
+        )
+    return out
 
 
 def _diagonal_normal(loc, scale) -> D.Distribution:

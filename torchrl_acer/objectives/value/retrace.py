@@ -131,15 +131,14 @@ class RetraceEstimator(ValueEstimatorBase):
             network's state value, at ``s_t`` and under ``"next"``); the policy
             always runs. ``None`` (default) follows
             :func:`tensordict.nn.skip_existing`.
-        check_values (bool): if ``True`` (default), check that the rewards and
-            the behaviour log-probabilities are finite and the actions in range
-            (and, in ``ACERLoss``, that the behaviour logits, or ``loc`` and a
-            positive ``scale``, are finite), and raise ``ValueError`` naming the
-            entry otherwise. These checks reduce over the batch and read the result
-            back (a device synchronisation on GPU, a few microseconds on CPU); pass
-            ``False`` in hot loops once the data pipeline is trusted. Key, shape and
-            empty-batch checks read only metadata and always run; a data dtype that
-            is not the networks' is named when the networks refuse it.
+        check_values (bool): if ``True`` (default), raise ``ValueError`` naming
+            the entry where a reward or a behaviour log-probability is not finite
+            or an action is out of range (``ACERLoss`` checks the behaviour logits,
+            or ``loc`` and a positive ``scale``, too). These checks read a
+            reduction back (a device synchronisation on GPU, a few microseconds on
+            CPU); pass ``False`` in hot loops once the data pipeline is trusted.
+            Key, shape and empty-batch checks read only metadata and always run; a
+            data dtype that is not the networks' is named when they refuse it.
         time_dim (int, optional): the time dimension of inputs; defaults to the
             dimension named ``"time"``, else the last one.
         device (torch.device, optional): device of the hyper-parameter buffers.
@@ -295,14 +294,13 @@ class RetraceEstimator(ValueEstimatorBase):
             self.register_buffer(name, value.to(self._device))
         self.check_values = check_values
         self.time_dim = time_dim
-        self.one_hot = self.family == "one_hot"
 
     def set_keys(self, **kwargs) -> None:
         value = kwargs.get("action_value")
         out_keys = getattr(self.value_network, "out_keys", None)
-        if getattr(self, "family", None) == "gaussian":
-            value = None  # the dueling network's keys are its own
-        if value is not None and out_keys is not None:
+        # a Gaussian policy's dueling network has keys of its own
+        gaussian = getattr(self, "family", None) == "gaussian"
+        if not (gaussian or value is None or out_keys is None):
             if unravel_key(value) not in out_keys:
                 raise KeyError(
                     f"action_value key {value!r} is not an output of the critic, "
@@ -373,14 +371,12 @@ class RetraceEstimator(ValueEstimatorBase):
             # gradients reach the data, never the networks' parameters
             actor_params = _detached(actor_params, self.actor_network)
             params = _detached(params, self.value_network)
-        prefix = None
-        if self.recurrent is not None:
-            prefix, data = self.recurrent.split_burn_in(data, type(self).__name__)
         keys = self.tensor_keys
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
-            steps = self.evaluate(
-                data, actor_params=actor_params, critic_params=params, prefix=prefix
+            steps = evaluate(
+                self, data, actor_params=actor_params, critic_params=params
             )
+            data, prefix = steps.data, steps.prefix
             if self.family == "gaussian":
                 sdn = self.value_network
                 # the window's observations are flat: [*B, T] entries go in flattened
@@ -418,106 +414,10 @@ class RetraceEstimator(ValueEstimatorBase):
             tensordict.set(key, value)
         return tensordict
 
-    def evaluate(
-        self,
-        data: TensorDictBase,
-        *,
-        actor_params: TensorDictBase | None = None,
-        critic_params: TensorDictBase | None = None,
-        detach_shared: bool = False,
-        prefix: TensorDictBase | None = None,
-    ) -> Steps:
-        """Runs the networks once over ``data`` (``[*B, T]``, time last).
-
-        Returns the per-step quantities Retrace and ACER need (:class:`Steps`).
-
-        With recurrent networks, ``prefix`` holds the burn-in steps that come
-        before ``data`` (see :class:`RetraceEstimator`), or ``None``.
-        """
-        owner = type(self).__name__
-        check_not_empty(data, owner)
-        done, terminated = self.done_flags(data)
-        gaussian = self.family == "gaussian"
-        output_key = (
-            self.value_network.value_key if gaussian else self.tensor_keys.action_value
-        )
-        run = {
-            "output_key": output_key,
-            "actor_params": actor_params,
-            "critic_params": critic_params,
-            "detach_shared": detach_shared,
-        }
-        if self.recurrent is not None:
-            window = self.recurrent.window(
-                data,
-                prefix,
-                done=done,
-                terminated=terminated,
-                prefix_done=None if prefix is None else self.done_flags(prefix)[0],
-                owner=owner,
-                **run,
-            )
-            call, inputs = self.recurrent.run, window.inputs
-        else:
-            in_keys = self.evaluator.in_keys
-            skip = skip_existing() if self.skip_existing is None else self.skip_existing
-            # the critic's outputs travel through the window like observations, so
-            # the critic can skip them at s_t and s'_t alike
-            reuse = (
-                skip
-                and data.get(output_key, None) is not None
-                and data.get(_next(output_key), None) is not None
-            )
-            if reuse:
-                in_keys = [*in_keys, output_key]
-            window = ObservationWindow(
-                data,
-                in_keys,
-                done=done,
-                terminated=terminated,
-                owner=owner,
-                shifted=self.shifted,
-            )
-            call = functools.partial(self.evaluator, skip_existing=reuse)
-            inputs = window.tensors
-        try:
-            params, out = call(inputs, **run)
-        except RuntimeError as error:
-            explain_dtype_error(
-                error, window.inputs, (self.actor_network, self.value_network), owner
-            )
-            raise
-        action = get_entry(data, self.tensor_keys.action, owner, "the stored action")
-        if gaussian:
-            loc = params["loc"]
-            check_gaussian(
-                action, loc, params["scale"], data.batch_size, owner, self.check_values
-            )
-            # the advantage network reads each step's observations (and, recurrent,
-            # the features of the actor's pass over the sequences), flattened
-            observations = window.flat_current(self.value_network.observation_keys)
-            return Steps(window, params, out, action, (done, terminated), observations)
-        logits = params["logits"]
-        if out.shape != logits.shape:
-            raise ValueError(
-                f"{owner}: the critic's {self.tensor_keys.action_value!r} has shape "
-                f"{tuple(out.shape)} where the policy's logits have "
-                f"{tuple(logits.shape)}; the critic must output one value per action"
-            )
-        action = action_index(
-            action,
-            data.batch_size,
-            logits.shape[-1],
-            one_hot=self.one_hot,
-            owner=owner,
-            check_values=self.check_values,
-        )
-        return Steps(window, params, out, action, (done, terminated))
-
     def gaussian_targets(
         self, data, steps, log_pi, action_value, log_mu=None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        r"""``(Q_ret, Q_opc)`` of a Gaussian policy from ``evaluate``'s ``steps``.
+        r"""``(Q_ret, Q_opc)`` of a Gaussian policy from :func:`evaluate`'s ``steps``.
 
         :math:`Q_{ret}` with the traces :math:`\lambda \min(\bar c, \rho_t^{1/d})`,
         :math:`Q_{opc}` with every trace 1 (see :meth:`value_estimate`).
@@ -531,49 +431,6 @@ class RetraceEstimator(ValueEstimatorBase):
         d = steps.loc.shape[-1]
         q_ret = self.value_estimate(data, trace_power=1.0 / d, log_mu=log_mu, **common)
         return q_ret, self.value_estimate(data, unit_traces=True, **common)
-
-    def done_flags(self, data: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(done, terminated)`` as ``[*B, T]`` booleans."""
-        owner = type(self).__name__
-        flags = []
-        for name in ("done", "terminated"):
-            key = ("next", getattr(self.tensor_keys, name))
-            value = get_entry(data, key, owner, f"the {name} flag after each step")
-            flags.append(
-                as_step_tensor(value, data.batch_size, str(key), owner)
-                .squeeze(-1)
-                .bool()
-            )
-        return flags[0], flags[1]
-
-    def behaviour_log_prob(self, data: TensorDictBase) -> torch.Tensor:
-        """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
-
-        A ``torch.distributions.Normal`` policy stores one log-probability per
-        action dimension (``[*B, T, d]``): they are summed, as a diagonal
-        Gaussian's log-density is.
-        """
-        owner = type(self).__name__
-        key = self.tensor_keys.sample_log_prob
-        value = get_entry(
-            data, key, owner, "the behaviour policy's log-probability of the action"
-        )
-        batch = tuple(data.batch_size)
-        if (
-            self.family == "gaussian"
-            and value.ndim == len(batch) + 1
-            and tuple(value.shape[:-1]) == batch
-            and value.shape[-1] > 1
-        ):
-            action = get_entry(data, self.tensor_keys.action, owner, "the action")
-            if value.shape[-1] != action.shape[-1]:
-                raise ValueError(
-                    f"{owner}: {key!r} has shape {tuple(value.shape)}: per-dimension "
-                    f"log-probabilities must have the action's {action.shape[-1]} "
-                    f"dimensions"
-                )
-            value = value.sum(-1, keepdim=True)
-        return as_step_tensor(value, data.batch_size, repr(key), owner)
 
     def value_estimate(
         self,
@@ -601,10 +458,10 @@ class RetraceEstimator(ValueEstimatorBase):
                 \rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
                 ``d``-dimensional actions.
             unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
-            log_mu: :meth:`behaviour_log_prob` of ``tensordict``, if the caller
+            log_mu: :func:`behaviour_log_prob` of ``tensordict``, if the caller
                 has it already.
-            flags: :meth:`done_flags` of ``tensordict``, if the caller has them
-                already (the ``flags`` of :meth:`evaluate`'s steps).
+            flags: :func:`done_flags` of ``tensordict``, if the caller has them
+                already (the ``flags`` of :func:`evaluate`'s steps).
         """
         owner = type(self).__name__
         keys = self.tensor_keys
@@ -620,7 +477,9 @@ class RetraceEstimator(ValueEstimatorBase):
                 "a non-finite reward would make every target, and after one update "
                 "every parameter, non-finite",
             )
-        done, terminated = self.done_flags(tensordict) if flags is None else flags
+        if flags is None:
+            flags = done_flags(tensordict, keys, owner)
+        done, terminated = flags
         gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
         if unit_traces:
             # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1); the
@@ -629,7 +488,7 @@ class RetraceEstimator(ValueEstimatorBase):
             lmbda, c_thresh = 1.0, 1.0
         else:
             if log_mu is None:
-                log_mu = self.behaviour_log_prob(tensordict)
+                log_mu = behaviour_log_prob(tensordict, keys, self.family, owner)
             if check:
                 check_finite(
                     log_mu,
@@ -662,9 +521,11 @@ class Steps:
 
     Attributes:
         window: the window the networks ran on.
+        data: the ``[*B, T]`` steps it covers: the batch, after the burn-in if any.
+        prefix: the burn-in steps before them, or ``None``.
         action: the stored actions: indices ``[*B, T]`` (categorical policies) or
             ``[*B, T, d]`` (Gaussian ones).
-        flags: ``(done, terminated)`` (:meth:`RetraceEstimator.done_flags`).
+        flags: ``(done, terminated)`` (:func:`done_flags`).
         next_state_value: :math:`V(s'_t)` at the real next observation,
             ``[*B, T, 1]``; for a categorical policy
             :math:`\sum_a \pi(a|s'_t) Q(s'_t, a)`.
@@ -679,8 +540,9 @@ class Steps:
             a flat ``[prod(B) T]`` TensorDict.
     """
 
-    def __init__(self, window, params, out, action, flags, observations=None):
+    def __init__(self, window, params, out, action, flags, data, prefix, obs=None):
         self.window, self.action, self.flags = window, action, flags
+        self.data, self.prefix = data, prefix
         if "logits" in params:
             self.logits, next_logits = window.split(params["logits"])
             self.q, next_q = window.split(out)
@@ -691,7 +553,163 @@ class Steps:
             self.loc = window.split(loc)[0]
             self.scale = window.split(params["scale"].expand_as(loc))[0]
             self.value, self.next_state_value = window.split(out)
-            self.observations = observations
+            self.observations = obs
+
+
+def evaluate(
+    estimator: RetraceEstimator,
+    data: TensorDictBase,
+    *,
+    actor_params: TensorDictBase | None = None,
+    critic_params: TensorDictBase | None = None,
+    detach_shared: bool = False,
+) -> Steps:
+    """Runs ``estimator``'s networks once over ``data`` (``[*B, T]``, time last).
+
+    Returns the per-step quantities Retrace and ACER need (:class:`Steps`), with
+    the estimator's keys, ``shifted``, ``skip_existing`` and ``check_values``.
+
+    With recurrent networks and a burn-in, the steps are those after it
+    (``steps.data``; the burn-in steps are ``steps.prefix``, see
+    :class:`RetraceEstimator`).
+    """
+    owner = type(estimator).__name__
+    keys = estimator.tensor_keys
+    prefix = None
+    if estimator.recurrent is not None:
+        prefix, data = estimator.recurrent.split_burn_in(data, owner)
+    check_not_empty(data, owner)
+    done, terminated = done_flags(data, keys, owner)
+    gaussian = estimator.family == "gaussian"
+    output_key = estimator.value_network.value_key if gaussian else keys.action_value
+    run = {
+        "output_key": output_key,
+        "actor_params": actor_params,
+        "critic_params": critic_params,
+        "detach_shared": detach_shared,
+    }
+    if estimator.recurrent is not None:
+        window = estimator.recurrent.window(
+            data,
+            prefix,
+            done=done,
+            terminated=terminated,
+            prefix_done=None if prefix is None else done_flags(prefix, keys, owner)[0],
+            owner=owner,
+            **run,
+        )
+        call, inputs = estimator.recurrent.run, window.inputs
+    else:
+        in_keys = estimator.evaluator.in_keys
+        skip = (
+            skip_existing()
+            if estimator.skip_existing is None
+            else estimator.skip_existing
+        )
+        # the critic's outputs travel through the window like observations, so
+        # the critic can skip them at s_t and s'_t alike
+        reuse = (
+            skip
+            and data.get(output_key, None) is not None
+            and data.get(_next(output_key), None) is not None
+        )
+        if reuse:
+            in_keys = [*in_keys, output_key]
+        window = ObservationWindow(
+            data,
+            in_keys,
+            done=done,
+            terminated=terminated,
+            owner=owner,
+            shifted=estimator.shifted,
+        )
+        call = functools.partial(estimator.evaluator, skip_existing=reuse)
+        inputs = window.tensors
+    try:
+        params, out = call(inputs, **run)
+    except RuntimeError as error:
+        explain_dtype_error(
+            error,
+            window.inputs,
+            (estimator.actor_network, estimator.value_network),
+            owner,
+        )
+        raise
+    action = get_entry(data, keys.action, owner, "the stored action")
+    if gaussian:
+        loc = params["loc"]
+        check_gaussian(
+            action, loc, params["scale"], data.batch_size, owner, estimator.check_values
+        )
+        # the advantage network reads each step's observations (and, recurrent,
+        # the features of the actor's pass over the sequences), flattened
+        observations = window.flat_current(estimator.value_network.observation_keys)
+        flags = (done, terminated)
+        return Steps(window, params, out, action, flags, data, prefix, observations)
+    logits = params["logits"]
+    if out.shape != logits.shape:
+        raise ValueError(
+            f"{owner}: the critic's {keys.action_value!r} has shape "
+            f"{tuple(out.shape)} where the policy's logits have "
+            f"{tuple(logits.shape)}; the critic must output one value per action"
+        )
+    action = action_index(
+        action,
+        data.batch_size,
+        logits.shape[-1],
+        one_hot=estimator.family == "one_hot",
+        owner=owner,
+        check_values=estimator.check_values,
+    )
+    return Steps(window, params, out, action, (done, terminated), data, prefix)
+
+
+def done_flags(
+    data: TensorDictBase, keys, owner: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(done, terminated)`` under the estimator's ``keys``, ``[*B, T]`` booleans."""
+    flags = []
+    for name in ("done", "terminated"):
+        key = ("next", getattr(keys, name))
+        value = get_entry(data, key, owner, f"the {name} flag after each step")
+        flags.append(
+            as_step_tensor(value, data.batch_size, str(key), owner).squeeze(-1).bool()
+        )
+    return flags[0], flags[1]
+
+
+def behaviour_log_prob(
+    data: TensorDictBase, keys, family: str, owner: str
+) -> torch.Tensor:
+    """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
+
+    Read under the estimator's ``keys`` (``sample_log_prob``); ``family`` is the
+    policy's (:func:`policy_family`).
+
+    A ``torch.distributions.Normal`` policy stores one log-probability per
+    action dimension (``[*B, T, d]``): they are summed, as a diagonal
+    Gaussian's log-density is.
+    """
+    key = keys.sample_log_prob
+    value = get_entry(
+        data, key, owner, "the behaviour policy's log-probability of the action"
+    )
+    batch = tuple(data.batch_size)
+    if (
+        family == "gaussian"
+        and value.ndim == len(batch) + 1
+        and tuple(value.shape[:-1]) == batch
+        and value.shape[-1] > 1
+    ):
+        action = get_entry(data, keys.action, owner, "the action")
+        if value.shape[-1] != action.shape[-1]:
+            raise ValueError(
+                f"{owner}: {key!r} has shape {tuple(value.shape)}: per-dimension "
+                f"log-probabilities must have the action's {action.shape[-1]} "
+                f"dimensions"
+            )
+        value = value.sum(-1, keepdim=True)
+    return as_step_tensor(value, data.batch_size, repr(key), owner)
 
 
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
