@@ -124,7 +124,7 @@ main() {
     export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 
     step tests "$TEST_LIMIT" env ACER_TEST_DEVICE="$DEVICE" "$PYTHON" -m pytest -q -rfEs \
-        -p no:cacheprovider tests/test_device.py --junitxml="$JUNIT"
+        -p no:cacheprovider tests/training/test_device.py --junitxml="$JUNIT"
     step loss "$LOSS_LIMIT" "$PYTHON" bench/loss.py --device "$DEVICE" "${LOSS_ARGS[@]}"
     step throughput "$THROUGHPUT_LIMIT" "$PYTHON" bench/throughput.py --device "$DEVICE" \
         "${THROUGHPUT_ARGS[@]}"

@@ -21,7 +21,7 @@ from torchrl_acer.training.experiment import (  # noqa: E402
 )
 
 # the example's own builders (its networks, replay and training keys)
-EXAMPLES = Path(__file__).parents[1] / "examples"
+EXAMPLES = Path(__file__).parents[2] / "examples"
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
 import utils_atari  # noqa: E402

@@ -32,7 +32,7 @@ from torchrl_acer.trainers.checkpoint import (
 from torchrl_acer.trainers.hooks import NonFiniteTrainingError, lock_run_dir
 from torchrl_acer.training import experiment
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 # on top of builders.SMALL_GYM: the sizes these tests always ran at
 SMALL = {
     "collector.total_frames": 200,

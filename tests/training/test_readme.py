@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-README = (Path(__file__).parents[1] / "README.md").read_text()
+README = (Path(__file__).parents[2] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
 
 
