@@ -9,10 +9,10 @@ Times, round-robin in one run (medians over ``--rounds``), one ``[8, 20]`` batch
   the policy as a plain :class:`~torchrl.modules.ProbabilisticActor` (what the
   example used before :class:`~torchrl_acer.modules.actors.CategoricalActor`);
 - ``collector``: the same with the example's actor, a ``CategoricalActor`` on
-  the same network (same draws, see tests/test_categorical_actor.py);
+  the same network (same draws, see tests/modules/test_categorical_actor.py);
 - ``lean_collector``: :class:`~torchrl_acer.training.gym_collector.GymVectorCollector`
   (``collector.backend=lean``) on the same env and actor: the same batches as
-  ``collector``, bit for bit (tests/test_gym_collector.py), stepping gymnasium's
+  ``collector``, bit for bit (tests/training/test_gym_collector.py), stepping gymnasium's
   vector env itself;
 - ``gymnasium``: gymnasium's own vector env stepped 20 times with random actions
   (no torch, no TensorDict);

@@ -5,7 +5,7 @@
 #     bash bench/gpu_check.sh [--dry-run]
 #
 # Steps (each runs even if one before it failed; the exit status is 1 if any did):
-#   1. tests/test_device.py with ACER_TEST_DEVICE=cuda (junit XML written beside
+#   1. tests/training/test_device.py with ACER_TEST_DEVICE=cuda (junit XML written beside
 #      the results): loss forward+backward, trust region and Retrace equal to the
 #      CPU's, replay in host memory feeding the GPU loss, short training runs;
 #   2. bench/loss.py --device cuda: the loss's overhead over its bare networks;
@@ -30,7 +30,7 @@
 #      XML are for reading.
 # Here: bash bench/gpu_check.sh --dry-run runs the same steps on the CPU with tiny
 # sizes (ACER_TEST_DEVICE=cpu compares the CPU with itself) and writes its results
-# to a temporary folder; tests/test_gpu_check.py runs it.
+# to a temporary folder; tests/bench/test_gpu_check.py runs it.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
@@ -124,7 +124,7 @@ main() {
     export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 
     step tests "$TEST_LIMIT" env ACER_TEST_DEVICE="$DEVICE" "$PYTHON" -m pytest -q -rfEs \
-        -p no:cacheprovider tests/test_device.py --junitxml="$JUNIT"
+        -p no:cacheprovider tests/training/test_device.py --junitxml="$JUNIT"
     step loss "$LOSS_LIMIT" "$PYTHON" bench/loss.py --device "$DEVICE" "${LOSS_ARGS[@]}"
     step throughput "$THROUGHPUT_LIMIT" "$PYTHON" bench/throughput.py --device "$DEVICE" \
         "${THROUGHPUT_ARGS[@]}"

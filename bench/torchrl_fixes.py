@@ -10,7 +10,7 @@ the machine hits both alike. Reported: per task, the median over rounds of the
 per-round ratio installed / patched seconds per batch (above 1: the patches are
 faster), with its range, and the share of steps on which some copy's episode
 ended (where patch 0001 still converts the info dict). The batches themselves are
-equal bit for bit (tests/test_torchrl_fixes.py).
+equal bit for bit (tests/tools/test_torchrl_fixes.py).
 
 Tasks, each a ``[8, 20]`` batch (160 env steps) of ``make_env``'s env (gymnasium's
 vector env in TorchRL's ``GymWrapper`` with ``RewardSum``):

@@ -734,8 +734,8 @@ def checkpoint_component(checkpoint, name):
     return adapter.read(Path(checkpoint) / record["path"])
 
 
-# An environment whose faults a test switches on. It lives here, imported once,
-# and not in a test module: pytest imports test modules under names of its own
+# An environment whose faults a test switches on. It lives here, not in a test
+# module: pytest imports test modules under names of its own
 # (--import-mode=importlib), so a test module imported by another one too would
 # be two modules, and the registered environment would read the other's switches.
 INJECTED = "InjectedCartPole-v1"
@@ -778,5 +778,9 @@ def _injected_cartpole(**kwargs):
     return Inject(gym.make("CartPole-v1", **kwargs))
 
 
+# by name: pytest's doctest collection imports this file too, under a name of its
+# own, and the environment must read the switches of the module tests import
 if INJECTED not in gym.registry:
-    gym.register(INJECTED, entry_point=_injected_cartpole, disable_env_checker=True)
+    gym.register(
+        INJECTED, entry_point="builders:_injected_cartpole", disable_env_checker=True
+    )

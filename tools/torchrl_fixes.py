@@ -8,7 +8,7 @@ The patches are ``git format-patch`` files against pytorch/rl (the commit in
 tests to TorchRL's test files. :func:`patched_copy` copies the installed
 ``torchrl`` package and applies the patches' source changes to it (``git apply
 --include 'torchrl/*'``): put ``DEST`` first on ``PYTHONPATH`` to import it.
-``tests/test_torchrl_fixes.py`` and ``bench/torchrl_fixes.py`` use it.
+``tests/tools/test_torchrl_fixes.py`` and ``bench/torchrl_fixes.py`` use it.
 """
 
 from __future__ import annotations

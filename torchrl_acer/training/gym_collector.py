@@ -14,7 +14,7 @@ one TensorDict per batch.
 
 It is a drop-in for the environments it accepts: from the same environment state,
 the same policy and the same torch random state, its batches equal the
-``Collector``'s bit for bit, key for key (``tests/test_gym_collector.py``), and
+``Collector``'s bit for bit, key for key (``tests/training/test_gym_collector.py``), and
 its checkpoint state is the ``Collector``'s
 (:func:`~torchrl_acer.training.env_state.collector_state_dict`), so a run may
 switch between the two on resume. What it cannot reproduce it refuses, naming

@@ -17,7 +17,7 @@ from torchrl_acer.trainers.configs import (
     register_configs,
 )
 
-CONFIG_DIR = Path(__file__).parents[1] / "examples" / "acer_trainer" / "config"
+CONFIG_DIR = Path(__file__).parents[2] / "examples" / "acer_trainer" / "config"
 
 
 def test_example_config_builds_and_trains_an_acer_trainer(tmp_path):

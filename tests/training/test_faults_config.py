@@ -26,7 +26,7 @@ from torchrl_acer.training import experiment
 from torchrl_acer.training.experiment import check_config, run_dir_for
 from torchrl_acer.training.refusal import ConfigError, Refusal, report_refusals
 
-EXAMPLES = Path(__file__).parents[1] / "examples"
+EXAMPLES = Path(__file__).parents[2] / "examples"
 CONFIGS = ("config_gym", "config_atari", "config_mujoco")
 
 

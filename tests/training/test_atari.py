@@ -7,9 +7,9 @@ import torch
 
 pytest.importorskip("ale_py")
 
+from _frame_replay_helpers import assert_rebuilt_as_collected
 from builders import checkpoint_component, example_config, run_example
 from omegaconf import OmegaConf
-from test_frame_replay import assert_rebuilt_as_collected
 
 from torchrl_acer.trainers import ACERTrainer  # noqa: E402
 from torchrl_acer.training.atari import ale_game_name, make_atari_env  # noqa: E402
@@ -21,7 +21,7 @@ from torchrl_acer.training.experiment import (  # noqa: E402
 )
 
 # the example's own builders (its networks, replay and training keys)
-EXAMPLES = Path(__file__).parents[1] / "examples"
+EXAMPLES = Path(__file__).parents[2] / "examples"
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
 import utils_atari  # noqa: E402

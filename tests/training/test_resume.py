@@ -17,9 +17,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from _frame_replay_helpers import collect, make_stacked_env
 from builders import cartpole_states, small_gym_config, small_trainer, snapshot
 from omegaconf import OmegaConf
-from test_frame_replay import collect, make_stacked_env
 from torchrl.envs import GymWrapper
 
 from torchrl_acer.training.env_state import (

@@ -598,7 +598,7 @@ def test_acer_checkpoint_works_on_a_patched_torchrl(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
          "-k", "not patched_torchrl and not apply_upstream"],
-        cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=900,
+        cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from builders import load_script, torchrl_checkout_or_skip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "upstream_patch.py"
 
 
@@ -110,7 +110,7 @@ def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     # TorchRL's test base (test/objectives/_objectives_common.py) is not in its
     # wheel: the generated tests import this project's stand-in for it here
-    stand_in = Path(__file__).parent / "upstream"
+    stand_in = Path(__file__).parents[1] / "upstream"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(harness), str(stand_in)]),

@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from builders import snapshot
-from test_faults import (
+from _faults_helpers import (
     EXAMPLE_ARGS,
     ROOT,
     build,
@@ -20,6 +19,7 @@ from test_faults import (
     signal_when_there,
     start_example,
 )
+from builders import snapshot
 
 from torchrl_acer.trainers import hooks
 from torchrl_acer.training import experiment

@@ -1,6 +1,6 @@
 """ACER on an accelerator against the CPU.
 
-    ACER_TEST_DEVICE=cuda python -m pytest tests/test_device.py
+    ACER_TEST_DEVICE=cuda python -m pytest tests/training/test_device.py
 
 Every test here runs on the device that ``ACER_TEST_DEVICE`` names and is skipped
 when it is unset (``bench/gpu_check.sh`` sets it on a lent GPU machine;

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
 # the README's examples, then those the docs pages took over from it
 PAGES = [README] + [page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))]

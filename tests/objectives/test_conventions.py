@@ -238,7 +238,7 @@ class TestLoss:
 
 class TestRefused:
     def test_a_bare_torch_rnn_critic_is_refused(self):
-        # TorchRL's LSTMModule / GRUModule are accepted (tests/test_recurrent.py);
+        # TorchRL's LSTMModule / GRUModule are accepted (tests/objectives/test_recurrent.py);
         # a bare nn.LSTM would be run on independent steps
         actor, _ = discrete_actor_critic(dtype=torch.float32)
         core = TensorDictModule(nn.LSTM(3, 8), ["observation"], ["h"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).parents[1] / "torchrl_acer"
+PACKAGE = Path(__file__).parents[2] / "torchrl_acer"
 CORE = ("objectives", "modules")
 # What the core may import besides the standard library: the upstream target's own
 # dependencies and the core floors themselves.
