@@ -392,7 +392,8 @@ def acer_gaussian_reference(
             if delta is not None:
                 k = (L[s] - mu_a) / sigma**2
                 if learned:
-                    k_sigma = 1 / sigma - (avg_sigma**2 + (mu_a - L[s]) ** 2) / sigma**3
+                    spread = avg_sigma**2 + (mu_a - L[s]) ** 2
+                    k_sigma = 1 / sigma - spread / sigma**3
                     k = torch.cat([k, k_sigma])
                 g = project_step(g, k, delta)
             grad_L[s] += -g[:d] / n
