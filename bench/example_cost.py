@@ -33,7 +33,7 @@ import numpy as np
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import save  # noqa: E402
+from _common import per_round_ratios, save  # noqa: E402
 
 from torchrl_acer.training.plot import read_scalar  # noqa: E402
 
@@ -90,7 +90,7 @@ def main(argv=None) -> dict:
             seconds[which].append(t)
             print(f"round {r} {which}: loop {t:.1f} s, wall {w:.1f} s", flush=True)
     per_k = {k: [1000 * s / args.frames for s in v] for k, v in seconds.items()}
-    ratios = [b / a for a, b in zip(seconds["a"], seconds["b"], strict=True)]
+    b_over_a = per_round_ratios(seconds["b"], seconds["a"])
     result = {
         "setting": {
             "example": args.example,
@@ -105,11 +105,7 @@ def main(argv=None) -> dict:
             k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
             for k, v in per_k.items()
         },
-        "b_over_a": {
-            "median": statistics.median(ratios),
-            "min": min(ratios),
-            "max": max(ratios),
-        },
+        "b_over_a": {k: b_over_a[k] for k in ("median", "min", "max")},
         "loop_s": seconds,
         "wall_s": wall,
     }

@@ -41,6 +41,7 @@ from _common import (  # noqa: E402
     close,
     example_config,
     interleaved_medians,
+    per_round_ratios,
     save,
     start,
     train_on_batch,
@@ -106,9 +107,7 @@ def compare(build, rounds: int, batches: int, warmup: int) -> dict:
                 train_on_batch(trainer, next(iterators[name]))
             seconds[name].append((time.perf_counter() - tick) / batches)
             timed[name] += updates(trainer) - before
-    ratios = [
-        c / u for c, u in zip(seconds["checked"], seconds["unchecked"], strict=True)
-    ]
+    ratios = per_round_ratios(seconds["checked"], seconds["unchecked"])
     assert trainers["checked"].optimization_stepper.nonfinite == {
         "updates": 0,
         "batches": 0,
@@ -145,8 +144,8 @@ def compare(build, rounds: int, batches: int, warmup: int) -> dict:
         "updates_timed": timed,  # equal: the same work on both sides
         "seconds_per_batch": {k: statistics.median(v) for k, v in seconds.items()},
         "seconds_per_batch_all": seconds,
-        "ratio_checked_over_unchecked": statistics.median(ratios),
-        "ratios": ratios,
+        "ratio_checked_over_unchecked": ratios["median"],
+        "ratios": ratios["ratios"],
     }
 
 

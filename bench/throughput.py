@@ -55,6 +55,7 @@ from _common import (  # noqa: E402
     bare_trainer,
     close,
     example_config,
+    per_round_ratios,
     save,
     start,
     train_on_batch,
@@ -223,14 +224,14 @@ def main():
             f"overlapped estimate / serial {part['overlap_estimate_over_serial']:.2f}"
         )
     close(trainer)
-    ratios = [a / b for a, b in zip(loops, bounds, strict=True)]
+    ratios = per_round_ratios(loops, bounds)
     result = {
         "settings": vars(args)
         | {"replay_ratio": 4.0, "threads": torch.get_num_threads()},
         "loop_steps_per_s": loops,
         "bound_steps_per_s": bounds,
-        "ratios": ratios,
-        "median_ratio": statistics.median(ratios),
+        "ratios": ratios["ratios"],
+        "median_ratio": ratios["median"],
         "time_in_updates": update_shares,
         "bound_parts": parts,
     }

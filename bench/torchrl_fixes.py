@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import save  # noqa: E402
+from _common import per_round_ratios, save  # noqa: E402
 from collection import NUM_ENVS, T, torchrl_collector  # noqa: E402
 
 TASKS = ("cartpole", "pendulum")
@@ -152,24 +152,20 @@ def measure(task: str, copy: Path, rounds: int, min_time: float) -> dict:
     ended = {k: [out["ended"] for out in v] for k, v in outs.items()}
     # the reader alone: many short calls, interleaved the same way
     reader = interleaved(lambda name: workers[name].batches(2000, "reader ")["seconds"])
-    reader_ratios = [
-        i / p for i, p in zip(reader["installed"], reader["patched"], strict=True)
-    ]
+    reader_ratios = per_round_ratios(reader["installed"], reader["patched"])
     paths = {name: w.torchrl for name, w in workers.items()}
     for w in workers.values():
         w.close()
-    ratios = [
-        i / p for i, p in zip(samples["installed"], samples["patched"], strict=True)
-    ]
+    ratios = per_round_ratios(samples["installed"], samples["patched"])
     return {
         "reader_seconds_no_end": {k: statistics.median(v) for k, v in reader.items()},
-        "reader_speedup": statistics.median(reader_ratios),
-        "reader_speedup_range": [min(reader_ratios), max(reader_ratios)],
+        "reader_speedup": reader_ratios["median"],
+        "reader_speedup_range": [reader_ratios["min"], reader_ratios["max"]],
         "torchrl": paths,
         "seconds_per_batch": {k: statistics.median(v) for k, v in samples.items()},
         "samples": samples,
-        "speedup": statistics.median(ratios),
-        "speedup_range": [min(ratios), max(ratios)],
+        "speedup": ratios["median"],
+        "speedup_range": [ratios["min"], ratios["max"]],
         "steps_with_an_end": statistics.mean(ended["installed"]),
     }
 

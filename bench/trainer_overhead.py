@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     close,
     interleaved_samples,
+    per_round_ratios,
     save,
     start,
     train_on_batch,
@@ -148,9 +149,7 @@ def main():
     )
 
     def ratio(name):
-        return statistics.median(
-            n / o for n, o in zip(samples[name], samples["plain"], strict=True)
-        )
+        return per_round_ratios(samples[name], samples["plain"])["median"]
 
     result = {
         "settings": vars(args),
