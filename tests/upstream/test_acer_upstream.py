@@ -34,9 +34,11 @@ from reference import (
     plain_mlp,
 )
 from torchrl.objectives import SoftUpdate
+from torchrl.objectives.utils import build_value_estimator
 from torchrl.testing import get_default_devices
 
 from torchrl_acer import ACERLoss, RetraceEstimator
+from torchrl_acer.objectives._value_estimators import ValueEstimators
 
 SPACES = ("logits", "log_probs", "probs")  # what the trust region projects
 
@@ -308,6 +310,24 @@ class TestACER(LossModuleTestBase):
         with pytest.raises(
             NotImplementedError, match="not implemented for loss ACERLoss"
         ):
+            loss.make_value_estimator("gae")
+
+    def test_registered_retrace_estimator(self):
+        actor, critic = discrete_actor_critic()
+        loss = ACERLoss(actor, critic)
+        for name in ("retrace", "Retrace", ValueEstimators.Retrace):
+            estimator = build_value_estimator(loss, name, gamma=0.5)
+            assert isinstance(estimator, RetraceEstimator)
+            assert estimator.gamma.item() == 0.5
+            assert estimator.lmbda.item() == 1.0 and estimator.c_thresh.item() == 1.0
+        # the loss's make_value_estimator takes the enum member and fills in the
+        # defaults it does not get
+        loss.make_value_estimator(ValueEstimators.Retrace, lmbda=0.5)
+        assert loss.value_type is ValueEstimators.Retrace
+        estimator = loss.value_estimator
+        assert isinstance(estimator, RetraceEstimator) and estimator.shifted
+        assert estimator.gamma.item() == 0.99 and estimator.lmbda.item() == 0.5
+        with pytest.raises(NotImplementedError, match="Retrace"):
             loss.make_value_estimator("gae")
 
     def test_reset_parameters_recursive(self):

@@ -30,13 +30,13 @@ from reference import (
     retrace_sum_definition,
 )
 from tensordict import TensorDict
-from torchrl.objectives.utils import build_value_estimator, default_value_kwargs
+from torchrl.objectives.utils import default_value_kwargs
 from torchrl.objectives.value.functional import (
     td0_return_estimate,
     td_lambda_return_estimate,
 )
 
-from torchrl_acer import ACERLoss, RetraceEstimator
+from torchrl_acer import RetraceEstimator
 from torchrl_acer.objectives._value_estimators import ValueEstimators
 
 
@@ -343,30 +343,13 @@ class TestRetraceEstimator:
         # the estimator's own modules keep their parameters
         assert not torch.allclose(estimator(data)["value_target"], out["value_target"])
 
-    def test_registered_value_estimator(self):
-        actor, critic = discrete_actor_critic()
-        loss = ACERLoss(actor, critic)
-        for name in ("retrace", "Retrace", ValueEstimators.Retrace):
-            estimator = build_value_estimator(loss, name, gamma=0.5)
-            assert isinstance(estimator, RetraceEstimator)
-            assert estimator.gamma.item() == 0.5
-            assert estimator.lmbda.item() == 1.0 and estimator.c_thresh.item() == 1.0
-        defaults = default_value_kwargs(ValueEstimators.Retrace)
-        assert defaults == {
+    def test_registered_defaults(self):
+        assert default_value_kwargs(ValueEstimators.Retrace) == {
             "gamma": 0.99,
             "lmbda": 1.0,
             "c_thresh": 1.0,
             "shifted": True,
         }
-        # the loss's make_value_estimator takes the enum member and fills in the
-        # defaults it does not get
-        loss.make_value_estimator(ValueEstimators.Retrace, lmbda=0.5)
-        assert loss.value_type is ValueEstimators.Retrace
-        estimator = loss.value_estimator
-        assert isinstance(estimator, RetraceEstimator) and estimator.shifted
-        assert estimator.gamma.item() == 0.99 and estimator.lmbda.item() == 0.5
-        with pytest.raises(NotImplementedError, match="Retrace"):
-            loss.make_value_estimator("gae")
 
     def test_target_params_are_refused(self):
         actor, critic = discrete_actor_critic()
