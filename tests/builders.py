@@ -712,12 +712,10 @@ def resume_small_trainer(run_dir, **overrides):
 
 
 def close_trainer(trainer) -> None:
-    """Shuts down what a :func:`small_trainer` holds open: its collector and its
-    evaluation environments."""
-    trainer.collector.shutdown()
-    evaluate = trainer.evaluation.evaluate
-    if hasattr(evaluate, "close"):
-        evaluate.close()
+    """Shuts down what a :func:`small_trainer` holds open (``experiment.close``)."""
+    from torchrl_acer.training import experiment
+
+    experiment.close(trainer)
 
 
 def checkpoint_component(checkpoint, name):

@@ -12,6 +12,7 @@ from pathlib import Path
 from builders import INJECTED, small_trainer
 
 from torchrl_acer.trainers.checkpoint import ACERCheckpoint, FiniteStateDictAdapter
+from torchrl_acer.training import experiment
 
 ROOT = Path(__file__).parents[2]
 # on top of builders.SMALL_GYM: the sizes these tests always ran at
@@ -56,8 +57,7 @@ def failure_note(path):
 
 
 def close(trainer):
-    trainer.collector.shutdown()
-    trainer.evaluation.evaluate.close()
+    experiment.close(trainer)
 
 
 # The example's process, with torch.save (which writes the environments' state

@@ -64,6 +64,7 @@ from torchrl_acer.training.refusal import ConfigError
 __all__ = [
     "check_config",
     "checkpoint_run_dir",
+    "close",
     "collector_workers",
     "cut_csv_logs",
     "frames_to_run",
@@ -333,7 +334,8 @@ def run_dir_for(cfg: DictConfig) -> Path:
     has: two runs of one seed started in the same second get ``...-<time>`` and
     ``...-<time>-2`` (the directory is made with ``mkdir``, which fails when it
     exists, even for another process). Nothing is created for the other two; the
-    examples then take the directory with :func:`lock_run_dir`."""
+    trainer then takes the directory (:class:`RunDirectoryLock`, in
+    :func:`make_trainer`)."""
     if cfg.logger.run_dir:
         return Path(cfg.logger.run_dir)
     if cfg.resume:
@@ -946,7 +948,7 @@ def resume(trainer: ACERTrainer, checkpoint: str | Path) -> None:
             f"collector.total_frames={trainer.total_frames}); nothing to do, "
             f"nothing changed. Raise collector.total_frames to train on."
         )
-        trainer.collector.shutdown()
+        close(trainer)
         sys.exit(0)
     # rows logged after the checkpoint (a run killed past it) would repeat steps
     dropped = cut_csv_logs(trainer.logger, frames)
@@ -956,6 +958,19 @@ def resume(trainer: ACERTrainer, checkpoint: str | Path) -> None:
     for state in trainer.environments:
         for note in state.notes:
             print(f"resume: {note}")
+
+
+def close(trainer: ACERTrainer) -> None:
+    """Closes what a :func:`make_trainer` trainer holds open: TorchRL's progress
+    bar (left open by ``train``), the collector (its workers and environments)
+    and the evaluation's environments."""
+    bar = getattr(trainer, "_pbar", None)
+    if bar is not None:
+        bar.close()
+    trainer.collector.shutdown()
+    evaluate = trainer.evaluation.evaluate
+    if hasattr(evaluate, "close"):
+        evaluate.close()
 
 
 def train(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
@@ -969,16 +984,10 @@ def train(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
         resume(trainer, cfg.resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    evaluator = trainer.evaluation.evaluate
     try:
         trainer.train()
     finally:
-        bar = getattr(trainer, "_pbar", None)  # TorchRL's, left open
-        if bar is not None:
-            bar.close()
-        trainer.collector.shutdown()
-        if hasattr(evaluator, "close"):
-            evaluator.close()
+        close(trainer)
     checkpoint = trainer.save_trainer_file
     frames = trainer.collected_frames
     if trainer.stop.signum is not None:
