@@ -37,7 +37,6 @@ from torchrl_acer.objectives.value.retrace import (
     RetraceEstimator,
     behaviour_log_prob,
     check_finite,
-    done_flags,
     evaluate,
     gaussian_log_prob,
     get_entry,
@@ -522,22 +521,10 @@ class ACERLoss(LossModule):
             detach_shared=self.separate_losses,
         )
         data = steps.data  # burn-in steps only warm the recurrent state: no loss terms
-        if estimator.recurrent is not None:
-            average = estimator.recurrent.average_dist_params(
-                full,
-                done_flags(full, estimator.tensor_keys, type(estimator).__name__)[0],
-                self.target_actor_network_params,
-                owner=type(self).__name__,
-            )
-        else:
-            with torch.no_grad():
-                average = estimator.evaluator.dist_params_only(
-                    steps.window.flat_current(self.actor_network.in_keys),
-                    self.target_actor_network_params,
-                )
-        log_mu = behaviour_log_prob(
-            data, estimator.tensor_keys, estimator.family, type(estimator).__name__
+        average = estimator.evaluator.average_dist_params(
+            steps, full, estimator.tensor_keys, self.target_actor_network_params
         )
+        log_mu = behaviour_log_prob(data, estimator.tensor_keys, estimator.family)
         # the per-step losses are reduced below (masked where _reduce_loss finds a
         # mask): the reduction tells the trust-region hook how each step's gradient
         # is scaled when it reaches the policy
@@ -564,7 +551,6 @@ class ACERLoss(LossModule):
             (steps.logits if categorical else steps.loc).shape,
             gaussian=not categorical,
             check=estimator.check_values,
-            owner=type(self).__name__,
         )
         args = (estimator, data, steps, average, behaviour, log_mu)
         common = {
@@ -800,7 +786,7 @@ def gaussian_terms(
 
 
 def behaviour_statistics(
-    data: TensorDictBase, keys, shape, *, gaussian: bool, check: bool, owner: str
+    data: TensorDictBase, keys, shape, *, gaussian: bool, check: bool
 ) -> list[torch.Tensor]:
     """The behaviour policy's statistics stored with the ``[*B, T]`` steps.
 
@@ -815,7 +801,6 @@ def behaviour_statistics(
         value = get_entry(
             data,
             key,
-            owner,
             f"the behaviour policy's {what} stored with each step (collectors "
             f"store the actor's)",
         )
@@ -827,7 +812,7 @@ def behaviour_statistics(
                 pass
         if not fits:
             raise ValueError(
-                f"{owner}: behaviour {name} {key!r} "
+                f"behaviour {name} {key!r} "
                 f"{'has' if gaussian else 'have'} shape {tuple(value.shape)}, "
                 f"expected {tuple(shape)} (the policy's {what} for the [*B, T] "
                 f"batch)"
@@ -838,13 +823,12 @@ def behaviour_statistics(
             check_finite(
                 value,
                 repr(key),
-                owner,
                 f"the behaviour policy's {what} are corrupted",
             )
         out.append(value.expand(shape))
     if check and gaussian and not bool((out[1] > 0).all()):
         raise ValueError(
-            f"{owner}: behaviour scale {keys.behavior_scale!r} holds values that "
+            f"behaviour scale {keys.behavior_scale!r} holds values that "
             f"are not positive; min {out[1].min().item()}"
         )
     return out

@@ -1,20 +1,10 @@
 r"""RetraceEstimator: the Retrace(lambda) target as a TorchRL value estimator.
 
-Besides the estimator, this module holds how it runs the policy and the critic once
-over a ``[*B, T]`` batch, and the input checks it shares with the loss:
-
-- feed-forward networks see the batch as independent observations laid out by
-  :class:`ObservationWindow` (``s_t`` and the real next observations ``s'_t``, in
-  one call per network), called by :class:`PolicyCriticEvaluator`;
-- networks holding TorchRL's :class:`~torchrl.modules.LSTMModule` or
-  :class:`~torchrl.modules.GRUModule` see each row as one sequence, laid out by
-  :class:`SequenceWindow` (``s'_t`` inserted after its step, the state reset at
-  episode starts) and run by :class:`RecurrentEvaluator` in TorchRL's recurrent
-  mode, from the stored or a zero state, after an optional burn-in. The equations
-  are in :class:`~torchrl_acer.ACERLoss`;
-- where only the outputs of a recurrent module are read, :func:`forward_in_pieces`
-  runs its RNN on padded pieces of the rows rather than TorchRL's packed sequences
-  (issue #18).
+Also how the estimator (and :class:`~torchrl_acer.ACERLoss`) run the policy and the
+critic once over a ``[*B, T]`` batch: feed-forward networks on the flat observations
+of an :class:`ObservationWindow`, networks holding TorchRL's ``LSTMModule`` /
+``GRUModule`` over the rows of a :class:`SequenceWindow` (:class:`RecurrentEvaluator`),
+and the input checks the estimator and the loss share.
 """
 
 from __future__ import annotations
@@ -24,7 +14,6 @@ import copy
 import functools
 import math
 import weakref
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -174,18 +163,6 @@ class RetraceEstimator(ValueEstimatorBase):
         >>> data = estimator(data)
         >>> data["value_target"].shape, data["advantage"].shape, data["state_value"].shape
         (torch.Size([2, 5, 1]), torch.Size([2, 5, 1]), torch.Size([2, 5, 1]))
-
-    Like TorchRL's estimators it also takes the entries as keyword arguments
-    (``next_`` prefixes the ``"next"`` entries) and returns ``(advantage,
-    value_target)``:
-
-        >>> advantage, value_target = estimator(
-        ...     observation=data["observation"], action=data["action"],
-        ...     action_log_prob=data["action_log_prob"],
-        ...     next_observation=data["next", "observation"],
-        ...     next_reward=data["next", "reward"], next_done=data["next", "done"],
-        ...     next_terminated=data["next", "terminated"])
-        >>> torch.testing.assert_close(value_target, data["value_target"])
     """
 
     @dataclass
@@ -277,14 +254,10 @@ class RetraceEstimator(ValueEstimatorBase):
                 "a Gaussian policy needs a StochasticDuelingNetwork critic "
                 f"(V and A heads) as value_network, got {type(value_network).__name__}"
             )
-        self.evaluator = PolicyCriticEvaluator(
-            actor_network,
-            value_network,
-            ("loc", "scale") if gaussian else ("logits",),
-            critic_head=value_network.value_network if gaussian else None,
+        self.evaluator = make_evaluator(
+            actor_network, value_network, self.family, recurrent_state, burn_in
         )
         self.__dict__["actor_network"] = actor_network
-        self.recurrent = recurrent_evaluator(self.evaluator, recurrent_state, burn_in)
         self.recurrent_state, self.burn_in = recurrent_state, burn_in
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
             # float64 buffers: the target is computed in the data's dtype, and a
@@ -322,9 +295,7 @@ class RetraceEstimator(ValueEstimatorBase):
 
     @property
     def in_keys(self):
-        if self.recurrent is not None:
-            return self.recurrent.in_keys(self.tensor_keys)
-        return transition_in_keys(self.evaluator.in_keys, self.tensor_keys)
+        return self.evaluator.transition_in_keys(self.tensor_keys)
 
     @property
     def out_keys(self):
@@ -463,22 +434,20 @@ class RetraceEstimator(ValueEstimatorBase):
             flags: :func:`done_flags` of ``tensordict``, if the caller has them
                 already (the ``flags`` of :func:`evaluate`'s steps).
         """
-        owner = type(self).__name__
         keys = self.tensor_keys
         key = ("next", keys.reward)
-        reward = get_entry(tensordict, key, owner, "the reward of each step")
-        reward = as_step_tensor(reward, tensordict.batch_size, str(key), owner)
+        reward = get_entry(tensordict, key, "the reward of each step")
+        reward = as_step_tensor(reward, tensordict.batch_size, str(key))
         check = self.check_values
         if check:
             check_finite(
                 reward,
                 repr(key),
-                owner,
                 "a non-finite reward would make every target, and after one update "
                 "every parameter, non-finite",
             )
         if flags is None:
-            flags = done_flags(tensordict, keys, owner)
+            flags = done_flags(tensordict, keys)
         done, terminated = flags
         gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
         if unit_traces:
@@ -488,12 +457,11 @@ class RetraceEstimator(ValueEstimatorBase):
             lmbda, c_thresh = 1.0, 1.0
         else:
             if log_mu is None:
-                log_mu = behaviour_log_prob(tensordict, keys, self.family, owner)
+                log_mu = behaviour_log_prob(tensordict, keys, self.family)
             if check:
                 check_finite(
                     log_mu,
                     repr(keys.sample_log_prob),
-                    owner,
                     "a behaviour log-probability of -inf or NaN for an action that "
                     "was taken means corrupted data; it is not clipped",
                 )
@@ -515,29 +483,15 @@ class RetraceEstimator(ValueEstimatorBase):
 
 
 class Steps:
-    r"""Per-step network outputs of a ``[*B, T]`` window (time last).
+    r"""Per-step network outputs of a ``[*B, T]`` window (time last), all in the graph.
 
-    Built from the flat outputs of one call of each network; all in the graph.
-
-    Attributes:
-        window: the window the networks ran on.
-        data: the ``[*B, T]`` steps it covers: the batch, after the burn-in if any.
-        prefix: the burn-in steps before them, or ``None``.
-        action: the stored actions: indices ``[*B, T]`` (categorical policies) or
-            ``[*B, T, d]`` (Gaussian ones).
-        flags: ``(done, terminated)`` (:func:`done_flags`).
-        next_state_value: :math:`V(s'_t)` at the real next observation,
-            ``[*B, T, 1]``; for a categorical policy
-            :math:`\sum_a \pi(a|s'_t) Q(s'_t, a)`.
-        logits: categorical: the policy's logits at ``s_t``, ``[*B, T, A]``.
-        q: categorical: :math:`Q(s_t, \cdot)`, ``[*B, T, A]``.
-        action_value: categorical: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``.
-        loc, scale: Gaussian: the policy's parameters at ``s_t``, ``[*B, T, d]``
-            (``scale`` as the policy gives it: it may be a constant).
-        value: Gaussian: :math:`V(s_t)`, ``[*B, T, 1]``.
-        observations: Gaussian: what the advantage head reads at each ``s_t`` (the
-            observations, and with a recurrent actor the features of its trunk),
-            a flat ``[prod(B) T]`` TensorDict.
+    ``data`` is the batch after the burn-in (``prefix``, ``None`` without one);
+    ``action`` the stored actions (indices ``[*B, T]``, or ``[*B, T, d]``);
+    ``flags`` ``(done, terminated)``; ``next_state_value`` :math:`V(s'_t)`,
+    ``[*B, T, 1]``. Categorical policies: ``logits`` and ``q`` (:math:`Q(s_t,
+    \cdot)`), ``[*B, T, A]``, and ``action_value`` :math:`Q(s_t, a_t)`. Gaussian
+    ones: ``loc``, ``scale``, ``value`` :math:`V(s_t)` and ``observations``, what the
+    advantage head reads at each ``s_t``, a flat ``[prod(B) T]`` TensorDict.
     """
 
     def __init__(self, window, params, out, action, flags, data, prefix, obs=None):
@@ -566,20 +520,17 @@ def evaluate(
 ) -> Steps:
     """Runs ``estimator``'s networks once over ``data`` (``[*B, T]``, time last).
 
-    Returns the per-step quantities Retrace and ACER need (:class:`Steps`), with
-    the estimator's keys, ``shifted``, ``skip_existing`` and ``check_values``.
-
-    With recurrent networks and a burn-in, the steps are those after it
-    (``steps.data``; the burn-in steps are ``steps.prefix``, see
-    :class:`RetraceEstimator`).
+    With the estimator's keys, ``shifted``, ``skip_existing`` and ``check_values``;
+    with a burn-in, the steps are those after it.
     """
-    owner = type(estimator).__name__
-    keys = estimator.tensor_keys
-    prefix = None
-    if estimator.recurrent is not None:
-        prefix, data = estimator.recurrent.split_burn_in(data, owner)
-    check_not_empty(data, owner)
-    done, terminated = done_flags(data, keys, owner)
+    keys, evaluator = estimator.tensor_keys, estimator.evaluator
+    prefix, data = evaluator.split_burn_in(data)
+    if 0 in data.batch_size:  # TensorDict.numel() is at least 1
+        raise ValueError(
+            f"got an empty batch (batch_size {tuple(data.batch_size)}); a [*B, T] "
+            f"batch needs at least one row and one step"
+        )
+    done, terminated = done_flags(data, keys)
     gaussian = estimator.family == "gaussian"
     output_key = estimator.value_network.value_key if gaussian else keys.action_value
     run = {
@@ -588,58 +539,35 @@ def evaluate(
         "critic_params": critic_params,
         "detach_shared": detach_shared,
     }
-    if estimator.recurrent is not None:
-        window = estimator.recurrent.window(
-            data,
-            prefix,
-            done=done,
-            terminated=terminated,
-            prefix_done=None if prefix is None else done_flags(prefix, keys, owner)[0],
-            owner=owner,
-            **run,
-        )
-        call, inputs = estimator.recurrent.run, window.inputs
+    if evaluator.recurrent:
+        prefix_done = None if prefix is None else done_flags(prefix, keys)[0]
+        window = evaluator.window(data, prefix, done, terminated, prefix_done, run)
+        call = evaluator.run
     else:
-        in_keys = estimator.evaluator.in_keys
-        skip = (
-            skip_existing()
-            if estimator.skip_existing is None
-            else estimator.skip_existing
-        )
+        skip = estimator.skip_existing
         # the critic's outputs travel through the window like observations, so
         # the critic can skip them at s_t and s'_t alike
         reuse = (
-            skip
+            (skip_existing() if skip is None else skip)
             and data.get(output_key, None) is not None
             and data.get(_next(output_key), None) is not None
         )
-        if reuse:
-            in_keys = [*in_keys, output_key]
+        in_keys = [*evaluator.in_keys, output_key] if reuse else evaluator.in_keys
         window = ObservationWindow(
-            data,
-            in_keys,
-            done=done,
-            terminated=terminated,
-            owner=owner,
-            shifted=estimator.shifted,
+            data, in_keys, done=done, terminated=terminated, shifted=estimator.shifted
         )
-        call = functools.partial(estimator.evaluator, skip_existing=reuse)
-        inputs = window.tensors
+        call = functools.partial(evaluator, skip_existing=reuse)
     try:
-        params, out = call(inputs, **run)
+        params, out = call(window.inputs, **run)
     except RuntimeError as error:
-        explain_dtype_error(
-            error,
-            window.inputs,
-            (estimator.actor_network, estimator.value_network),
-            owner,
-        )
+        networks = (estimator.actor_network, estimator.value_network)
+        explain_dtype_error(error, window.inputs, networks)
         raise
-    action = get_entry(data, keys.action, owner, "the stored action")
+    action = get_entry(data, keys.action, "the stored action")
     if gaussian:
         loc = params["loc"]
         check_gaussian(
-            action, loc, params["scale"], data.batch_size, owner, estimator.check_values
+            action, loc, params["scale"], data.batch_size, estimator.check_values
         )
         # the advantage network reads each step's observations (and, recurrent,
         # the features of the actor's pass over the sequences), flattened
@@ -649,51 +577,38 @@ def evaluate(
     logits = params["logits"]
     if out.shape != logits.shape:
         raise ValueError(
-            f"{owner}: the critic's {keys.action_value!r} has shape "
-            f"{tuple(out.shape)} where the policy's logits have "
-            f"{tuple(logits.shape)}; the critic must output one value per action"
+            f"the critic's {keys.action_value!r} has shape {tuple(out.shape)} where "
+            f"the policy's logits have {tuple(logits.shape)}; the critic must output "
+            f"one value per action"
         )
     action = action_index(
         action,
         data.batch_size,
         logits.shape[-1],
         one_hot=estimator.family == "one_hot",
-        owner=owner,
         check_values=estimator.check_values,
     )
     return Steps(window, params, out, action, (done, terminated), data, prefix)
 
 
-def done_flags(
-    data: TensorDictBase, keys, owner: str
-) -> tuple[torch.Tensor, torch.Tensor]:
+def done_flags(data: TensorDictBase, keys) -> tuple[torch.Tensor, torch.Tensor]:
     """``(done, terminated)`` under the estimator's ``keys``, ``[*B, T]`` booleans."""
     flags = []
     for name in ("done", "terminated"):
         key = ("next", getattr(keys, name))
-        value = get_entry(data, key, owner, f"the {name} flag after each step")
-        flags.append(
-            as_step_tensor(value, data.batch_size, str(key), owner).squeeze(-1).bool()
-        )
-    return flags[0], flags[1]
+        value = get_entry(data, key, f"the {name} flag after each step")
+        flags.append(as_step_tensor(value, data.batch_size, str(key)).squeeze(-1))
+    return flags[0].bool(), flags[1].bool()
 
 
-def behaviour_log_prob(
-    data: TensorDictBase, keys, family: str, owner: str
-) -> torch.Tensor:
+def behaviour_log_prob(data: TensorDictBase, keys, family: str) -> torch.Tensor:
     """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
 
-    Read under the estimator's ``keys`` (``sample_log_prob``); ``family`` is the
-    policy's (:func:`policy_family`).
-
-    A ``torch.distributions.Normal`` policy stores one log-probability per
-    action dimension (``[*B, T, d]``): they are summed, as a diagonal
-    Gaussian's log-density is.
+    A ``torch.distributions.Normal`` policy stores one per action dimension
+    (``[*B, T, d]``): they are summed, as a diagonal Gaussian's log-density is.
     """
     key = keys.sample_log_prob
-    value = get_entry(
-        data, key, owner, "the behaviour policy's log-probability of the action"
-    )
+    value = get_entry(data, key, "the behaviour policy's log-probability")
     batch = tuple(data.batch_size)
     if (
         family == "gaussian"
@@ -701,15 +616,15 @@ def behaviour_log_prob(
         and tuple(value.shape[:-1]) == batch
         and value.shape[-1] > 1
     ):
-        action = get_entry(data, keys.action, owner, "the action")
+        action = get_entry(data, keys.action, "the action")
         if value.shape[-1] != action.shape[-1]:
             raise ValueError(
-                f"{owner}: {key!r} has shape {tuple(value.shape)}: per-dimension "
+                f"{key!r} has shape {tuple(value.shape)}: per-dimension "
                 f"log-probabilities must have the action's {action.shape[-1]} "
                 f"dimensions"
             )
         value = value.sum(-1, keepdim=True)
-    return as_step_tensor(value, data.batch_size, repr(key), owner)
+    return as_step_tensor(value, data.batch_size, repr(key))
 
 
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -730,11 +645,7 @@ def _detached(params: TensorDictBase | None, module) -> TensorDictBase:
 
 
 def policy_family(actor_network) -> str:
-    """The policy family, from the actor's distribution class.
-
-    ``"categorical"``, ``"one_hot"`` or ``"gaussian"``; anything else raises
-    ``TypeError``.
-    """
+    """``"categorical"``, ``"one_hot"`` or ``"gaussian"``, from the actor's distribution."""
     dist_class = _probabilistic_module(actor_network).distribution_class
     if not isinstance(dist_class, type):
         raise TypeError(f"unsupported distribution {dist_class!r}")
@@ -759,95 +670,73 @@ def gaussian_log_prob(loc, scale, action) -> torch.Tensor:
     return D.Normal(loc, scale).log_prob(action).sum(-1, keepdim=True)
 
 
-def check_gaussian(action, loc, scale, batch_shape, owner, check_values):
+# -- input checks, shared by the estimator and the loss: structural ones (keys,
+# shapes) read metadata only; value checks (finite values, actions in range)
+# reduce over the data and run only with check_values
+
+
+def check_gaussian(action, loc, scale, batch_shape, check_values):
     """The stored actions match the policy's action dimension; scales are positive."""
     expected = (*batch_shape, loc.shape[-1])
     if tuple(action.shape) != expected:
         raise ValueError(
-            f"{owner}: action has shape {tuple(action.shape)}, expected {expected} "
-            f"(the policy's {loc.shape[-1]}-dimensional actions for the [*B, T] batch)"
+            f"action has shape {tuple(action.shape)}, expected {expected} (the "
+            f"policy's {loc.shape[-1]}-dimensional actions for the [*B, T] batch)"
         )
     if check_values and not bool((scale > 0).all()):
         raise ValueError(
-            f"{owner}: the policy's scale holds values that are not positive (or "
-            f"NaN); min {scale.min().item()}"
+            f"the policy's scale holds values that are not positive (or NaN); min "
+            f"{scale.min().item()}"
         )
 
 
-# -- input validation, shared by the estimator and the loss: structural checks
-# (keys, shapes) read metadata only; value checks (finite values, actions in
-# range) reduce over the data and run only with check_values
-
-
 class MissingKeyError(KeyError):
-    """A ``KeyError`` whose message prints as written (no repr quoting)."""
+    """A ``KeyError`` whose message prints as written (``KeyError`` quotes it)."""
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-def get_entry(
-    tensordict: TensorDictBase, key: NestedKey, owner: str, what: str
-) -> torch.Tensor:
+def get_entry(tensordict: TensorDictBase, key: NestedKey, what: str) -> torch.Tensor:
     """Reads ``key``, raising a ``KeyError`` that names it and says what it should hold."""
     value = tensordict.get(key, None)
     if value is None:
         raise MissingKeyError(
-            f"{owner}: the input tensordict has no entry {key!r}, expected {what}. "
-            f"Its keys are {sorted(map(str, tensordict.keys(True, True)))}; "
-            f"use set_keys(...) if the entry has another name."
+            f"the input tensordict has no entry {key!r}, expected {what}. Its keys "
+            f"are {sorted(map(str, tensordict.keys(True, True)))}; use "
+            f"set_keys(...) if the entry has another name."
         )
     return value
 
 
-def as_step_tensor(
-    value: torch.Tensor, batch_shape: torch.Size, name: str, owner: str
-) -> torch.Tensor:
-    """Returns a per-step entry as ``[*batch_shape, 1]``.
-
-    Accepts ``[*batch_shape]`` (TorchRL's log-probabilities) and
-    ``[*batch_shape, 1]`` (rewards and done flags).
-    """
-    shape = tuple(value.shape)
-    batch = tuple(batch_shape)
+def as_step_tensor(value: torch.Tensor, batch_shape, name: str) -> torch.Tensor:
+    """A per-step entry, ``[*batch_shape]`` or ``[*batch_shape, 1]``, as the latter."""
+    shape, batch = tuple(value.shape), tuple(batch_shape)
     if shape == batch:
         return value.unsqueeze(-1)
     if shape == (*batch, 1):
         return value
     raise ValueError(
-        f"{owner}: {name} has shape {shape}, expected {batch} or {(*batch, 1)} "
-        f"(one value per step of the [*B, T] batch)"
+        f"{name} has shape {shape}, expected {batch} or {(*batch, 1)} (one value "
+        f"per step of the [*B, T] batch)"
     )
 
 
-def check_finite(value: torch.Tensor, name: str, owner: str, what: str) -> None:
+def check_finite(value: torch.Tensor, name: str, what: str) -> None:
     """Raises ``ValueError`` naming ``name`` if ``value`` holds NaN or infinities."""
     bad = ~torch.isfinite(value)
     if bad.any():
         index = tuple(bad.nonzero()[0].tolist())
         raise ValueError(
-            f"{owner}: {name} holds {bad.sum().item()} non-finite values (first at "
-            f"index {index}: {value[index].item()}); {what}"
+            f"{name} holds {bad.sum().item()} non-finite values (first at index "
+            f"{index}: {value[index].item()}); {what}"
         )
 
 
-def check_not_empty(tensordict: TensorDictBase, owner: str) -> None:
-    """Raises ``ValueError`` for a batch with no row or no step."""
-    if 0 in tensordict.batch_size:  # TensorDict.numel() is at least 1
-        raise ValueError(
-            f"{owner}: got an empty batch (batch_size "
-            f"{tuple(tensordict.batch_size)}); a [*B, T] batch needs at least one row "
-            f"and one step"
-        )
-
-
-def explain_dtype_error(
-    error: RuntimeError, inputs: TensorDictBase, networks, owner: str
-) -> None:
+def explain_dtype_error(error: RuntimeError, inputs: TensorDictBase, networks) -> None:
     """Re-raises torch's dtype clash between the data and a network, naming both.
 
-    Called only after a network call failed, so the check costs nothing on the
-    normal path.
+    Called only after a network call failed: nothing to pay on the normal path.
     """
     param_dtypes = {
         p.dtype for net in networks for p in net.parameters() if p.is_floating_point()
@@ -859,7 +748,7 @@ def explain_dtype_error(
     }
     if param_dtypes and clashes:
         raise ValueError(
-            f"{owner}: the inputs {clashes} do not have the networks' parameter dtype "
+            f"the inputs {clashes} do not have the networks' parameter dtype "
             f"{sorted(map(str, param_dtypes))}; cast the data (e.g. TorchRL's "
             f"DoubleToFloat transform) or the networks (.to(dtype))"
         ) from error
@@ -871,19 +760,18 @@ def action_index(
     num_actions: int,
     *,
     one_hot: bool,
-    owner: str,
     check_values: bool,
 ) -> torch.Tensor:
-    """Returns the stored discrete actions as ``[*batch_shape]`` indices.
+    """The stored discrete actions as ``[*batch_shape]`` indices.
 
-    ``one_hot`` actions are ``[*batch_shape, num_actions]``; index actions are
+    One-hot actions are ``[*batch_shape, num_actions]``; index actions
     ``[*batch_shape]`` or ``[*batch_shape, 1]``.
     """
     batch = tuple(batch_shape)
     if one_hot:
         if tuple(action.shape) != (*batch, num_actions):
             raise ValueError(
-                f"{owner}: one-hot action has shape {tuple(action.shape)}, expected "
+                f"one-hot action has shape {tuple(action.shape)}, expected "
                 f"{(*batch, num_actions)} for a batch {batch} and {num_actions} actions"
             )
         if check_values:
@@ -891,28 +779,26 @@ def action_index(
             zeros = (action == 0).sum(-1)
             if not ((ones == 1) & (zeros == num_actions - 1)).all():
                 raise ValueError(
-                    f"{owner}: one-hot action holds rows that are not one-hot "
-                    f"(exactly one 1 and {num_actions - 1} zeros)"
+                    f"one-hot action holds rows that are not one-hot (exactly one 1 "
+                    f"and {num_actions - 1} zeros)"
                 )
         return action.argmax(-1)
     if tuple(action.shape) == (*batch, 1):
         action = action.squeeze(-1)
     if tuple(action.shape) != batch:
         raise ValueError(
-            f"{owner}: action has shape {tuple(action.shape)}, expected {batch} or "
+            f"action has shape {tuple(action.shape)}, expected {batch} or "
             f"{(*batch, 1)} (action indices for a Categorical policy)"
         )
     if action.is_floating_point():
-        raise ValueError(
-            f"{owner}: action has dtype {action.dtype}, expected integer indices"
-        )
+        raise ValueError(f"action has dtype {action.dtype}, expected integer indices")
     if check_values:
         bad = (action < 0) | (action >= num_actions)
         if bad.any():
             index = tuple(bad.nonzero()[0].tolist())
             raise ValueError(
-                f"{owner}: action {action[index].item()} at index {index} is out "
-                f"of range for the {num_actions} actions of the policy"
+                f"action {action[index].item()} at index {index} is out of range "
+                f"for the {num_actions} actions of the policy"
             )
     return action.long()
 
@@ -925,17 +811,10 @@ class ObservationWindow:
     each of the ``K`` mid-row truncations (``done`` and not ``terminated`` before
     the last step: a reset observation follows them), ``B (T + 1) + K`` inputs in
     all; a mid-row termination needs none (its next value is multiplied by zero).
+    Not shifted, the ``B T`` observations, then the ``B T`` next observations.
 
-    Attributes:
-        tensors: ``{key: [B (T + 1) + K, ...]}``, the networks' inputs as plain
-            tensors.
-        current_tensors: ``{key: [B T, ...]}``, the observations ``s_t`` alone.
-        inputs: ``tensors`` as a flat TensorDict (built when first read).
-        num_extra: ``K``, the number of mid-row truncations; under
-            ``torch.compile``, a bound on it (see ``extra_bound``).
-        shifted: whether ``inputs`` is the shifted window above (``True``) or the
-            ``B T`` observations followed by the ``B T`` next observations
-            (``False``).
+    ``inputs`` is the flat TensorDict the networks run on (``tensors`` its
+    entries); :meth:`split` takes their outputs back to ``[*B, T]`` steps.
 
     Under ``torch.compile`` the number of mid-row truncations is data: a shape
     depending on it would break the graph. There the extra inputs are the next
@@ -957,7 +836,6 @@ class ObservationWindow:
         *,
         done: torch.Tensor,
         terminated: torch.Tensor,
-        owner: str,
         shifted: bool = True,
     ):
         self.batch_shape = tensordict.batch_size[:-1]
@@ -969,10 +847,8 @@ class ObservationWindow:
         if not shifted:
             current, both = {}, {}
             for key in in_keys:
-                obs = get_entry(tensordict, key, owner, "an input of the networks")
-                next_obs = get_entry(
-                    tensordict, _next(key), owner, "the next observation of each step"
-                )
+                obs = get_entry(tensordict, key, "an input of the networks")
+                next_obs = get_entry(tensordict, _next(key), "the next observation")
                 current[key] = obs.flatten(0, time)
                 both[key] = torch.cat([current[key], next_obs.flatten(0, time)], 0)
             self.num_extra = 0
@@ -989,9 +865,8 @@ class ObservationWindow:
                 flat = mid_truncation.flatten()
                 torch._assert_async(
                     flat.sum() <= bound,
-                    f"{owner}: under torch.compile the window holds at most {bound} "
-                    f"mid-row truncations (ObservationWindow.extra_bound); this batch "
-                    f"has more",
+                    f"under torch.compile the window holds at most {bound} mid-row "
+                    f"truncations (ObservationWindow.extra_bound); this batch has more",
                 )
                 # the truncations first, in order, then any other steps
                 self._extra_index = torch.argsort(
@@ -1004,11 +879,10 @@ class ObservationWindow:
             any_extra = bool(mid_truncation.any())
         window, current, extra = {}, {}, {}
         for key in in_keys:
-            obs = get_entry(tensordict, key, owner, "an input of the policy or critic")
+            obs = get_entry(tensordict, key, "an input of the policy or critic")
             next_obs = get_entry(
                 tensordict,
                 _next(key),
-                owner,
                 "the next observation of each step, read at the last step and at "
                 "mid-row truncations",
             )
@@ -1029,14 +903,7 @@ class ObservationWindow:
     def _set(self, window, current, size):
         self.tensors = window
         self.current_tensors = current
-        self._size = size
-        self._inputs = None
-
-    @property
-    def inputs(self) -> TensorDictBase:
-        if self._inputs is None:
-            self._inputs = TensorDict(self.tensors, [self._size])
-        return self._inputs
+        self.inputs = TensorDict(window, [size])
 
     def flat_current(self, keys: list[NestedKey]) -> TensorDictBase:
         """The observations ``keys`` at each ``s_t``, ``[prod(B) T]``."""
@@ -1044,10 +911,7 @@ class ObservationWindow:
         return TensorDict({k: self.current_tensors[k] for k in keys}, [rows * self.T])
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Splits the outputs on ``inputs`` into ``(at s_t, at s'_t)``.
-
-        Each is ``[*B, T, *F]``.
-        """
+        """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each ``[*B, T, *F]``."""
         feature_shape = values.shape[1:]
         if not self.shifted:
             current, nxt = values.reshape(2, *self.batch_shape, self.T, *feature_shape)
@@ -1078,23 +942,6 @@ def _next(key: NestedKey) -> tuple[str, ...]:
     return ("next", *key) if isinstance(key, tuple) else ("next", key)
 
 
-def transition_in_keys(obs_keys, keys) -> list:
-    """The entries a ``[*B, T]`` batch must hold for Retrace.
-
-    The networks' observations now and next, the action, its behaviour log-probability,
-    and the reward and end flags under ``"next"``.
-    """
-    return [
-        *obs_keys,
-        *map(_next, obs_keys),
-        keys.action,
-        keys.sample_log_prob,
-        _next(keys.reward),
-        _next(keys.done),
-        _next(keys.terminated),
-    ]
-
-
 def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDictModule:
     for module in reversed(list(actor.modules())):
         if isinstance(module, ProbabilisticTensorDictModule):
@@ -1104,6 +951,36 @@ def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDic
         f"ProbabilisticTensorDictSequential) ending in a probabilistic module, got "
         f"{type(actor).__name__}"
     )
+
+
+def make_evaluator(actor_network, value_network, family, recurrent_state, burn_in):
+    """The evaluator of an estimator's networks: recurrent if one holds an RNN."""
+    if recurrent_state not in RECURRENT_STATES:
+        raise ValueError(
+            f"recurrent_state must be one of {RECURRENT_STATES}, got "
+            f"{recurrent_state!r}"
+        )
+    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
+        raise ValueError(f"burn_in must be an integer >= 0, got {burn_in!r}")
+    gaussian = family == "gaussian"
+    args = (
+        actor_network,
+        value_network,
+        ("loc", "scale") if gaussian else ("logits",),
+        value_network.value_network if gaussian else None,
+    )
+    if is_recurrent(actor_network, "actor_network") | is_recurrent(
+        value_network, "critic"
+    ):
+        return RecurrentEvaluator(
+            *args, recurrent_state=recurrent_state, burn_in=burn_in
+        )
+    if burn_in:
+        raise ValueError(
+            f"burn_in={burn_in} warms the state of recurrent networks, but neither "
+            f"the actor nor the critic holds an LSTMModule or a GRUModule"
+        )
+    return PolicyCriticEvaluator(*args)
 
 
 class PolicyCriticEvaluator:
@@ -1124,23 +1001,12 @@ class PolicyCriticEvaluator:
             critic (the value head of a stochastic dueling network).
     """
 
-    def __init__(
-        self,
-        actor_network,
-        critic_network,
-        dist_params: tuple[str, ...],
-        critic_head=None,
-    ):
+    #: whether the networks run over sequences (:class:`RecurrentEvaluator`)
+    recurrent = False
+
+    def __init__(self, actor_network, critic_network, dist_params, critic_head=None):
         self.actor_network = actor_network
         self.critic_network = critic_network
-        #: whether a network holds TorchRL recurrent modules: then the estimator
-        #: runs them over sequences (:class:`RecurrentEvaluator`), not on this window
-        self.recurrent = False
-        for name, network in (
-            ("actor_network", actor_network),
-            ("critic", critic_network),
-        ):
-            self.recurrent |= is_recurrent(network, name)
         # (id(params), id(module)) -> (weak refs to both, whether params are the
         # module's own); lives and dies with this evaluator
         self._own_params = {}
@@ -1155,7 +1021,6 @@ class PolicyCriticEvaluator:
         self.dist_param_keys = {
             p: prob_module.in_keys[dist_keys.index(p)] for p in dist_params
         }
-        self.distribution_class = prob_module.distribution_class
         critic_head = critic_network if critic_head is None else critic_head
         actor_modules = {id(m) for m in actor_network.modules()}
         shared = []
@@ -1176,13 +1041,35 @@ class PolicyCriticEvaluator:
         self.in_keys = list(
             dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
         )
+        #: the entries read from the data, at ``s_t`` and ``s'_t``
+        self.obs_keys = self.in_keys
         # the averaged policy: a copy of the actor holding the target parameters,
         # see _average_actor
         self._average = None
 
+    def transition_in_keys(self, keys) -> list[NestedKey]:
+        """The entries a ``[*B, T]`` batch must hold, under the estimator's ``keys``.
+
+        The networks' observations now and next, the action, its behaviour
+        log-probability, and the reward and end flags under ``"next"``.
+        """
+        return [
+            *self.obs_keys,
+            *map(_next, self.obs_keys),
+            keys.action,
+            keys.sample_log_prob,
+            _next(keys.reward),
+            _next(keys.done),
+            _next(keys.terminated),
+        ]
+
+    def split_burn_in(self, data):
+        """``(burn-in steps, the others)`` of a segment: no burn-in here."""
+        return None, data
+
     def __call__(
         self,
-        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
+        data: TensorDictBase,
         *,
         output_key: NestedKey,
         actor_params: TensorDictBase | None = None,
@@ -1194,18 +1081,17 @@ class PolicyCriticEvaluator:
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Returns ``(distribution parameters, the critic's output_key)``.
 
-        ``inputs`` is a dict of flat tensors, or a TensorDict the outputs are
-        written into. With ``skip_existing`` the critic's modules whose outputs
-        ``inputs`` already holds are skipped (the policy always runs: the behaviour
-        logits stored with the data must never stand in for the current
-        policy's). ``pieces`` and ``features``: see :class:`RecurrentEvaluator`.
+        The outputs are written into ``data``. With ``skip_existing`` the critic's
+        modules whose outputs ``data`` already holds are skipped (the policy
+        always runs: the behaviour logits stored with the data must never stand
+        in for the current policy's). ``pieces`` and ``features``: see
+        :class:`RecurrentEvaluator`.
         """
-        data = _as_tensordict(inputs)
         with (
             self.params_context(actor_params, self.actor_network),
             _skip_existing_set_to(False),
         ):
-            run_modules(policy_modules(self.actor_network), data, pieces)
+            run_modules(submodules(self.actor_network.det_part), data, pieces)
         params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
         if detach_shared:
             for key in (*self.shared_out_keys, *features):
@@ -1217,19 +1103,20 @@ class PolicyCriticEvaluator:
             run_modules(self.critic_modules, data, pieces)
         return params, data.get(output_key)
 
+    def average_dist_params(self, steps, full, keys, params):
+        """The averaged policy's distribution parameters (``params``) at ``steps``."""
+        inputs = steps.window.flat_current(self.actor_network.in_keys)
+        with torch.no_grad():
+            return self.dist_params_only(inputs, params)
+
     def dist_params_only(
-        self,
-        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
-        params: TensorDictBase | None = None,
-        *,
-        sequences: bool = False,
+        self, data: TensorDictBase, params=None, *, sequences: bool = False
     ) -> dict[str, torch.Tensor]:
         """The policy's distribution parameters alone (the averaged policy's pass).
 
-        With ``sequences``, ``inputs`` are ``[R, L]`` sequences (a
+        With ``sequences``, ``data`` holds ``[R, L]`` sequences (a
         :class:`SequenceWindow`'s) run in recurrent mode.
         """
-        data = _as_tensordict(inputs)
         # under torch.compile a traced swap, TorchRL's way; else a copy holding params
         compiling = is_compiling()
         actor = self.actor_network if compiling else self._average_actor(params)
@@ -1241,7 +1128,7 @@ class PolicyCriticEvaluator:
             _skip_existing_set_to(False),
         ):
             pieces = recurrent_modules(actor) if sequences else ()
-            run_modules(policy_modules(actor), data, pieces)
+            run_modules(submodules(actor.det_part), data, pieces)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
     def _average_actor(self, params):
@@ -1304,11 +1191,6 @@ class PolicyCriticEvaluator:
         return params.to_module(module, preserve_module_state=False)
 
 
-def policy_modules(actor) -> list:
-    """The modules of ``actor`` before its distribution (its ``det_part``'s)."""
-    return submodules(actor.det_part)
-
-
 def submodules(sequence: TensorDictSequential) -> list:
     """The modules a ``TensorDictSequential`` runs, in order."""
     modules = sequence.module
@@ -1348,13 +1230,6 @@ def run_modules(modules, tensordict: TensorDictBase, pieces=()) -> None:
             run_modules(submodules(module), tensordict, pieces)
         else:
             module(tensordict)
-
-
-def _as_tensordict(inputs) -> TensorDictBase:
-    if isinstance(inputs, TensorDictBase):
-        return inputs
-    size = next(iter(inputs.values())).shape[0]
-    return TensorDict(dict(inputs), [size])
 
 
 def _skip_existing_set_to(mode: bool):
@@ -1405,23 +1280,8 @@ IS_INIT = "is_init"
 
 
 def recurrent_modules(network) -> list[LSTMModule | GRUModule]:
-    """The recurrent modules inside ``network``, in order.
-
-    TorchRL's :class:`~torchrl.modules.LSTMModule` and
-    :class:`~torchrl.modules.GRUModule`.
-    """
+    """TorchRL's ``LSTMModule`` and ``GRUModule`` inside ``network``, in order."""
     return [m for m in network.modules() if isinstance(m, (LSTMModule, GRUModule))]
-
-
-def actor_features(actor_network) -> set[NestedKey]:
-    """The entries the actor writes on its way to its distribution.
-
-    Its trunk's features and the distribution parameters, not the sample or its
-    log-prob, nor what it reads from the data (an entry it rewrites in place).
-    """
-    sampled = {unravel_key(k) for k in _probabilistic_module(actor_network).out_keys}
-    read = {unravel_key(k) for k in actor_network.in_keys}
-    return {unravel_key(k) for k in actor_network.out_keys} - sampled - read
 
 
 def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
@@ -1429,148 +1289,94 @@ def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
     return module.lstm if isinstance(module, LSTMModule) else module.gru
 
 
-def state_shapes(module: LSTMModule | GRUModule) -> dict[NestedKey, tuple[int, ...]]:
-    """The per-step shapes of a recurrent module's hidden state, by key.
-
-    ``{state key: per-step shape}`` as its ``make_tensordict_primer`` declares it:
-    ``(num_layers * directions, size)``.
-    """
-    rnn = module_rnn(module)
-    layers = rnn.num_layers * (2 if rnn.bidirectional else 1)
-    keys = [unravel_key(k) for k in module.in_keys[1:-1]]
-    if isinstance(module, LSTMModule):
-        h_size = rnn.proj_size if rnn.proj_size > 0 else rnn.hidden_size
-        return {keys[0]: (layers, h_size), keys[1]: (layers, rnn.hidden_size)}
-    return {keys[0]: (layers, rnn.hidden_size)}
-
-
-def recurrent_evaluator(
-    evaluator: PolicyCriticEvaluator, recurrent_state: str, burn_in: int
-) -> RecurrentEvaluator | None:
-    """The sequence evaluator for networks holding recurrent modules.
-
-    ``None`` otherwise (the feed-forward window). Checks the options and, for a
-    stochastic dueling network, that the recurrent modules are in the actor.
-    """
-    if recurrent_state not in RECURRENT_STATES:
-        raise ValueError(
-            f"recurrent_state must be one of {RECURRENT_STATES}, got "
-            f"{recurrent_state!r}"
-        )
-    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
-        raise ValueError(f"burn_in must be an integer >= 0, got {burn_in!r}")
-    if not evaluator.recurrent:
-        if burn_in:
-            raise ValueError(
-                f"burn_in={burn_in} warms the state of recurrent networks, but "
-                f"neither the actor nor the critic holds an LSTMModule or a "
-                f"GRUModule"
-            )
-        return None
-    critic_keys = ()
-    sdn = evaluator.critic_network
-    if isinstance(sdn, StochasticDuelingNetwork):
-        for name, module in sdn.named_modules():
-            if isinstance(module, (LSTMModule, GRUModule)):
-                raise TypeError(
-                    f"the {type(sdn).__name__} holds a recurrent module at "
-                    f"{name!r} ({type(module).__name__}); with a Gaussian policy "
-                    f"the LSTMModule / GRUModule must be in the actor network, "
-                    f"and the dueling network's value and advantage networks "
-                    f"feed-forward modules reading its output features (its "
-                    f"out_key, e.g. {module.out_keys[0]!r}) and observations"
-                )
-        # the advantage network runs on the steps, outside the sequences
-        critic_keys = sdn.observation_keys
-    return RecurrentEvaluator(
-        evaluator,
-        recurrent_state=recurrent_state,
-        burn_in=burn_in,
-        critic_keys=critic_keys,
-    )
-
-
-class RecurrentEvaluator:
+class RecurrentEvaluator(PolicyCriticEvaluator):
     """Runs a policy and a critic holding recurrent modules over ``[*B, T]`` segments.
 
-    Args:
-        evaluator (PolicyCriticEvaluator): the feed-forward evaluator of the same
-            networks (it finds the distribution keys and a trunk shared by the actor
-            and the critic).
-
-    Keyword Args:
-        recurrent_state (str): ``"stored"`` or ``"zero"``, the state entering a
-            segment (see the module docstring).
-        burn_in (int): steps at the start of each segment that only warm the state.
-        critic_keys (list of NestedKey): entries read by heads of the critic that
-            run on the flattened steps rather than on the sequences (a stochastic
-            dueling network's advantage network, without the action).
+    Each row is one sequence (:class:`SequenceWindow`) run in TorchRL's recurrent
+    mode, from the stored or a zero state (``recurrent_state``), after ``burn_in``
+    steps that only warm it; the equations are :class:`~torchrl_acer.ACERLoss`'s.
+    The arguments are :class:`PolicyCriticEvaluator`'s. A stochastic dueling
+    network's heads run on the flattened steps, outside the sequences.
 
     Attributes:
         features: the entries the critic reads that the actor writes (the actor's
             trunk features): taken from the actor's pass, never from the data.
         obs_keys: the entries read from the data, at ``s_t`` and ``s'_t``.
+        states: ``{state key: (module, per-step shape)}``, each module's hidden
+            state as its ``make_tensordict_primer`` declares it.
     """
 
-    def __init__(
-        self,
-        evaluator: PolicyCriticEvaluator,
-        *,
-        recurrent_state: str = "stored",
-        burn_in: int = 0,
-        critic_keys: Sequence[NestedKey] = (),
-    ):
-        self.evaluator = evaluator
-        self.recurrent_state = recurrent_state
-        self.burn_in = burn_in
+    recurrent = True
+
+    def __init__(self, *args, recurrent_state: str = "stored", burn_in: int = 0):
+        super().__init__(*args)
+        self.recurrent_state, self.burn_in = recurrent_state, burn_in
+        critic_keys = ()
+        sdn = self.critic_network
+        if isinstance(sdn, StochasticDuelingNetwork):
+            for name, module in sdn.named_modules():
+                if isinstance(module, (LSTMModule, GRUModule)):
+                    raise TypeError(
+                        f"the {type(sdn).__name__} holds a recurrent module at "
+                        f"{name!r} ({type(module).__name__}); with a Gaussian policy "
+                        f"the LSTMModule / GRUModule must be in the actor network, "
+                        f"and the dueling network's value and advantage networks "
+                        f"feed-forward modules reading its output features (its "
+                        f"out_key, e.g. {module.out_keys[0]!r}) and observations"
+                    )
+            critic_keys = sdn.observation_keys  # the advantage network's
         modules = {}
-        for network in (evaluator.actor_network, evaluator.critic_network):
+        for network in (self.actor_network, self.critic_network):
             for module in recurrent_modules(network):
                 modules[id(module)] = module
         self.modules = list(modules.values())
-        self.actor_modules = recurrent_modules(evaluator.actor_network)
-        # {state key: (module, per-step shape)}; the output key carrying the state
-        # after each step is the module's matching out_key
-        self.states = {}
-        self._state_out = {}
+        self.actor_modules = recurrent_modules(self.actor_network)
+        # the output key carrying each state after each step is the module's
+        # matching out_key
+        self.states, self._state_out = {}, {}
         for module in self.modules:
-            shapes = state_shapes(module)
-            for key, out_key in zip(shapes, module.out_keys[1:], strict=True):
+            rnn = module_rnn(module)
+            layers = rnn.num_layers * (2 if rnn.bidirectional else 1)
+            h_size = getattr(rnn, "proj_size", 0) or rnn.hidden_size
+            sizes = (h_size, rnn.hidden_size)  # (h, c) of an LSTM, h of a GRU
+            for key, out_key, size in zip(
+                module.in_keys[1:-1], module.out_keys[1:], sizes, strict=False
+            ):
+                key = unravel_key(key)
                 if key in self.states and self.states[key][0] is not module:
                     raise ValueError(
                         f"two recurrent modules read the hidden state {key!r}; give "
                         f"each LSTMModule / GRUModule its own in_keys"
                     )
-                self.states[key] = (module, shapes[key])
+                self.states[key] = (module, (layers, size))
                 self._state_out[key] = unravel_key(out_key)
         hidden = {*self.states, IS_INIT}
-        written = actor_features(evaluator.actor_network)
+        # what the actor writes on its way to its distribution: its trunk's
+        # features and the distribution parameters (not the sample or its
+        # log-prob, nor an entry it reads and rewrites in place)
+        actor = self.actor_network
+        not_written = {
+            unravel_key(k)
+            for k in (*_probabilistic_module(actor).out_keys, *actor.in_keys)
+        }
+        written = {unravel_key(k) for k in actor.out_keys} - not_written
         keys = [
             key
-            for key in dict.fromkeys(
-                map(unravel_key, (*evaluator.in_keys, *critic_keys))
-            )
+            for key in dict.fromkeys(map(unravel_key, (*self.in_keys, *critic_keys)))
             if key not in hidden
         ]
         self.features = [key for key in keys if key in written]
         self.obs_keys = [key for key in keys if key not in written]
 
-    def in_keys(self, tensor_keys) -> list[NestedKey]:
-        """What a segment must hold.
-
-        The transitions, ``is_init`` and, with ``recurrent_state="stored"``, each
-        module's hidden state.
-        """
+    def transition_in_keys(self, keys) -> list[NestedKey]:
+        """The transitions, ``is_init`` and, with ``"stored"``, each hidden state."""
         stored = list(self.states) if self.recurrent_state == "stored" else []
-        return [*transition_in_keys(self.obs_keys, tensor_keys), *stored, IS_INIT]
+        return [*super().transition_in_keys(keys), *stored, IS_INIT]
 
-    def split_burn_in(
-        self, data: TensorDictBase, owner: str
-    ) -> tuple[TensorDictBase | None, TensorDictBase]:
-        """Splits a ``[*B, T]`` segment (time last) at the burn-in.
+    def split_burn_in(self, data: TensorDictBase):
+        """``(steps 0 .. k-1, steps k .. T-1)`` of a segment (time last), ``k`` the burn-in.
 
-        Returns ``(steps 0 .. k-1, steps k .. T-1)``, or ``(None, data)`` without
-        burn-in.
+        ``(None, data)`` without burn-in.
         """
         k = self.burn_in
         if not k:
@@ -1578,18 +1384,12 @@ class RecurrentEvaluator:
         T = data.batch_size[-1]
         if k >= T:
             raise ValueError(
-                f"{owner}: burn_in={k} leaves no step to learn from in segments of "
-                f"{T} steps; sample segments longer than the burn-in"
+                f"burn_in={k} leaves no step to learn from in segments of {T} steps; "
+                f"sample segments longer than the burn-in"
             )
         return data[..., :k], data[..., k:]
 
-    def resets(
-        self,
-        data: TensorDictBase,
-        done: torch.Tensor,
-        owner: str,
-        done_before: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def resets(self, data, done, done_before=None) -> torch.Tensor:
         """The steps whose incoming state is zero, ``[*B, T]`` booleans.
 
         ``is_init_t`` or ``done_{t-1}``; ``done_before`` is the ``done`` of the step
@@ -1598,26 +1398,16 @@ class RecurrentEvaluator:
         is_init = get_entry(
             data,
             IS_INIT,
-            owner,
             "the episode-start flag of each step (TorchRL's InitTracker writes it); "
             "recurrent networks reset their state there",
         )
-        reset = as_step_tensor(is_init, data.batch_size, repr(IS_INIT), owner)
-        reset = reset.squeeze(-1).bool()
-        after_done = torch.cat(
-            [
-                done[..., :1] & False
-                if done_before is None
-                else done_before[..., None],
-                done[..., :-1],
-            ],
-            -1,
+        reset = as_step_tensor(is_init, data.batch_size, repr(IS_INIT))
+        before = (
+            done[..., :1] & False if done_before is None else done_before[..., None]
         )
-        return reset | after_done
+        return reset.squeeze(-1).bool() | torch.cat([before, done[..., :-1]], -1)
 
-    def initial_states(
-        self, data: TensorDictBase, owner: str
-    ) -> dict[NestedKey, torch.Tensor]:
+    def initial_states(self, data: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
         """The state entering the segment's first step, before any reset.
 
         ``{state key: [R, *shape]}`` for ``R`` rows, in the dtype and device of the
@@ -1634,7 +1424,6 @@ class RecurrentEvaluator:
             value = get_entry(
                 data,
                 key,
-                owner,
                 f"the hidden state of {type(module).__name__} stored with each step "
                 f"(the collector stores it when the environment has the module's "
                 f"make_tensordict_primer()); or use recurrent_state='zero'",
@@ -1642,56 +1431,38 @@ class RecurrentEvaluator:
             expected = (*batch, *shape)
             if tuple(value.shape) != expected:
                 raise ValueError(
-                    f"{owner}: hidden state {key!r} has shape {tuple(value.shape)}, "
-                    f"expected {expected}: the [*B, T] batch, then "
-                    f"(num_layers * directions, size) = {shape} of its "
-                    f"{type(module).__name__}"
+                    f"hidden state {key!r} has shape {tuple(value.shape)}, expected "
+                    f"{expected}: the [*B, T] batch, then (num_layers * directions, "
+                    f"size) = {shape} of its {type(module).__name__}"
                 )
             out[key] = value[..., 0, :, :].reshape(rows, *shape).to(like)
         return out
 
     def run(self, inputs: TensorDictBase, *, states: bool = False, **kwargs):
-        """Runs the actor and the critic over ``[R, L]`` sequences in recurrent mode.
+        """Runs the networks over ``[R, L]`` sequences in recurrent mode (``__call__``).
 
-        As :class:`PolicyCriticEvaluator` does, writing into ``inputs``. With
-        ``states``, the recurrent modules' own forward also writes the states after
-        each sequence, else they run in pieces (:func:`run_modules`).
+        With ``states``, the recurrent modules' own forward also writes the states
+        after each sequence, else they run in pieces (:func:`forward_in_pieces`).
         """
         with set_recurrent_mode(True):
-            return self.evaluator(
-                inputs,
-                pieces=() if states else self.modules,
-                features=self.features,
-                **kwargs,
-            )
+            pieces = () if states else self.modules
+            return self(inputs, pieces=pieces, features=self.features, **kwargs)
 
-    def window(
-        self,
-        data: TensorDictBase,
-        prefix: TensorDictBase | None,
-        *,
-        done: torch.Tensor,
-        terminated: torch.Tensor,
-        prefix_done: torch.Tensor | None = None,
-        owner: str,
-        **run,
-    ) -> SequenceWindow:
-        """The sequences over ``data``, with the states entering them.
+    def window(self, data, prefix, done, terminated, prefix_done, run):
+        """The sequences over ``data``, from the states entering them.
 
         ``data`` holds the steps after the burn-in ``prefix``, whose ``done`` flags are
         ``prefix_done``; ``run`` are :meth:`run`'s arguments, for the burn-in.
         """
         if prefix is None:
-            states = self.initial_states(data, owner)
-            done_before = None
+            states, done_before = self.initial_states(data), None
         else:
             with torch.no_grad():
                 warm = SequenceWindow(
                     prefix,
                     self.obs_keys,
-                    self.initial_states(prefix, owner),
-                    self.resets(prefix, prefix_done, owner),
-                    owner=owner,
+                    self.initial_states(prefix),
+                    self.resets(prefix, prefix_done),
                 )
                 self.run(warm.inputs, states=True, **run)
             states = {
@@ -1699,45 +1470,29 @@ class RecurrentEvaluator:
                 for key, out_key in self._state_out.items()
             }
             done_before = prefix_done[..., -1]
+        reset = self.resets(data, done, done_before)
         return SequenceWindow(
-            data,
-            self.obs_keys,
-            states,
-            self.resets(data, done, owner, done_before),
-            done=done,
-            terminated=terminated,
-            owner=owner,
+            data, self.obs_keys, states, reset, done=done, terminated=terminated
         )
 
-    def average_dist_params(
-        self,
-        full: TensorDictBase,
-        done: torch.Tensor,
-        params,
-        *,
-        owner: str,
-    ) -> dict[str, torch.Tensor]:
+    def average_dist_params(self, steps, full, keys, params):
         """The averaged policy's distribution parameters after the burn-in.
 
-        At steps ``burn_in .. T-1`` of ``full`` (the whole segment), ``[*B, T - burn_in,
-        ...]``: the actor with ``params``, run over the whole segment from the same
-        states.
+        The actor with ``params`` run over the whole segment ``full`` from the same
+        states, ``[*B, T - burn_in, ...]``.
         """
         window = SequenceWindow(
             full,
             self.obs_keys,
             {
                 k: v
-                for k, v in self.initial_states(full, owner).items()
+                for k, v in self.initial_states(full).items()
                 if self.states[k][0] in self.actor_modules
             },
-            self.resets(full, done, owner),
-            owner=owner,
+            self.resets(full, done_flags(full, keys)[0]),
         )
         with torch.no_grad():
-            dist = self.evaluator.dist_params_only(
-                window.inputs, params, sequences=True
-            )
+            dist = self.dist_params_only(window.inputs, params, sequences=True)
         k = self.burn_in
         return {name: window.current(value)[..., k:, :] for name, value in dist.items()}
 
@@ -1835,7 +1590,6 @@ class SequenceWindow:
         *,
         done: torch.Tensor | None = None,
         terminated: torch.Tensor | None = None,
-        owner: str,
     ):
         self.batch_shape = data.batch_size[:-1]
         T = self.T = data.batch_size[-1]
@@ -1861,14 +1615,13 @@ class SequenceWindow:
         index = (self._row_index, self.positions)
         tensors = {}
         for key in obs_keys:
-            obs = get_entry(data, key, owner, "an input of the policy or critic")
+            obs = get_entry(data, key, "an input of the policy or critic")
             obs = obs.reshape(R, T, *obs.shape[len(self.batch_shape) + 1 :])
             seq = obs.new_zeros(R, length, *obs.shape[2:]).index_put(index, obs)
             if with_next:
                 next_obs = get_entry(
                     data,
                     _next(key),
-                    owner,
                     "the next observation of each step, read at the last step and "
                     "at mid-row truncations",
                 )
