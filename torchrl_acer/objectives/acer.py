@@ -81,26 +81,19 @@ class ACERLoss(LossModule):
     statistics of step ``t`` (``trust_region_space``: logits by default) is projected
     so that :math:`k_t \cdot z_t \leq \delta` for every step, with :math:`k_t` the
     gradient of :math:`\mathrm{KL}(\pi_{avg}(\cdot|s_t) \| \pi(\cdot|s_t))`, see
-    :mod:`torchrl_acer.objectives.trust_region`. It is a gradient hook, so backpropagate
-    ``loss_objective + loss_entropy`` (with the critic loss, as trainers do) in one
-    ``backward``. The averaged policy :math:`\pi_{avg}` is the actor's target
-    parameters; keep them with ``SoftUpdate(loss, eps=0.99)`` and call its
-    ``step()`` after each optimizer step. After ``backward`` the hook's statistics
-    are in :attr:`trust_region_stats`.
-
-    With ``reduction="mean"`` or ``"sum"`` every step is bounded by ``delta`` (the
-    hook undoes the reduction's scale, padding excluded: see
-    :class:`~torchrl_acer.objectives.trust_region.TrustRegionHook`); with ``"none"``
-    the hook assumes the per-step losses will be summed: their mean instead makes
-    the effective bound ``N * delta``.
+    :mod:`torchrl_acer.objectives.trust_region`. It is a gradient hook: backpropagate
+    the losses in one ``backward``; its statistics are then in
+    :attr:`trust_region_stats`. The averaged policy :math:`\pi_{avg}` is the actor's
+    target parameters: keep them with ``SoftUpdate(loss, eps=0.99)``. The hook undoes
+    the ``"mean"`` or ``"sum"`` reduction's scale, so ``delta`` bounds every step;
+    with ``"none"`` it assumes the per-step losses will be summed.
 
     **Continuous actions** (paper section 5). With a Gaussian policy
     (``Normal`` / ``IndependentNormal`` over ``loc`` and ``scale``, learned or
     fixed) the critic is a :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`
     (:math:`V` and :math:`\tilde Q`; a :class:`~torchrl_acer.modules.sdn.PlainQCritic`
-    instead gives the paper's ablation without it, with no :math:`V` term in the
-    critic loss), the traces are
-    :math:`\min(1, \rho_t^{1/d})`, and, with :math:`Q_{opc}` the same recursion
+    gives the paper's ablation, with no :math:`V` term in the critic loss), the traces
+    are :math:`\min(1, \rho_t^{1/d})`, and, with :math:`Q_{opc}` the same recursion
     with every trace 1 and one action :math:`a'_t \sim \pi(\cdot|s_t)`:
 
     .. math::
@@ -112,35 +105,19 @@ class ACERLoss(LossModule):
             + \ell\big(\mathrm{sg}(V^{target}_t), V(s_t)\big), \qquad
         V^{target}_t = \min(1, \rho_t) \big(G_t - \tilde Q(s_t, a_t)\big) + V(s_t)
 
-    (the second critic term is the paper's :math:`V` update: its target is the
-    paper's :math:`V^{target}`, so with ``"l2"`` its gradient is
-    :math:`-2 \min(1, \rho_t) (G_t - \tilde Q) \nabla V`, in the paper's ratio to
-    the first term's). The trust region acts
-    on the mean, joined by the scale when it is learned, with the closed-form
-    Gaussian KL gradient, per step as above. Bound actions in the environment
-    (clipping), not with a squashed distribution, so log-probabilities stay exact.
-    The behaviour policy's ``loc`` and ``scale`` are read from the batch.
-
-    Random draws: with a Gaussian policy each forward draws once, after the
-    networks ran, ``torch.randn(1 + n, *loc.shape, dtype=loc.dtype,
-    device=loc.device)`` from torch's default generator (``n`` the dueling
-    network's ``num_samples``, ``0`` for a plain Q critic); row ``0`` gives
-    :math:`a'_t = \mu_t + \sigma_t \epsilon_{0,t}`, rows ``1 .. n`` the
-    :math:`u_i`. A categorical policy draws nothing.
-
-    Each network runs once per forward (see the estimator's ``shifted``), a trunk
-    shared by the actor and the critic (``ActorValueOperator``) too; the averaged
-    actor runs once, without gradient, on a copy of the actor holding the target
-    parameters themselves (not a submodule: the state dict is unchanged).
+    (the paper's :math:`V` update, in the paper's ratio to the first term's). The
+    trust region acts on the mean, joined by the scale when it is learned, with the
+    closed-form Gaussian KL gradient. Bound actions in the environment (clipping),
+    not with a squashed distribution, so log-probabilities stay exact. Each forward
+    draws once, after the networks ran: ``torch.randn(1 + n, *loc.shape)`` (``n``
+    the dueling network's ``num_samples``), row ``0`` for :math:`a'_t = \mu_t +
+    \sigma_t \epsilon_{0,t}`, the others for the :math:`u_i` of :math:`\tilde Q`.
 
     **Recurrent networks** (TorchRL's :class:`~torchrl.modules.LSTMModule` and
-    :class:`~torchrl.modules.GRUModule`; for a categorical policy in the actor, the
-    critic or a trunk they share; for a Gaussian one in the actor, see below). Each
-    row of the ``[*B, T]`` segment runs as one sequence in recurrent mode. With
-    :math:`h_t` the state entering step ``t``
-    (every module's), :math:`f` the recurrent core and :math:`h^{stored}_0` the
-    state stored with the segment's first step (the collector stores the state
-    each step started from):
+    :class:`~torchrl.modules.GRUModule`, in the actor, the critic or a trunk they
+    share; for a Gaussian policy in the actor) run each row of the segment as one
+    sequence. With :math:`h_t` the state entering step ``t``, :math:`f` the
+    recurrent core and :math:`h^{stored}_0` the state stored with the first step:
 
     .. math::
 
@@ -149,38 +126,19 @@ class ACERLoss(LossModule):
         h_{t+1} = f(s_t, h_t), \qquad
         h_t \leftarrow 0 \text{ if } \mathrm{is\_init}_t \lor \mathrm{done}_{t-1}
 
-    and the networks' outputs at :math:`s_t` come from :math:`(s_t, h_t)`, those at
-    the next observation :math:`s'_t` (:math:`V(s'_t)` of the Retrace target, at the
-    last step and at mid-row truncations alike) from :math:`(s'_t, h_{t+1})`: the
-    state that continues the sequence. The averaged policy runs the same way with
-    its own parameters, from the same stored states. ``"zero"`` is OpenAI
-    baselines' replay; ``"stored"`` (default) replays from the behaviour policy's
-    state, which is stale by as many updates as the data is old.
-
-    With ``burn_in=k`` (R2D2, Kapturowski et al., ICLR 2019,
-    https://openreview.net/forum?id=r1lyTjAqYX) the networks first run over steps
-    ``0 .. k-1`` without gradient, only to compute :math:`h_k`; the three loss terms
-    and the Retrace targets (those of the whole segment, see the estimator) cover
-    steps ``k .. T-1``: the mean is over ``B (T - k)`` steps, ``reduction="none"``
-    returns ``[*B, T - k]``, and segments must be longer than ``k``. The loss's
-    :attr:`in_keys` hold ``is_init`` and, with ``"stored"``, every module's
-    hidden-state keys: a replay that keeps them keeps what recurrence needs.
-
-    With a Gaussian policy the recurrent trunk is the actor's, and the stochastic
-    dueling network's value and advantage networks are feed-forward modules that
-    read its output features (e.g. the ``LSTMModule``'s ``out_key``), possibly
-    next to observations. With :math:`y_t` the trunk's output at :math:`(s_t,
-    h_t)` and :math:`y'_t` at :math:`(s'_t, h_{t+1})`, :math:`V_t = V(y_t, s_t)`,
-    :math:`V(s'_t) = V(y'_t, s'_t)` and :math:`\tilde Q(s_t, a) = V_t + A(y_t,
-    s_t, a) - \frac1n \sum_i A(y_t, s_t, u_i)`, the advantage network running on
-    the flattened steps (for :math:`a_t`, :math:`a'_t` and the :math:`u_i` at
-    once). The features are the actor's outputs, not entries of the batch; the
-    critic loss trains the trunk through them (not with ``separate_losses=True``).
-    A dueling network holding a recurrent module itself is refused.
+    and the outputs at :math:`s_t` come from :math:`(s_t, h_t)`, those at the next
+    observation :math:`s'_t` from :math:`(s'_t, h_{t+1})`. The averaged policy runs
+    the same way from the same states. With ``burn_in=k`` (R2D2, Kapturowski et
+    al., ICLR 2019) steps ``0 .. k-1`` only compute :math:`h_k`, without gradient;
+    the loss covers steps ``k .. T-1`` (``reduction="none"`` returns ``[*B, T -
+    k]``). With a Gaussian policy the dueling network's value and advantage
+    networks are feed-forward heads reading the actor trunk's output features
+    (:math:`V_t = V(y_t, s_t)` with :math:`y_t` the trunk's output at :math:`(s_t,
+    h_t)`), run on the flattened steps; the critic loss trains the trunk through
+    them (not with ``separate_losses=True``).
 
     With ``check_values=False`` on the estimator, ``torch.compile(loss)`` traces
-    the whole forward, trust-region hook included, as one graph; a batch must then
-    have at most as many mid-row truncations as rows (see
+    the whole forward, trust-region hook included, as one graph (see
     :class:`~torchrl_acer.objectives.value.retrace.ObservationWindow`).
 
     Args:
@@ -267,28 +225,6 @@ class ACERLoss(LossModule):
         >>> sorted(loss.trust_region_stats.keys())
         ['active_fraction', 'k_dot_g', 'k_norm']
         >>> updater.step()
-
-    A recurrent actor and critic sharing an LSTM, replayed from the stored state
-    with a burn-in of two steps:
-
-        >>> from tensordict.nn import TensorDictSequential
-        >>> from torchrl.modules import LSTMModule
-        >>> lstm = LSTMModule(
-        ...     input_size=n_obs, hidden_size=8, in_key="observation", out_key="embed")
-        >>> actor = ProbabilisticActor(
-        ...     TensorDictSequential(
-        ...         lstm, TensorDictModule(torch.nn.Linear(8, n_act), ["embed"], ["logits"])),
-        ...     in_keys=["logits"], distribution_class=Categorical, return_log_prob=True)
-        >>> critic = TensorDictSequential(
-        ...     lstm, TensorDictModule(torch.nn.Linear(8, n_act), ["embed"], ["action_value"]))
-        >>> loss = ACERLoss(actor, critic, burn_in=2, reduction="none")
-        >>> [key for key in loss.in_keys if key in ("is_init", "recurrent_state_h", "recurrent_state_c")]
-        ['recurrent_state_h', 'recurrent_state_c', 'is_init']
-        >>> data["is_init"] = torch.zeros(B, T, 1, dtype=torch.bool)
-        >>> data["recurrent_state_h"] = torch.randn(B, T, 1, 8)  # [*B, T, layers, hidden]
-        >>> data["recurrent_state_c"] = torch.randn(B, T, 1, 8)
-        >>> loss(data)["loss_objective"].shape  # the T - 2 steps after the burn-in
-        torch.Size([2, 3])
     """
 
     @dataclass
@@ -665,13 +601,8 @@ def categorical_terms(
     value = state_value(probs, q)
     log_pi = taken(log_probs, steps.action)
     with torch.no_grad():
-        value_target = estimator.value_estimate(
-            data,
-            log_pi=log_pi.detach(),
-            action_value=steps.action_value.detach(),
-            next_state_value=steps.next_state_value.detach(),
-            log_mu=log_mu,
-            flags=steps.flags,
+        value_target, _ = estimator.targets(
+            data, steps, log_pi.detach(), steps.action_value.detach(), log_mu
         )
         c = ratio_clip
         rho = (log_pi.detach() - log_mu).exp()
@@ -747,7 +678,7 @@ def gaussian_terms(
         c = ratio_clip
         v = value.detach()
         q_sampled = advantages[1] + offset
-        q_ret, q_opc = estimator.gaussian_targets(
+        q_ret, q_opc = estimator.targets(
             data, steps, log_pi.detach(), q_taken.detach(), log_mu
         )
         rho = (log_pi.detach() - log_mu).exp()

@@ -361,18 +361,13 @@ class RetraceEstimator(ValueEstimatorBase):
                     ).unflatten(0, steps.loc.shape[:-1])
                 log_pi = gaussian_log_prob(steps.loc, steps.scale, steps.action)
                 value = steps.value
-                target, opc = self.gaussian_targets(data, steps, log_pi, q_taken)
+                target, opc = self.targets(data, steps, log_pi, q_taken)
                 outputs = {keys.value_target: target, keys.value_target_opc: opc}
             else:
                 log_probs = steps.logits.log_softmax(-1)
                 value = state_value(log_probs.exp(), steps.q)
-                target = self.value_estimate(
-                    data,
-                    log_pi=taken(log_probs, steps.action),
-                    action_value=steps.action_value,
-                    next_state_value=steps.next_state_value,
-                    flags=steps.flags,
-                )
+                log_pi = taken(log_probs, steps.action)
+                target, _ = self.targets(data, steps, log_pi, steps.action_value)
                 outputs = {keys.value_target: target}
         outputs.update({keys.advantage: target - value, keys.value: value})
         for key, value in outputs.items():
@@ -385,101 +380,60 @@ class RetraceEstimator(ValueEstimatorBase):
             tensordict.set(key, value)
         return tensordict
 
-    def gaussian_targets(
-        self, data, steps, log_pi, action_value, log_mu=None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        r"""``(Q_ret, Q_opc)`` of a Gaussian policy from :func:`evaluate`'s ``steps``.
+    def targets(self, data, steps, log_pi, action_value, log_mu=None):
+        r"""``(G_t, Q_opc)`` from :func:`evaluate`'s ``steps`` on ``data``.
 
-        :math:`Q_{ret}` with the traces :math:`\lambda \min(\bar c, \rho_t^{1/d})`,
-        :math:`Q_{opc}` with every trace 1 (see :meth:`value_estimate`).
-        """
-        common = {
-            "log_pi": log_pi,
-            "action_value": action_value,
-            "next_state_value": steps.next_state_value,
-            "flags": steps.flags,
-        }
-        d = steps.loc.shape[-1]
-        q_ret = self.value_estimate(data, trace_power=1.0 / d, log_mu=log_mu, **common)
-        return q_ret, self.value_estimate(data, unit_traces=True, **common)
-
-    def value_estimate(
-        self,
-        tensordict: TensorDictBase,
-        *,
-        log_pi: torch.Tensor,
-        action_value: torch.Tensor,
-        next_state_value: torch.Tensor,
-        trace_power: float = 1.0,
-        unit_traces: bool = False,
-        log_mu: torch.Tensor | None = None,
-        flags: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        r"""The Retrace target from network outputs already computed.
-
-        Args:
-            tensordict: the ``[*B, T]`` batch, time last, holding rewards, done
-                flags and the behaviour log-probabilities.
-
-        Keyword Args:
-            log_pi: :math:`\log\pi(a_t|s_t)`, ``[*B, T, 1]``.
-            action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``.
-            next_state_value: :math:`V(s'_t)`, ``[*B, T, 1]``.
-            trace_power: the traces are :math:`\lambda \min(\bar c,
-                \rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
-                ``d``-dimensional actions.
-            unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
-            log_mu: :func:`behaviour_log_prob` of ``tensordict``, if the caller
-                has it already.
-            flags: :func:`done_flags` of ``tensordict``, if the caller has them
-                already (the ``flags`` of :func:`evaluate`'s steps).
+        ``log_pi`` is :math:`\log\pi(a_t|s_t)`, ``action_value`` :math:`Q(s_t, a_t)`,
+        both ``[*B, T, 1]``; ``log_mu`` the behaviour log-probabilities
+        (:func:`behaviour_log_prob`), read from ``data`` if not given. For a
+        Gaussian policy the traces are :math:`\lambda \min(\bar c, \rho_t^{1/d})` and
+        :math:`Q_{opc}` has every trace 1; for a categorical one :math:`Q_{opc}`
+        is ``None``.
         """
         keys = self.tensor_keys
         key = ("next", keys.reward)
-        reward = get_entry(tensordict, key, "the reward of each step")
-        reward = as_step_tensor(reward, tensordict.batch_size, str(key))
-        check = self.check_values
-        if check:
+        reward = get_entry(data, key, "the reward of each step")
+        reward = as_step_tensor(reward, data.batch_size, str(key))
+        if self.check_values:
             check_finite(
                 reward,
                 repr(key),
                 "a non-finite reward would make every target, and after one update "
                 "every parameter, non-finite",
             )
-        if flags is None:
-            flags = done_flags(tensordict, keys)
-        done, terminated = flags
-        gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
-        if unit_traces:
-            # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1); the
-            # behaviour policy does not enter
-            log_pi = log_mu = torch.zeros_like(action_value)
-            lmbda, c_thresh = 1.0, 1.0
-        else:
-            if log_mu is None:
-                log_mu = behaviour_log_prob(tensordict, keys, self.family)
-            if check:
-                check_finite(
-                    log_mu,
-                    repr(keys.sample_log_prob),
-                    "a behaviour log-probability of -inf or NaN for an action that "
-                    "was taken means corrupted data; it is not clipped",
-                )
-            if trace_power != 1.0:
-                log_pi, log_mu = log_pi * trace_power, log_mu * trace_power
-        return retrace_lambda_return_estimate(
-            gamma,
-            lmbda,
-            log_pi,
-            log_mu,
-            action_value,
-            next_state_value,
-            reward,
-            done.unsqueeze(-1),
-            terminated.unsqueeze(-1),
-            time_dim=-2,
-            c_thresh=c_thresh,
-        )
+        if log_mu is None:
+            log_mu = behaviour_log_prob(data, keys, self.family)
+        if self.check_values:
+            check_finite(
+                log_mu,
+                repr(keys.sample_log_prob),
+                "a behaviour log-probability of -inf or NaN for an action that "
+                "was taken means corrupted data; it is not clipped",
+            )
+        done, terminated = (flag.unsqueeze(-1) for flag in steps.flags)
+
+        def retrace(log_pi, log_mu, lmbda, c_thresh):
+            return retrace_lambda_return_estimate(
+                self.gamma,
+                lmbda,
+                log_pi,
+                log_mu,
+                action_value,
+                steps.next_state_value,
+                reward,
+                done,
+                terminated,
+                time_dim=-2,
+                c_thresh=c_thresh,
+            )
+
+        if self.family != "gaussian":
+            return retrace(log_pi, log_mu, self.lmbda, self.c_thresh), None
+        power = 1.0 / steps.loc.shape[-1]
+        q_ret = retrace(log_pi * power, log_mu * power, self.lmbda, self.c_thresh)
+        # a zero log-ratio makes every trace 1 * min(1, 1): mu does not enter
+        zeros = torch.zeros_like(action_value)
+        return q_ret, retrace(zeros, zeros, 1.0, 1.0)
 
 
 class Steps:
