@@ -73,13 +73,11 @@ class RetraceEstimator(ValueEstimatorBase):
     end of a slice from :class:`~torchrl.data.replay_buffers.SliceSampler`) is
     bootstrapped from :math:`V` at its real next observation, never through a reset.
 
-    Each network is called once per forward. With ``shifted=True`` it runs on the
-    ``T + 1`` observations of every row (the ``T`` observations and the last next
-    observation) plus the next observation of each mid-row truncation, rather than
-    on ``2 T`` observations; this relies on ``("next", obs)[t] == obs[t + 1]``
-    inside an episode, as collectors and replay buffers produce it (multi-step
-    returns break it). With ``shifted=False`` (the default, as in TorchRL) it runs
-    on the ``T`` observations and the ``T`` next observations.
+    Each network is called once per forward: with ``shifted=True`` on the ``T + 1``
+    observations of every row and the next observation of each mid-row truncation
+    (this relies on ``("next", obs)[t] == obs[t + 1]`` inside an episode, as
+    collectors and replay buffers produce it), with ``shifted=False`` (the default,
+    as in TorchRL) on the ``T`` observations and the ``T`` next observations.
 
     **Gaussian policies** (ACER's continuous actions, paper section 5): with a
     ``Normal`` / ``IndependentNormal`` actor over ``loc`` and ``scale``, the critic
@@ -122,12 +120,9 @@ class RetraceEstimator(ValueEstimatorBase):
             :func:`tensordict.nn.skip_existing`.
         check_values (bool): if ``True`` (default), raise ``ValueError`` naming
             the entry where a reward or a behaviour log-probability is not finite
-            or an action is out of range (``ACERLoss`` checks the behaviour logits,
-            or ``loc`` and a positive ``scale``, too). These checks read a
-            reduction back (a device synchronisation on GPU, a few microseconds on
-            CPU); pass ``False`` in hot loops once the data pipeline is trusted.
-            Key, shape and empty-batch checks read only metadata and always run; a
-            data dtype that is not the networks' is named when they refuse it.
+            or an action is out of range. These checks read a reduction back (a
+            device synchronisation on GPU); pass ``False`` in hot loops once the
+            data pipeline is trusted. Key and shape checks always run.
         time_dim (int, optional): the time dimension of inputs; defaults to the
             dimension named ``"time"``, else the last one.
         device (torch.device, optional): device of the hyper-parameter buffers.
@@ -315,15 +310,9 @@ class RetraceEstimator(ValueEstimatorBase):
     ) -> TensorDictBase:
         """Writes the Retrace target, the advantage and :math:`V(s_t)` into ``tensordict``.
 
-        Args:
-            tensordict: a ``[*B, T]`` batch.
-
-        Keyword Args:
-            params: critic parameters to use instead of the module's own.
-            target_params: not supported (Retrace evaluates :math:`Q` and
-                :math:`V(s')` with the same critic); passing it raises.
-            actor_params: policy parameters to use instead of the module's own.
-            time_dim: overrides the estimator's ``time_dim``.
+        ``params`` and ``actor_params`` replace the critic's and the policy's own
+        parameters; ``target_params`` is not supported (Retrace evaluates :math:`Q`
+        and :math:`V(s')` with the same critic).
         """
         if target_params is not None:
             raise ValueError(
@@ -437,15 +426,13 @@ class RetraceEstimator(ValueEstimatorBase):
 
 
 class Steps:
-    r"""Per-step network outputs of a ``[*B, T]`` window (time last), all in the graph.
+    r"""Per-step network outputs of a ``[*B, T]`` window (time last), in the graph.
 
-    ``data`` is the batch after the burn-in (``prefix``, ``None`` without one);
-    ``action`` the stored actions (indices ``[*B, T]``, or ``[*B, T, d]``);
-    ``flags`` ``(done, terminated)``; ``next_state_value`` :math:`V(s'_t)`,
-    ``[*B, T, 1]``. Categorical policies: ``logits`` and ``q`` (:math:`Q(s_t,
-    \cdot)`), ``[*B, T, A]``, and ``action_value`` :math:`Q(s_t, a_t)`. Gaussian
-    ones: ``loc``, ``scale``, ``value`` :math:`V(s_t)` and ``observations``, what the
-    advantage head reads at each ``s_t``, a flat ``[prod(B) T]`` TensorDict.
+    ``data``: the steps after the burn-in ``prefix``; ``flags``: ``(done,
+    terminated)``; ``next_state_value``: :math:`V(s'_t)`. Categorical policies:
+    ``logits``, ``q`` (:math:`Q(s_t, \cdot)`) and ``action_value``; Gaussian ones:
+    ``loc``, ``scale``, ``value`` and the flat ``observations`` the advantage
+    head reads.
     """
 
     def __init__(self, window, params, out, action, flags, data, prefix, obs=None):
@@ -760,23 +747,15 @@ def action_index(
 class ObservationWindow:
     """The observations of a ``[*B, T]`` batch (time last), flattened for one call.
 
-    Shifted, the ``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of each row
-    (inside an episode ``s'_t == s_{t+1}``), then the real next observation of
-    each of the ``K`` mid-row truncations (``done`` and not ``terminated`` before
-    the last step: a reset observation follows them), ``B (T + 1) + K`` inputs in
-    all; a mid-row termination needs none (its next value is multiplied by zero).
-    Not shifted, the ``B T`` observations, then the ``B T`` next observations.
+    Shifted, the ``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of each row,
+    then the real next observation of each mid-row truncation (``done`` and not
+    ``terminated`` before the last step); not shifted, the ``B T`` observations,
+    then the ``B T`` next observations. ``inputs`` is the flat TensorDict the
+    networks run on; :meth:`split` takes their outputs back to the steps.
 
-    ``inputs`` is the flat TensorDict the networks run on (``tensors`` its
-    entries); :meth:`split` takes their outputs back to ``[*B, T]`` steps.
-
-    Under ``torch.compile`` the number of mid-row truncations is data: a shape
-    depending on it would break the graph. There the extra inputs are the next
-    observations of the first ``extra_bound(rows)`` mid-row truncations (one per
-    row by default, enough whenever episodes are longer than the window), padded
-    with other real next observations whose outputs are not used, so every shape
-    is static; more truncations than the bound fail with an error rather than
-    giving wrong values.
+    Under ``torch.compile`` the number of mid-row truncations (data) must not set a
+    shape: the window holds the next observations of ``extra_bound(rows)`` steps,
+    the truncations first, and more truncations than that fail with an error.
     """
 
     #: the bound on mid-row truncations under ``torch.compile``, from the number
@@ -940,19 +919,11 @@ def make_evaluator(actor_network, value_network, family, recurrent_state, burn_i
 class PolicyCriticEvaluator:
     """Calls the policy (up to its distribution parameters) and the critic once.
 
-    When the critic is a :class:`~tensordict.nn.TensorDictSequential` whose leading
-    modules are also modules of the actor (TorchRL's ``ActorValueOperator`` gives
-    ``get_policy_operator()`` and ``get_value_operator()`` that share their first
-    module), those shared modules run once, in the actor's pass, and the critic only
-    runs its own head on their outputs.
-
-    Args:
-        actor_network: the policy.
-        critic_network: the critic (whose parameters are passed at call time).
-        dist_params: the distribution's parameters the actor must produce, e.g.
-            ``("logits",)`` or ``("loc", "scale")``.
-        critic_head: the part of the critic to run on the window, if not the whole
-            critic (the value head of a stochastic dueling network).
+    Leading modules of the critic that are the actor's (TorchRL's
+    ``ActorValueOperator``) run once, in the actor's pass. ``dist_params`` are the
+    distribution's parameters the actor produces (``("logits",)`` or ``("loc",
+    "scale")``), ``critic_head`` the part of the critic run on the window if not
+    all of it (a stochastic dueling network's value head).
     """
 
     #: whether the networks run over sequences (:class:`RecurrentEvaluator`)
@@ -1033,13 +1004,11 @@ class PolicyCriticEvaluator:
         pieces=(),
         features=(),
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Returns ``(distribution parameters, the critic's output_key)``.
+        """``(distribution parameters, the critic's output_key)``, written into ``data``.
 
-        The outputs are written into ``data``. With ``skip_existing`` the critic's
-        modules whose outputs ``data`` already holds are skipped (the policy
-        always runs: the behaviour logits stored with the data must never stand
-        in for the current policy's). ``pieces`` and ``features``: see
-        :class:`RecurrentEvaluator`.
+        With ``skip_existing`` the critic's modules whose outputs ``data`` holds are
+        skipped; the policy always runs (stored behaviour logits must never stand
+        in for the current policy's).
         """
         with (
             self.params_context(actor_params, self.actor_network),
@@ -1088,12 +1057,10 @@ class PolicyCriticEvaluator:
     def _average_actor(self, params):
         """The actor, or a copy of it holding ``params`` (the averaged policy's).
 
-        Swapping parameters in and out of the actor at every call costs more than
-        a small network's forward. The copy, made once per ``params`` container,
-        holds its very tensors (as buffers): ``SoftUpdate``, ``load_state_dict``
-        and moves of the loss (``.to``, ``.float()``, which keep the tensors'
-        identity) change them in place, so the copy follows. It is not a
-        submodule of anything: state dicts do not change.
+        Swapping parameters in at every call costs more than a small network's
+        forward. The copy, made once, holds the very tensors of ``params`` as
+        buffers, so ``SoftUpdate``, ``load_state_dict`` and ``.to`` reach it; it is no
+        submodule of anything (state dicts are unchanged).
         """
         if self._is_own(params, self.actor_network):
             return self.actor_network
@@ -1132,13 +1099,8 @@ class PolicyCriticEvaluator:
     def params_context(self, params, module):
         """Puts ``params`` in ``module`` for the call, unless they are its own.
 
-        A loss's functional parameters are the module's own ``Parameter`` objects
-        (``convert_to_functional`` keeps them), and swapping them in and out costs
-        more than a small network's forward, so the swap is skipped for them; the
-        averaged policy's parameters are swapped in. The identity check runs once
-        per parameter container and module; entries whose container or module has
-        died are dropped when a new one is added, so the cache holds only live
-        pairs.
+        A loss's functional parameters are the module's own tensors
+        (``convert_to_functional`` keeps them): swapping them would only cost time.
         """
         if self._is_own(params, module):
             return contextlib.nullcontext()
@@ -1156,14 +1118,9 @@ def submodules(sequence: TensorDictSequential) -> list:
 def run_modules(modules, tensordict: TensorDictBase, pieces=()) -> None:
     """Calls each of ``modules`` on ``tensordict`` in turn, as a sequence would.
 
-    One by one rather than as the actor's ``det_part`` (a ``TensorDictSequential``
-    the actor made), whose own call costs about as much as a small network's
-    forward. The recurrent modules in ``pieces`` run by :func:`forward_in_pieces`;
-    a ``TensorDictSequential`` holding one of them is walked module by module
-    (each module writes into ``tensordict``, which the next reads). Left out of
-    ``pieces``: a bidirectional RNN (padding would reach its outputs) and a module
-    set to TorchRL's ``"scan"`` or ``"triton"`` backend (the user's choice), which
-    run their own forward.
+    A ``TensorDictSequential`` call costs about a small network's forward. The
+    recurrent modules in ``pieces`` run by :func:`forward_in_pieces`, unless
+    bidirectional or set to TorchRL's ``"scan"`` / ``"triton"`` backend.
     """
     for module in modules:
         if not pieces:
@@ -1197,15 +1154,10 @@ def _skip_existing_set_to(mode: bool):
 
 
 def is_recurrent(network, name: str) -> bool:
-    """Whether ``network`` holds TorchRL recurrent modules.
+    """Whether ``network`` holds TorchRL's ``LSTMModule`` or ``GRUModule``.
 
-    ``LSTMModule`` or ``GRUModule``; raises for a bare ``torch.nn`` RNN.
-
-    The window flattens ``[*B, T]`` into independent observations, so recurrent
-    networks are run over sequences instead, with their stored hidden states and
-    ``is_init`` resets; that needs the hidden-state keys TorchRL's modules
-    declare. A bare ``nn.LSTM`` / ``nn.GRU`` (in a plain ``TensorDictModule``) has
-    none: it would see neither its sequence nor its stored state, silently wrong.
+    A bare ``nn.LSTM`` / ``nn.GRU`` is refused: it would see neither its sequence
+    nor its stored state (TorchRL's modules declare the keys for both).
     """
     wrapped = set()
     recurrent = False
@@ -1246,18 +1198,11 @@ def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
 class RecurrentEvaluator(PolicyCriticEvaluator):
     """Runs a policy and a critic holding recurrent modules over ``[*B, T]`` segments.
 
-    Each row is one sequence (:class:`SequenceWindow`) run in TorchRL's recurrent
-    mode, from the stored or a zero state (``recurrent_state``), after ``burn_in``
-    steps that only warm it; the equations are :class:`~torchrl_acer.ACERLoss`'s.
-    The arguments are :class:`PolicyCriticEvaluator`'s. A stochastic dueling
-    network's heads run on the flattened steps, outside the sequences.
-
-    Attributes:
-        features: the entries the critic reads that the actor writes (the actor's
-            trunk features): taken from the actor's pass, never from the data.
-        obs_keys: the entries read from the data, at ``s_t`` and ``s'_t``.
-        states: ``{state key: (module, per-step shape)}``, each module's hidden
-            state as its ``make_tensordict_primer`` declares it.
+    Each row is one sequence (:class:`SequenceWindow`) in TorchRL's recurrent mode,
+    from the stored or a zero state, after ``burn_in`` steps that only warm it (see
+    :class:`~torchrl_acer.ACERLoss`). ``features`` are what the critic reads of the
+    actor's outputs (never read from the data), ``obs_keys`` what is read from the
+    data, ``states`` ``{state key: (module, per-step shape)}``.
     """
 
     recurrent = True
@@ -1454,21 +1399,14 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
 def forward_in_pieces(
     module: LSTMModule | GRUModule, tensordict: TensorDictBase
 ) -> TensorDictBase:
-    """The output of ``module`` in recurrent mode on ``[R, L]`` rows.
+    """Writes the output of ``module`` in recurrent mode on ``[R, L]`` rows.
 
-    As its forward computes it (not the states after each step), written into
-    ``tensordict`` under the module's first out_key.
-
-    The rows are cut before each ``is_init`` into pieces that start from the state
-    stored at their first entry, as TorchRL's forward cuts them. It then packs
-    them, and a packed LSTM or GRU runs step by step in small operations; here the
-    pieces, longest first and padded after their end, go through the module's RNN
-    in a few calls over consecutive spans of time, each on the pieces still
-    running and from the states the previous one left. ``torch.nn.LSTM`` / ``GRU``
-    run a ``PackedSequence`` in small operations (no oneDNN kernel takes one on a
-    CPU: a ``[32, 21]`` LSTM's forward and backward are 3 235 ATen operations
-    packed, 77 padded), which made the loss 1.2 to 1.7 times slower on a CPU once
-    rows held resets (issue #18).
+    TorchRL cuts the rows at ``is_init`` into pieces and packs them, and a packed
+    LSTM or GRU runs in small operations on a CPU (3 235 ATen operations for a
+    ``[32, 21]`` forward and backward, 77 padded; the loss was 1.2 to 1.7 times
+    slower, issue #18). Here the pieces, longest first and padded after their end,
+    go through the RNN in a few calls over spans of time, each on the pieces still
+    running, from the states the previous one left.
     """
     R, L = tensordict.batch_size
     x = tensordict.get(module.in_keys[0])
@@ -1519,20 +1457,12 @@ def forward_in_pieces(
 class SequenceWindow:
     """The observations of a ``[*B, T]`` segment (time last) as ``R`` sequences.
 
-    Row ``b`` holds ``s_0 .. s_{T-1}`` in order with the real next observation of
-    each mid-row truncation inserted after its step and ``s'_{T-1}`` after the last
-    step (with ``done`` and ``terminated``), or the ``T`` observations alone
-    (without them). ``s'_t`` is thus evaluated from the state after step ``t``, and
-    the reset at ``s_{t+1}`` discards what it did to the state. Rows are padded to
-    the longest after their end, where no output that is read depends on the
-    padding. ``inputs`` is the ``[R, L]`` TensorDict the networks run on:
-    observations, ``is_init`` (the resets) and each hidden state, zero except at
-    the first entry, where the state entering the row is.
-
-    Attributes:
-        inputs: the ``[R, L]`` TensorDict.
-        positions: ``[R, T]``, where step ``t`` of each row is in ``inputs``; its
-            next observation's output is at ``positions + 1``.
+    Row ``b`` holds ``s_0 .. s_{T-1}`` with, given ``done`` and ``terminated``, the
+    real next observation of each mid-row truncation and ``s'_{T-1}`` inserted after
+    their step (evaluated from the state after it; the reset that follows discards
+    it), padded after the row's end. ``inputs`` (``[R, L]``) holds them,
+    ``is_init`` and each hidden state at the row's first entry; step ``t`` is at
+    ``positions`` (``[R, T]``), its next observation at ``positions + 1``.
     """
 
     def __init__(
