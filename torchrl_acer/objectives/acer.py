@@ -481,28 +481,8 @@ class ACERLoss(LossModule):
             valid=valid,
             stats_out=self._trust_region_stats,
         )
-        behaviour = behaviour_statistics(
-            data,
-            self.tensor_keys,
-            (steps.logits if categorical else steps.loc).shape,
-            gaussian=not categorical,
-            check=estimator.check_values,
-        )
-        args = (estimator, data, steps, average, behaviour, log_mu)
-        common = {
-            "ratio_clip": self.ratio_clip,
-            "register": register,
-            "loss_critic_type": self.loss_critic_type,
-        }
-        if categorical:
-            terms = categorical_terms(*args, space=self.trust_region_space, **common)
-        else:
-            terms = gaussian_terms(
-                *args,
-                sdn=self.critic_network,
-                sdn_params=self.critic_network_params,
-                **common,
-            )
+        terms = categorical_terms if categorical else gaussian_terms
+        terms = terms(self, steps, average, log_mu, register)
         return self._outputs(terms, data, time_dim, last, masked)
 
     def _reduce(self, value, data, masked):
@@ -571,29 +551,21 @@ class ACERLoss(LossModule):
         return TensorDict(dict(zip(TRUST_REGION_STATS, values, strict=True)), [])
 
 
-def categorical_terms(
-    estimator,
-    data,
-    steps,
-    average,
-    behaviour,
-    log_mu,
-    *,
-    ratio_clip,
-    space,
-    register,
-    loss_critic_type,
-) -> dict[str, torch.Tensor]:
-    """Per-step terms for a categorical policy (the sum over actions is exact).
+def categorical_terms(loss, steps, average, log_mu, register) -> dict:
+    """Per-step terms of ``loss`` for a categorical policy (the sum over actions is exact).
 
     ``steps`` from :func:`~torchrl_acer.objectives.value.retrace.evaluate`, the
-    averaged policy's ``average`` and the ``behaviour`` statistics, ``log_mu`` the
-    behaviour log-probabilities; ``space`` and ``register`` place the trust
-    region, ``loss_critic_type`` is the critic's ``distance_loss``.
+    averaged policy's distribution parameters ``average``, the behaviour
+    log-probabilities ``log_mu``; ``register`` puts the trust region's hook.
     """
+    estimator, data = loss.value_estimator, steps.data
+    (behaviour_logits,) = behaviour_statistics(
+        data, loss.tensor_keys, steps.logits.shape, False, estimator.check_values
+    )
     avg_logits = average["logits"].reshape(steps.logits.shape)
-    behaviour_log_probs = behaviour[0].log_softmax(-1)
+    behaviour_log_probs = behaviour_logits.log_softmax(-1)
     avg_probs = avg_logits.softmax(-1)
+    space = loss.trust_region_space
     log_probs = categorical_log_probs(steps.logits, avg_probs, space, register)
     pi = log_probs.exp()
     probs = pi.detach()
@@ -604,7 +576,7 @@ def categorical_terms(
         value_target, _ = estimator.targets(
             data, steps, log_pi.detach(), steps.action_value.detach(), log_mu
         )
-        c = ratio_clip
+        c = loss.ratio_clip
         rho = (log_pi.detach() - log_mu).exp()
         rho_all = (log_probs.detach() - behaviour_log_probs).exp()
         # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
@@ -620,7 +592,9 @@ def categorical_terms(
     return {
         "objective": objective,
         "entropy": entropy,
-        "critic": distance_loss(value_target, steps.action_value, loss_critic_type),
+        "critic": distance_loss(
+            value_target, steps.action_value, loss.loss_critic_type
+        ),
         "kl_avg": kl_avg,
         "rho": rho,
         "value_target": value_target,
@@ -628,33 +602,24 @@ def categorical_terms(
     }
 
 
-def gaussian_terms(
-    estimator,
-    data,
-    steps,
-    average,
-    behaviour,
-    log_mu,
-    *,
-    sdn,
-    sdn_params,
-    ratio_clip,
-    register,
-    loss_critic_type,
-) -> dict[str, torch.Tensor]:
+def gaussian_terms(loss, steps, average, log_mu, register) -> dict:
     """Per-step terms for a Gaussian policy and a stochastic dueling network.
 
     Paper section 5: Q_opc in the policy gradient, one sampled action for the bias
     correction, a V term in the critic loss. The arguments are
-    :func:`categorical_terms`'s, with the critic ``sdn`` and its parameters.
+    :func:`categorical_terms`'s.
     """
+    estimator, data = loss.value_estimator, steps.data
+    sdn, sdn_params = loss.critic_network, loss.critic_network_params
+    mu_loc, mu_scale = behaviour_statistics(
+        data, loss.tensor_keys, steps.loc.shape, True, estimator.check_values
+    )
     d = steps.loc.shape[-1]
     avg_loc = average["loc"].reshape(steps.loc.shape)
     avg_scale = average["scale"].expand_as(average["loc"]).reshape(steps.loc.shape)
     loc, scale = gaussian_statistics(
         steps.loc, steps.scale, avg_loc, avg_scale, register
     )
-    mu_loc, mu_scale = behaviour
     with torch.no_grad():
         # one action a' ~ pi for the bias correction, n for the dueling baseline
         n = 1 + sdn.num_samples * sdn.dueling
@@ -675,7 +640,7 @@ def gaussian_terms(
     log_pi = gaussian_log_prob(loc, scale, steps.action)
     log_pi_sampled = gaussian_log_prob(loc, scale, sampled)
     with torch.no_grad():
-        c = ratio_clip
+        c = loss.ratio_clip
         v = value.detach()
         q_sampled = advantages[1] + offset
         q_ret, q_opc = estimator.targets(
@@ -700,11 +665,11 @@ def gaussian_terms(
     # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as two distances:
     # the paper's V_target = min(1, rho) (Q_ret - Q~) + V makes the second one a
     # real regression (a plain Q critic has no V of its own to train)
-    critic = distance_loss(q_ret, q_taken, loss_critic_type)
+    critic = distance_loss(q_ret, q_taken, loss.loss_critic_type)
     if sdn.dueling:
         with torch.no_grad():
             value_target = rho.clamp(max=1.0) * (q_ret - q_taken) + value
-        critic = critic + distance_loss(value_target, value, loss_critic_type)
+        critic = critic + distance_loss(value_target, value, loss.loss_critic_type)
     return {
         "objective": objective,
         "entropy": entropy,
@@ -716,9 +681,7 @@ def gaussian_terms(
     }
 
 
-def behaviour_statistics(
-    data: TensorDictBase, keys, shape, *, gaussian: bool, check: bool
-) -> list[torch.Tensor]:
+def behaviour_statistics(data, keys, shape, gaussian: bool, check: bool) -> list:
     """The behaviour policy's statistics stored with the ``[*B, T]`` steps.
 
     ``[logits]`` (categorical policies, of the policy's ``shape``) or ``[loc,
