@@ -155,15 +155,11 @@ class ACERLoss(LossModule):
             gradient. Defaults to ``10.0``.
         trust_region_delta (float or None): :math:`\delta`. ``None`` disables the
             trust region. Defaults to ``1.0``.
-        trust_region_space (str): ``"logits"`` (default), ``"log_probs"`` or
-            ``"probs"`` (the paper's and OpenAI baselines' choice): the statistics
-            :math:`\phi` the projection acts on. The three give different
-            projections.
+        trust_region_space (str): the statistics :math:`\phi` the projection acts on:
+            ``"logits"`` (default), ``"log_probs"`` or ``"probs"`` (the paper's).
         entropy_coeff (float): :math:`\beta`. Defaults to ``0.01``.
-        critic_coeff (float or None): :math:`c_{critic}`. Defaults to ``0.25``
-            (OpenAI baselines' ``q_coef = 0.5`` on half the squared error). ``None``
-            drops the critic term: no ``loss_critic`` output, the critic is still
-            used (and must be trained elsewhere).
+        critic_coeff (float or None): :math:`c_{critic}`. Defaults to ``0.25``.
+            ``None`` drops the critic term (the critic must be trained elsewhere).
         loss_critic_type (str): the distance :math:`\ell` of TorchRL's
             ``distance_loss``: ``"l2"`` (default, the squared error), ``"l1"`` or
             ``"smooth_l1"``.
@@ -171,21 +167,17 @@ class ACERLoss(LossModule):
             critic are trained by the policy terms only. Defaults to ``False``.
         reduction (str, optional): ``"none"``, ``"mean"`` or ``"sum"``. ``None``
             (default) means ``"mean"``.
-        recurrent_state (str): with recurrent networks, the state a replayed
-            segment starts from: ``"stored"`` (default, the state stored with the
-            segment's first step) or ``"zero"``. Ignored for feed-forward networks.
-        burn_in (int): with recurrent networks, the number of steps at the start of
-            each segment that only warm the state (no loss terms, no gradient).
-            Defaults to ``0``.
+        recurrent_state (str): with recurrent networks, ``"stored"`` (default) or
+            ``"zero"``: the state a replayed segment starts from.
+        burn_in (int): with recurrent networks, the steps at the start of each
+            segment that only warm the state. Defaults to ``0``.
 
     ``ratio_clip``, ``entropy_coeff`` and ``critic_coeff`` are buffers that can be
     scheduled by assignment (``loss.entropy_coeff = 0.001``).
 
     The default value estimator is Retrace with :math:`\lambda = 1`,
-    :math:`\bar c = 1`, :math:`\gamma = 0.99` and ``shifted=True`` (collectors and
-    segment replay give ``("next", obs)[t] == obs[t + 1]`` inside episodes); change
-    it with ``make_value_estimator(gamma=..., lmbda=..., c_thresh=...,
-    shifted=...)``.
+    :math:`\bar c = 1`, :math:`\gamma = 0.99` and ``shifted=True``; change it with
+    ``make_value_estimator(gamma=..., lmbda=..., c_thresh=..., shifted=...)``.
 
     Examples:
         >>> import torch

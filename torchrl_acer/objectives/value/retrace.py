@@ -101,11 +101,10 @@ class RetraceEstimator(ValueEstimatorBase):
         actor_network (ProbabilisticTensorDictSequential): the policy :math:`\pi`, a
             categorical distribution over ``"logits"`` (``Categorical`` with action
             indices, or ``OneHotCategorical`` with one-hot actions), or a Gaussian.
-        value_network (TensorDictModule): the critic. For a categorical policy, a
-            module writing one value per action under the ``action_value`` key (a
-            critic that shares its leading modules with the actor, as TorchRL's
-            ``ActorValueOperator`` makes, has them run once); for a Gaussian one, a
-            :class:`~torchrl_acer.StochasticDuelingNetwork`.
+        value_network (TensorDictModule): the critic: for a categorical policy one
+            value per action under the ``action_value`` key (leading modules it
+            shares with the actor, as in TorchRL's ``ActorValueOperator``, run
+            once), for a Gaussian one a :class:`~torchrl_acer.StochasticDuelingNetwork`.
         lmbda (scalar): trace decay :math:`\lambda`. Defaults to ``1.0`` (ACER).
         c_thresh (scalar): trace truncation :math:`\bar c`. Defaults to ``1.0``.
         differentiable (bool): if ``True``, the outputs carry gradients to the
@@ -114,9 +113,8 @@ class RetraceEstimator(ValueEstimatorBase):
         shifted (bool): the shifted window above. Defaults to ``False``;
             ``ACERLoss``'s default estimator uses ``True``.
         skip_existing (bool, optional): if ``True``, the critic is not run where
-            the input already holds its output (``action_value``, or the dueling
-            network's state value, at ``s_t`` and under ``"next"``); the policy
-            always runs. ``None`` (default) follows
+            the input already holds its output at ``s_t`` and under ``"next"``
+            (the policy always runs). ``None`` (default) follows
             :func:`tensordict.nn.skip_existing`.
         check_values (bool): if ``True`` (default), raise ``ValueError`` naming
             the entry where a reward or a behaviour log-probability is not finite
@@ -127,10 +125,9 @@ class RetraceEstimator(ValueEstimatorBase):
             dimension named ``"time"``, else the last one.
         device (torch.device, optional): device of the hyper-parameter buffers.
         recurrent_state (str): with recurrent networks, ``"stored"`` (default) or
-            ``"zero"``: the state a segment starts from. Ignored otherwise.
+            ``"zero"``: the state a segment starts from.
         burn_in (int): with recurrent networks, the steps at the start of each
             segment that only warm the state (their targets are ``NaN``).
-            Defaults to ``0``.
 
     Examples:
         >>> import torch
@@ -747,11 +744,11 @@ def action_index(
 class ObservationWindow:
     """The observations of a ``[*B, T]`` batch (time last), flattened for one call.
 
-    Shifted, the ``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of each row,
-    then the real next observation of each mid-row truncation (``done`` and not
-    ``terminated`` before the last step); not shifted, the ``B T`` observations,
-    then the ``B T`` next observations. ``inputs`` is the flat TensorDict the
-    networks run on; :meth:`split` takes their outputs back to the steps.
+    The ``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of each row, then the
+    real next observation of each step before the last that needs one: shifted,
+    the mid-row truncations (``done`` and not ``terminated``: a reset observation
+    follows them), else every step. ``inputs`` is the flat TensorDict the networks
+    run on; :meth:`split` takes their outputs back to the steps.
 
     Under ``torch.compile`` the number of mid-row truncations (data) must not set a
     shape: the window holds the next observations of ``extra_bound(rows)`` steps,
@@ -773,25 +770,17 @@ class ObservationWindow:
     ):
         self.batch_shape = tensordict.batch_size[:-1]
         self.T = tensordict.batch_size[-1]
-        self.shifted = shifted
         self._static_extra = False
         time = len(self.batch_shape)
         rows = math.prod(self.batch_shape)
-        if not shifted:
-            current, both = {}, {}
-            for key in in_keys:
-                obs = get_entry(tensordict, key, "an input of the networks")
-                next_obs = get_entry(tensordict, _next(key), "the next observation")
-                current[key] = obs.flatten(0, time)
-                both[key] = torch.cat([current[key], next_obs.flatten(0, time)], 0)
-            self.num_extra = 0
-            self._set(both, current, 2 * rows * self.T)
-            return
-        mid_truncation = done & ~terminated
+        # inside an episode s'_t is s_{t+1}, already in the window
+        mid_truncation = done & ~terminated if shifted else torch.ones_like(done)
         mid_truncation[..., -1] = False
         self.mid_truncation = mid_truncation
         if is_compiling():
-            bound = min(self.extra_bound(rows), rows * (self.T - 1))
+            bound = rows * (self.T - 1)
+            if shifted:
+                bound = min(self.extra_bound(rows), bound)
             self._static_extra = True
             self.num_extra = bound
             if bound:
@@ -831,12 +820,9 @@ class ObservationWindow:
             self.num_extra = next(iter(extra.values())).shape[0] if any_extra else 0
         if any_extra:
             window = {k: torch.cat([v, extra[k]], 0) for k, v in window.items()}
-        self._set(window, current, rows * (self.T + 1) + self.num_extra)
-
-    def _set(self, window, current, size):
         self.tensors = window
         self.current_tensors = current
-        self.inputs = TensorDict(window, [size])
+        self.inputs = TensorDict(window, [rows * (self.T + 1) + self.num_extra])
 
     def flat_current(self, keys: list[NestedKey]) -> TensorDictBase:
         """The observations ``keys`` at each ``s_t``, ``[prod(B) T]``."""
@@ -846,9 +832,6 @@ class ObservationWindow:
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each ``[*B, T, *F]``."""
         feature_shape = values.shape[1:]
-        if not self.shifted:
-            current, nxt = values.reshape(2, *self.batch_shape, self.T, *feature_shape)
-            return current, nxt
         n = math.prod(self.batch_shape) * (self.T + 1)
         window = values[:n].reshape(*self.batch_shape, self.T + 1, *feature_shape)
         time = len(self.batch_shape)
