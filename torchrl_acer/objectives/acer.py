@@ -395,10 +395,6 @@ class ACERLoss(LossModule):
 
         ``value_type`` is ``ValueEstimators.Retrace`` (the default; ``"retrace"``
         too), a :class:`RetraceEstimator` instance or a subclass of it.
-
-        Examples:
-            ``loss.make_value_estimator(gamma=0.99)``,
-            ``loss.make_value_estimator("retrace", gamma=0.9, c_thresh=1.0)``.
         """
         recurrent = {"recurrent_state": self.recurrent_state, "burn_in": self.burn_in}
         for name in recurrent.keys() & hyperparams.keys():
@@ -531,10 +527,9 @@ class ACERLoss(LossModule):
     def trust_region_stats(self) -> TensorDict | None:
         r"""The trust region's statistics for the last ``backward``.
 
-        The share of steps where it was active (``active_fraction``), the mean
-        :math:`\|k_t\|` (``k_norm``) and the mean :math:`k_t \cdot g_t` (``k_dot_g``), a
-        copy, in the policy's dtype; ``NaN`` before the first backward, ``None`` without
-        a trust region (``trust_region_delta=None``).
+        ``active_fraction``, ``k_norm`` and ``k_dot_g`` (see
+        :class:`~torchrl_acer.objectives.trust_region.TrustRegionHook`); ``NaN``
+        before the first backward, ``None`` without a trust region.
         """
         if self.trust_region_delta is None:
             return None

@@ -56,27 +56,14 @@ def _project(g, k, delta):
 class TrustRegionHook:
     r"""Projects, per step, the gradient arriving at the policy statistics.
 
-    The gradient reaching :math:`\phi_t` is :math:`-g_t / s`: minus the ascent
-    direction of the step's objective, divided by the reduction's scale ``s`` (the
-    number of valid steps for a mean, 1 for a sum). The hook projects :math:`g_t`
-    and returns :math:`-z^*_t / s`.
-
-    It also writes the projection's statistics (:data:`TRUST_REGION_STATS`, means
-    over the valid steps) into ``stats_out``, in place. The hook is a function of
-    tensors whose only side effect is that copy into a tensor its owner holds, so
-    ``torch.compile`` traces it into the backward graph as it is, and the
-    statistics reach the owner without a registry or a callback.
-
-    Args:
-        k: :math:`k_t`, ``[..., A]`` (detached).
-        delta: :math:`\delta`.
-        scale: ``s``.
-        valid: ``[..., 1]`` weights of the steps that count (1 valid, 0 padding),
-            for the statistics only; ``None``: every step counts.
-        stats_out: a ``[3]`` tensor of the statistics' dtype that receives
-            ``(active_fraction, k_norm, k_dot_g)``: the share of valid steps whose
-            constraint was active, the mean :math:`\|k_t\|` and the mean
-            :math:`k_t \cdot g_t` before projection.
+    The gradient reaching :math:`\phi_t` is :math:`-g_t / s`, ``s`` the reduction's
+    scale (the number of valid steps for a mean, 1 for a sum): the hook projects
+    :math:`g_t` onto :math:`k_t \cdot z \leq \delta` and returns :math:`-z^*_t / s`.
+    It copies the statistics :data:`TRUST_REGION_STATS` (the share of ``valid``
+    steps whose constraint was active, the mean :math:`\|k_t\|` and the mean
+    :math:`k_t \cdot g_t`) into ``stats_out``, a tensor its owner holds: no registry
+    or callback, so ``torch.compile`` traces the hook into the backward graph.
+    ``valid`` weighs the steps in the statistics (``None``: every step counts).
     """
 
     @classmethod

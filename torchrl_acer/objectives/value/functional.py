@@ -1,9 +1,7 @@
 """Pure tensor functions behind ACER: the Retrace(lambda) target.
 
-Everything here is a function of tensors, with no TensorDict or module around it,
-in the style of TorchRL's ``torchrl.objectives.value.functional`` and rlax's
-``multistep``. Shapes follow TorchRL: ``[*B, T, *F]`` with time at ``time_dim``
-(default ``-2``) and feature dimensions ``*F`` after it.
+Functions of tensors, as TorchRL's ``torchrl.objectives.value.functional``: shapes
+are ``[*B, T, *F]`` with time at ``time_dim`` (default ``-2``).
 """
 
 from __future__ import annotations

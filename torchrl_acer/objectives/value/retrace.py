@@ -79,20 +79,14 @@ class RetraceEstimator(ValueEstimatorBase):
     collectors and replay buffers produce it), with ``shifted=False`` (the default,
     as in TorchRL) on the ``T`` observations and the ``T`` next observations.
 
-    **Gaussian policies** (ACER's continuous actions, paper section 5): with a
-    ``Normal`` / ``IndependentNormal`` actor over ``loc`` and ``scale``, the critic
-    is a :class:`~torchrl_acer.StochasticDuelingNetwork`; :math:`V` comes from its
-    value head, :math:`Q` of the taken action is :math:`\tilde Q` (with fresh
-    draws :math:`u_i \sim \pi`), the traces are
+    **Gaussian policies** (paper section 5; the critic is a
+    :class:`~torchrl_acer.StochasticDuelingNetwork`): :math:`V` comes from its value
+    head, :math:`Q` of the taken action is :math:`\tilde Q`, the traces are
     :math:`\lambda \min(\bar c, \rho_t^{1/d})` for ``d``-dimensional actions, and
-    :math:`Q_{opc}` (the same recursion with every trace 1) is also written, under
-    ``value_target_opc``.
-
-    **Recurrent networks** (TorchRL's ``LSTMModule`` / ``GRUModule``) run each row
-    as one sequence, as :class:`~torchrl_acer.ACERLoss` states in equations. With
-    ``burn_in=k`` Retrace runs on steps ``k .. T-1`` alone, which gives them the
-    targets of the whole segment (:math:`G_t` reads only steps ``>= t``); the
-    burn-in steps get ``NaN`` as target, advantage and state value.
+    :math:`Q_{opc}` (every trace 1) is also written, under ``value_target_opc``.
+    **Recurrent networks** run each row as one sequence (see
+    :class:`~torchrl_acer.ACERLoss`); with ``burn_in=k`` the steps ``k .. T-1``
+    get the targets of the whole segment, the burn-in steps ``NaN``.
 
     The functional form is :func:`~torchrl_acer.retrace_lambda_return_estimate`.
 
@@ -161,24 +155,21 @@ class RetraceEstimator(ValueEstimatorBase):
     class _AcceptedKeys:
         """Configurable tensordict keys (``set_keys(name=key)``, nested keys allowed).
 
+        Each defaults to its own name, except ``value`` (``"state_value"``) and
+        ``sample_log_prob`` (``"action_log_prob"``, or ``"sample_log_prob"`` under
+        ``set_composite_lp_aggregate(True)``).
+
         Attributes:
-            advantage (NestedKey): written, :math:`G_t - V(s_t)`. Defaults to
-                ``"advantage"``.
-            value_target (NestedKey): written, :math:`G_t`. Defaults to
-                ``"value_target"``.
-            value (NestedKey): written, :math:`V(s_t)`. Defaults to ``"state_value"``.
+            advantage (NestedKey): written, :math:`G_t - V(s_t)`.
+            value_target (NestedKey): written, :math:`G_t`.
+            value (NestedKey): written, :math:`V(s_t)`.
             action_value (NestedKey): the critic's output, one value per action.
-                Defaults to ``"action_value"``.
-            action (NestedKey): the stored action. Defaults to ``"action"``.
-            reward (NestedKey): read under ``"next"``. Defaults to ``"reward"``.
-            done (NestedKey): read under ``"next"``. Defaults to ``"done"``.
-            terminated (NestedKey): read under ``"next"``. Defaults to
-                ``"terminated"``.
-            sample_log_prob (NestedKey): the behaviour policy's log-probability of
-                the stored action. Defaults to ``"action_log_prob"`` (or
-                ``"sample_log_prob"`` under ``set_composite_lp_aggregate(True)``).
-            value_target_opc (NestedKey): written for Gaussian policies,
-                :math:`Q_{opc}`. Defaults to ``"value_target_opc"``.
+            action (NestedKey): the stored action.
+            reward (NestedKey): read under ``"next"``.
+            done (NestedKey): read under ``"next"``.
+            terminated (NestedKey): read under ``"next"``.
+            sample_log_prob (NestedKey): the behaviour log-probability of the action.
+            value_target_opc (NestedKey): written for Gaussian policies, :math:`Q_{opc}`.
         """
 
         advantage: NestedKey = "advantage"
@@ -949,8 +940,9 @@ class PolicyCriticEvaluator:
         self.in_keys = list(
             dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
         )
-        #: the entries read from the data, at ``s_t`` and ``s'_t``
-        self.obs_keys = self.in_keys
+        #: the entries read from the data, at ``s_t`` and ``s'_t``, and those the
+        #: critic reads from the actor's outputs (recurrent networks)
+        self.obs_keys, self.features = self.in_keys, ()
         # the averaged policy: a copy of the actor holding the target parameters,
         # see _average_actor
         self._average = None
@@ -985,13 +977,13 @@ class PolicyCriticEvaluator:
         detach_shared: bool = False,
         skip_existing: bool = False,
         pieces=(),
-        features=(),
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """``(distribution parameters, the critic's output_key)``, written into ``data``.
 
         With ``skip_existing`` the critic's modules whose outputs ``data`` holds are
         skipped; the policy always runs (stored behaviour logits must never stand
-        in for the current policy's).
+        in for the current policy's). The recurrent modules in ``pieces`` run
+        by :func:`forward_in_pieces`.
         """
         with (
             self.params_context(actor_params, self.actor_network),
@@ -1000,7 +992,7 @@ class PolicyCriticEvaluator:
             run_modules(submodules(self.actor_network.det_part), data, pieces)
         params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
         if detach_shared:
-            for key in (*self.shared_out_keys, *features):
+            for key in (*self.shared_out_keys, *self.features):
                 data.set(key, data.get(key).detach())
         with (
             self.params_context(critic_params, self.critic_network),
@@ -1015,13 +1007,10 @@ class PolicyCriticEvaluator:
         with torch.no_grad():
             return self.dist_params_only(inputs, params)
 
-    def dist_params_only(
-        self, data: TensorDictBase, params=None, *, sequences: bool = False
-    ) -> dict[str, torch.Tensor]:
+    def dist_params_only(self, data: TensorDictBase, params=None) -> dict:
         """The policy's distribution parameters alone (the averaged policy's pass).
 
-        With ``sequences``, ``data`` holds ``[R, L]`` sequences (a
-        :class:`SequenceWindow`'s) run in recurrent mode.
+        Recurrent, ``data`` holds the ``[R, L]`` sequences of a :class:`SequenceWindow`.
         """
         # under torch.compile a traced swap, TorchRL's way; else a copy holding params
         compiling = is_compiling()
@@ -1030,10 +1019,10 @@ class PolicyCriticEvaluator:
             self.params_context(params, actor)
             if compiling
             else contextlib.nullcontext(),
-            set_recurrent_mode(True) if sequences else contextlib.nullcontext(),
+            set_recurrent_mode(True) if self.recurrent else contextlib.nullcontext(),
             _skip_existing_set_to(False),
         ):
-            pieces = recurrent_modules(actor) if sequences else ()
+            pieces = recurrent_modules(actor) if self.recurrent else ()
             run_modules(submodules(actor.det_part), data, pieces)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
@@ -1142,12 +1131,8 @@ def is_recurrent(network, name: str) -> bool:
     A bare ``nn.LSTM`` / ``nn.GRU`` is refused: it would see neither its sequence
     nor its stored state (TorchRL's modules declare the keys for both).
     """
-    wrapped = set()
-    recurrent = False
-    for module in network.modules():
-        if isinstance(module, (LSTMModule, GRUModule)):
-            recurrent = True
-            wrapped.update(id(m) for m in module.modules())
+    modules = recurrent_modules(network)
+    wrapped = {id(m) for module in modules for m in module.modules()}
     for sub_name, module in network.named_modules():
         if isinstance(module, torch.nn.RNNBase) and id(module) not in wrapped:
             where = f" at {sub_name!r}" if sub_name else ""
@@ -1159,7 +1144,7 @@ def is_recurrent(network, name: str) -> bool:
                 f"hidden-state keys and reset at is_init). Wrap it in one of them, "
                 f"or use a feed-forward network."
             )
-    return recurrent
+    return bool(modules)
 
 
 #: the replay modes of the initial recurrent state
@@ -1328,7 +1313,7 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
         """
         with set_recurrent_mode(True):
             pieces = () if states else self.modules
-            return self(inputs, pieces=pieces, features=self.features, **kwargs)
+            return self(inputs, pieces=pieces, **kwargs)
 
     def window(self, data, prefix, done, terminated, prefix_done, run):
         """The sequences over ``data``, from the states entering them.
@@ -1374,7 +1359,7 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
             self.resets(full, done_flags(full, keys)[0]),
         )
         with torch.no_grad():
-            dist = self.dist_params_only(window.inputs, params, sequences=True)
+            dist = self.dist_params_only(window.inputs, params)
         k = self.burn_in
         return {name: window.current(value)[..., k:, :] for name, value in dist.items()}
 
