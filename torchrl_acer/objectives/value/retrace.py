@@ -1154,7 +1154,7 @@ IS_INIT = "is_init"
 
 
 def recurrent_modules(network) -> list[LSTMModule | GRUModule]:
-    """TorchRL's ``LSTMModule`` and ``GRUModule`` inside ``network``, in order."""
+    """The ``LSTMModule`` and ``GRUModule`` of TorchRL inside ``network``, in order."""
     return [m for m in network.modules() if isinstance(m, (LSTMModule, GRUModule))]
 
 
