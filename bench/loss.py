@@ -94,7 +94,7 @@ from _common import interleaved_samples, per_round_ratios, save  # noqa: E402
 
 from torchrl_acer import ACERLoss  # noqa: E402
 from torchrl_acer.modules.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
-from torchrl_acer.objectives.value.retrace import done_flags, evaluate  # noqa: E402
+from torchrl_acer.objectives.value.retrace import evaluate  # noqa: E402
 
 
 def batch(B, T, obs_key, obs_shape, num_actions, dtype):
@@ -472,7 +472,6 @@ def bare_recurrent(nets, average, layout):
 def check_recurrent(loss, data, nets, average, layout):
     """The loss's network outputs on ``data`` equal the bare side's."""
     estimator = loss.value_estimator
-    recurrent = estimator.recurrent
     with torch.no_grad():
         steps = evaluate(
             estimator,
@@ -480,11 +479,8 @@ def check_recurrent(loss, data, nets, average, layout):
             actor_params=loss.actor_network_params,
             critic_params=loss.critic_network_params,
         )
-        avg = recurrent.average_dist_params(
-            data,
-            done_flags(data, estimator.tensor_keys, "bench")[0],
-            loss.target_actor_network_params,
-            owner="bench",
+        avg = estimator.evaluator.average_dist_params(
+            steps, data, estimator.tensor_keys, loss.target_actor_network_params
         )["logits"]
         logits, q, avg_logits = bare_recurrent(nets, average, layout)
     torch.testing.assert_close(logits[layout.current], steps.logits)

@@ -244,7 +244,6 @@ def test_static_window_split_equals_exact_split(monkeypatch):
             ["observation"],
             done=done,
             terminated=terminated,
-            owner="test",
         )
 
     exact = window()

@@ -1,13 +1,9 @@
 """``ValueEstimators.Retrace``, here and upstream.
 
-Upstream, ``Retrace`` is a member of TorchRL's
-``torchrl.objectives.utils.ValueEstimators``, with its defaults in
-``_BUILTIN_VALUE_ESTIMATOR_DEFAULTS`` (``tools/upstream_patch.py`` writes both and
-imports ``ValueEstimators`` from there in place of this module). A TorchRL
-release without the member gets a stand-in enum holding ``Retrace`` alone, which
-TorchRL's registry (``register_value_estimator``, ``dispatch_value_estimator``,
-``default_value_kwargs``) accepts as it accepts any enum: TorchRL's own enum
-cannot be extended from outside.
+Upstream, ``Retrace`` is a member of TorchRL's ``ValueEstimators`` (written by
+``tools/upstream_patch.py``). A TorchRL release without it gets a stand-in enum
+holding ``Retrace`` alone, which TorchRL's registry accepts as any enum: TorchRL's
+own enum cannot be extended from outside.
 """
 
 from __future__ import annotations

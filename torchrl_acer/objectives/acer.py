@@ -37,7 +37,6 @@ from torchrl_acer.objectives.value.retrace import (
     RetraceEstimator,
     behaviour_log_prob,
     check_finite,
-    done_flags,
     evaluate,
     gaussian_log_prob,
     get_entry,
@@ -82,26 +81,19 @@ class ACERLoss(LossModule):
     statistics of step ``t`` (``trust_region_space``: logits by default) is projected
     so that :math:`k_t \cdot z_t \leq \delta` for every step, with :math:`k_t` the
     gradient of :math:`\mathrm{KL}(\pi_{avg}(\cdot|s_t) \| \pi(\cdot|s_t))`, see
-    :mod:`torchrl_acer.objectives.trust_region`. It is a gradient hook, so backpropagate
-    ``loss_objective + loss_entropy`` (with the critic loss, as trainers do) in one
-    ``backward``. The averaged policy :math:`\pi_{avg}` is the actor's target
-    parameters; keep them with ``SoftUpdate(loss, eps=0.99)`` and call its
-    ``step()`` after each optimizer step. After ``backward`` the hook's statistics
-    are in :attr:`trust_region_stats`.
-
-    With ``reduction="mean"`` or ``"sum"`` every step is bounded by ``delta`` (the
-    hook undoes the reduction's scale, padding excluded: see
-    :class:`~torchrl_acer.objectives.trust_region.TrustRegionHook`); with ``"none"``
-    the hook assumes the per-step losses will be summed: their mean instead makes
-    the effective bound ``N * delta``.
+    :mod:`torchrl_acer.objectives.trust_region`. It is a gradient hook: backpropagate
+    the losses in one ``backward``; its statistics are then in
+    :attr:`trust_region_stats`. The averaged policy :math:`\pi_{avg}` is the actor's
+    target parameters: keep them with ``SoftUpdate(loss, eps=0.99)``. The hook undoes
+    the ``"mean"`` or ``"sum"`` reduction's scale, so ``delta`` bounds every step;
+    with ``"none"`` it assumes the per-step losses will be summed.
 
     **Continuous actions** (paper section 5). With a Gaussian policy
     (``Normal`` / ``IndependentNormal`` over ``loc`` and ``scale``, learned or
     fixed) the critic is a :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`
     (:math:`V` and :math:`\tilde Q`; a :class:`~torchrl_acer.modules.sdn.PlainQCritic`
-    instead gives the paper's ablation without it, with no :math:`V` term in the
-    critic loss), the traces are
-    :math:`\min(1, \rho_t^{1/d})`, and, with :math:`Q_{opc}` the same recursion
+    gives the paper's ablation, with no :math:`V` term in the critic loss), the traces
+    are :math:`\min(1, \rho_t^{1/d})`, and, with :math:`Q_{opc}` the same recursion
     with every trace 1 and one action :math:`a'_t \sim \pi(\cdot|s_t)`:
 
     .. math::
@@ -113,35 +105,19 @@ class ACERLoss(LossModule):
             + \ell\big(\mathrm{sg}(V^{target}_t), V(s_t)\big), \qquad
         V^{target}_t = \min(1, \rho_t) \big(G_t - \tilde Q(s_t, a_t)\big) + V(s_t)
 
-    (the second critic term is the paper's :math:`V` update: its target is the
-    paper's :math:`V^{target}`, so with ``"l2"`` its gradient is
-    :math:`-2 \min(1, \rho_t) (G_t - \tilde Q) \nabla V`, in the paper's ratio to
-    the first term's). The trust region acts
-    on the mean, joined by the scale when it is learned, with the closed-form
-    Gaussian KL gradient, per step as above. Bound actions in the environment
-    (clipping), not with a squashed distribution, so log-probabilities stay exact.
-    The behaviour policy's ``loc`` and ``scale`` are read from the batch.
-
-    Random draws: with a Gaussian policy each forward draws once, after the
-    networks ran, ``torch.randn(1 + n, *loc.shape, dtype=loc.dtype,
-    device=loc.device)`` from torch's default generator (``n`` the dueling
-    network's ``num_samples``, ``0`` for a plain Q critic); row ``0`` gives
-    :math:`a'_t = \mu_t + \sigma_t \epsilon_{0,t}`, rows ``1 .. n`` the
-    :math:`u_i`. A categorical policy draws nothing.
-
-    Each network runs once per forward (see the estimator's ``shifted``), a trunk
-    shared by the actor and the critic (``ActorValueOperator``) too; the averaged
-    actor runs once, without gradient, on a copy of the actor holding the target
-    parameters themselves (not a submodule: the state dict is unchanged).
+    (the paper's :math:`V` update, in the paper's ratio to the first term's). The
+    trust region acts on the mean, joined by the scale when it is learned, with the
+    closed-form Gaussian KL gradient. Bound actions in the environment (clipping),
+    not with a squashed distribution, so log-probabilities stay exact. Each forward
+    draws once, after the networks ran: ``torch.randn(1 + n, *loc.shape)`` (``n``
+    the dueling network's ``num_samples``), row ``0`` for :math:`a'_t = \mu_t +
+    \sigma_t \epsilon_{0,t}`, the others for the :math:`u_i` of :math:`\tilde Q`.
 
     **Recurrent networks** (TorchRL's :class:`~torchrl.modules.LSTMModule` and
-    :class:`~torchrl.modules.GRUModule`; for a categorical policy in the actor, the
-    critic or a trunk they share; for a Gaussian one in the actor, see below). Each
-    row of the ``[*B, T]`` segment runs as one sequence in recurrent mode. With
-    :math:`h_t` the state entering step ``t``
-    (every module's), :math:`f` the recurrent core and :math:`h^{stored}_0` the
-    state stored with the segment's first step (the collector stores the state
-    each step started from):
+    :class:`~torchrl.modules.GRUModule`, in the actor, the critic or a trunk they
+    share; for a Gaussian policy in the actor) run each row of the segment as one
+    sequence. With :math:`h_t` the state entering step ``t``, :math:`f` the
+    recurrent core and :math:`h^{stored}_0` the state stored with the first step:
 
     .. math::
 
@@ -150,38 +126,19 @@ class ACERLoss(LossModule):
         h_{t+1} = f(s_t, h_t), \qquad
         h_t \leftarrow 0 \text{ if } \mathrm{is\_init}_t \lor \mathrm{done}_{t-1}
 
-    and the networks' outputs at :math:`s_t` come from :math:`(s_t, h_t)`, those at
-    the next observation :math:`s'_t` (:math:`V(s'_t)` of the Retrace target, at the
-    last step and at mid-row truncations alike) from :math:`(s'_t, h_{t+1})`: the
-    state that continues the sequence. The averaged policy runs the same way with
-    its own parameters, from the same stored states. ``"zero"`` is OpenAI
-    baselines' replay; ``"stored"`` (default) replays from the behaviour policy's
-    state, which is stale by as many updates as the data is old.
-
-    With ``burn_in=k`` (R2D2, Kapturowski et al., ICLR 2019,
-    https://openreview.net/forum?id=r1lyTjAqYX) the networks first run over steps
-    ``0 .. k-1`` without gradient, only to compute :math:`h_k`; the three loss terms
-    and the Retrace targets (those of the whole segment, see the estimator) cover
-    steps ``k .. T-1``: the mean is over ``B (T - k)`` steps, ``reduction="none"``
-    returns ``[*B, T - k]``, and segments must be longer than ``k``. The loss's
-    :attr:`in_keys` hold ``is_init`` and, with ``"stored"``, every module's
-    hidden-state keys: a replay that keeps them keeps what recurrence needs.
-
-    With a Gaussian policy the recurrent trunk is the actor's, and the stochastic
-    dueling network's value and advantage networks are feed-forward modules that
-    read its output features (e.g. the ``LSTMModule``'s ``out_key``), possibly
-    next to observations. With :math:`y_t` the trunk's output at :math:`(s_t,
-    h_t)` and :math:`y'_t` at :math:`(s'_t, h_{t+1})`, :math:`V_t = V(y_t, s_t)`,
-    :math:`V(s'_t) = V(y'_t, s'_t)` and :math:`\tilde Q(s_t, a) = V_t + A(y_t,
-    s_t, a) - \frac1n \sum_i A(y_t, s_t, u_i)`, the advantage network running on
-    the flattened steps (for :math:`a_t`, :math:`a'_t` and the :math:`u_i` at
-    once). The features are the actor's outputs, not entries of the batch; the
-    critic loss trains the trunk through them (not with ``separate_losses=True``).
-    A dueling network holding a recurrent module itself is refused.
+    and the outputs at :math:`s_t` come from :math:`(s_t, h_t)`, those at the next
+    observation :math:`s'_t` from :math:`(s'_t, h_{t+1})`. The averaged policy runs
+    the same way from the same states. With ``burn_in=k`` (R2D2, Kapturowski et
+    al., ICLR 2019) steps ``0 .. k-1`` only compute :math:`h_k`, without gradient;
+    the loss covers steps ``k .. T-1`` (``reduction="none"`` returns ``[*B, T -
+    k]``). With a Gaussian policy the dueling network's value and advantage
+    networks are feed-forward heads reading the actor trunk's output features
+    (:math:`V_t = V(y_t, s_t)` with :math:`y_t` the trunk's output at :math:`(s_t,
+    h_t)`), run on the flattened steps; the critic loss trains the trunk through
+    them (not with ``separate_losses=True``).
 
     With ``check_values=False`` on the estimator, ``torch.compile(loss)`` traces
-    the whole forward, trust-region hook included, as one graph; a batch must then
-    have at most as many mid-row truncations as rows (see
+    the whole forward, trust-region hook included, as one graph (see
     :class:`~torchrl_acer.objectives.value.retrace.ObservationWindow`).
 
     Args:
@@ -198,15 +155,11 @@ class ACERLoss(LossModule):
             gradient. Defaults to ``10.0``.
         trust_region_delta (float or None): :math:`\delta`. ``None`` disables the
             trust region. Defaults to ``1.0``.
-        trust_region_space (str): ``"logits"`` (default), ``"log_probs"`` or
-            ``"probs"`` (the paper's and OpenAI baselines' choice): the statistics
-            :math:`\phi` the projection acts on. The three give different
-            projections.
+        trust_region_space (str): the statistics :math:`\phi` the projection acts on:
+            ``"logits"`` (default), ``"log_probs"`` or ``"probs"`` (the paper's).
         entropy_coeff (float): :math:`\beta`. Defaults to ``0.01``.
-        critic_coeff (float or None): :math:`c_{critic}`. Defaults to ``0.25``
-            (OpenAI baselines' ``q_coef = 0.5`` on half the squared error). ``None``
-            drops the critic term: no ``loss_critic`` output, the critic is still
-            used (and must be trained elsewhere).
+        critic_coeff (float or None): :math:`c_{critic}`. Defaults to ``0.25``.
+            ``None`` drops the critic term (the critic must be trained elsewhere).
         loss_critic_type (str): the distance :math:`\ell` of TorchRL's
             ``distance_loss``: ``"l2"`` (default, the squared error), ``"l1"`` or
             ``"smooth_l1"``.
@@ -214,21 +167,17 @@ class ACERLoss(LossModule):
             critic are trained by the policy terms only. Defaults to ``False``.
         reduction (str, optional): ``"none"``, ``"mean"`` or ``"sum"``. ``None``
             (default) means ``"mean"``.
-        recurrent_state (str): with recurrent networks, the state a replayed
-            segment starts from: ``"stored"`` (default, the state stored with the
-            segment's first step) or ``"zero"``. Ignored for feed-forward networks.
-        burn_in (int): with recurrent networks, the number of steps at the start of
-            each segment that only warm the state (no loss terms, no gradient).
-            Defaults to ``0``.
+        recurrent_state (str): with recurrent networks, ``"stored"`` (default) or
+            ``"zero"``: the state a replayed segment starts from.
+        burn_in (int): with recurrent networks, the steps at the start of each
+            segment that only warm the state. Defaults to ``0``.
 
     ``ratio_clip``, ``entropy_coeff`` and ``critic_coeff`` are buffers that can be
     scheduled by assignment (``loss.entropy_coeff = 0.001``).
 
     The default value estimator is Retrace with :math:`\lambda = 1`,
-    :math:`\bar c = 1`, :math:`\gamma = 0.99` and ``shifted=True`` (collectors and
-    segment replay give ``("next", obs)[t] == obs[t + 1]`` inside episodes); change
-    it with ``make_value_estimator(gamma=..., lmbda=..., c_thresh=...,
-    shifted=...)``.
+    :math:`\bar c = 1`, :math:`\gamma = 0.99` and ``shifted=True``; change it with
+    ``make_value_estimator(gamma=..., lmbda=..., c_thresh=..., shifted=...)``.
 
     Examples:
         >>> import torch
@@ -268,28 +217,6 @@ class ACERLoss(LossModule):
         >>> sorted(loss.trust_region_stats.keys())
         ['active_fraction', 'k_dot_g', 'k_norm']
         >>> updater.step()
-
-    A recurrent actor and critic sharing an LSTM, replayed from the stored state
-    with a burn-in of two steps:
-
-        >>> from tensordict.nn import TensorDictSequential
-        >>> from torchrl.modules import LSTMModule
-        >>> lstm = LSTMModule(
-        ...     input_size=n_obs, hidden_size=8, in_key="observation", out_key="embed")
-        >>> actor = ProbabilisticActor(
-        ...     TensorDictSequential(
-        ...         lstm, TensorDictModule(torch.nn.Linear(8, n_act), ["embed"], ["logits"])),
-        ...     in_keys=["logits"], distribution_class=Categorical, return_log_prob=True)
-        >>> critic = TensorDictSequential(
-        ...     lstm, TensorDictModule(torch.nn.Linear(8, n_act), ["embed"], ["action_value"]))
-        >>> loss = ACERLoss(actor, critic, burn_in=2, reduction="none")
-        >>> [key for key in loss.in_keys if key in ("is_init", "recurrent_state_h", "recurrent_state_c")]
-        ['recurrent_state_h', 'recurrent_state_c', 'is_init']
-        >>> data["is_init"] = torch.zeros(B, T, 1, dtype=torch.bool)
-        >>> data["recurrent_state_h"] = torch.randn(B, T, 1, 8)  # [*B, T, layers, hidden]
-        >>> data["recurrent_state_c"] = torch.randn(B, T, 1, 8)
-        >>> loss(data)["loss_objective"].shape  # the T - 2 steps after the burn-in
-        torch.Size([2, 3])
     """
 
     @dataclass
@@ -468,10 +395,6 @@ class ACERLoss(LossModule):
 
         ``value_type`` is ``ValueEstimators.Retrace`` (the default; ``"retrace"``
         too), a :class:`RetraceEstimator` instance or a subclass of it.
-
-        Examples:
-            ``loss.make_value_estimator(gamma=0.99)``,
-            ``loss.make_value_estimator("retrace", gamma=0.9, c_thresh=1.0)``.
         """
         recurrent = {"recurrent_state": self.recurrent_state, "burn_in": self.burn_in}
         for name in recurrent.keys() & hyperparams.keys():
@@ -522,22 +445,10 @@ class ACERLoss(LossModule):
             detach_shared=self.separate_losses,
         )
         data = steps.data  # burn-in steps only warm the recurrent state: no loss terms
-        if estimator.recurrent is not None:
-            average = estimator.recurrent.average_dist_params(
-                full,
-                done_flags(full, estimator.tensor_keys, type(estimator).__name__)[0],
-                self.target_actor_network_params,
-                owner=type(self).__name__,
-            )
-        else:
-            with torch.no_grad():
-                average = estimator.evaluator.dist_params_only(
-                    steps.window.flat_current(self.actor_network.in_keys),
-                    self.target_actor_network_params,
-                )
-        log_mu = behaviour_log_prob(
-            data, estimator.tensor_keys, estimator.family, type(estimator).__name__
+        average = estimator.evaluator.average_dist_params(
+            steps, full, estimator.tensor_keys, self.target_actor_network_params
         )
+        log_mu = behaviour_log_prob(data, estimator.tensor_keys, estimator.family)
         # the per-step losses are reduced below (masked where _reduce_loss finds a
         # mask): the reduction tells the trust-region hook how each step's gradient
         # is scaled when it reaches the policy
@@ -558,29 +469,8 @@ class ACERLoss(LossModule):
             valid=valid,
             stats_out=self._trust_region_stats,
         )
-        behaviour = behaviour_statistics(
-            data,
-            self.tensor_keys,
-            (steps.logits if categorical else steps.loc).shape,
-            gaussian=not categorical,
-            check=estimator.check_values,
-            owner=type(self).__name__,
-        )
-        args = (estimator, data, steps, average, behaviour, log_mu)
-        common = {
-            "ratio_clip": self.ratio_clip,
-            "register": register,
-            "loss_critic_type": self.loss_critic_type,
-        }
-        if categorical:
-            terms = categorical_terms(*args, space=self.trust_region_space, **common)
-        else:
-            terms = gaussian_terms(
-                *args,
-                sdn=self.critic_network,
-                sdn_params=self.critic_network_params,
-                **common,
-            )
+        terms = categorical_terms if categorical else gaussian_terms
+        terms = terms(self, steps, average, log_mu, register)
         return self._outputs(terms, data, time_dim, last, masked)
 
     def _reduce(self, value, data, masked):
@@ -637,10 +527,9 @@ class ACERLoss(LossModule):
     def trust_region_stats(self) -> TensorDict | None:
         r"""The trust region's statistics for the last ``backward``.
 
-        The share of steps where it was active (``active_fraction``), the mean
-        :math:`\|k_t\|` (``k_norm``) and the mean :math:`k_t \cdot g_t` (``k_dot_g``), a
-        copy, in the policy's dtype; ``NaN`` before the first backward, ``None`` without
-        a trust region (``trust_region_delta=None``).
+        ``active_fraction``, ``k_norm`` and ``k_dot_g`` (see
+        :class:`~torchrl_acer.objectives.trust_region.TrustRegionHook`); ``NaN``
+        before the first backward, ``None`` without a trust region.
         """
         if self.trust_region_delta is None:
             return None
@@ -649,29 +538,21 @@ class ACERLoss(LossModule):
         return TensorDict(dict(zip(TRUST_REGION_STATS, values, strict=True)), [])
 
 
-def categorical_terms(
-    estimator,
-    data,
-    steps,
-    average,
-    behaviour,
-    log_mu,
-    *,
-    ratio_clip,
-    space,
-    register,
-    loss_critic_type,
-) -> dict[str, torch.Tensor]:
-    """Per-step terms for a categorical policy (the sum over actions is exact).
+def categorical_terms(loss, steps, average, log_mu, register) -> dict:
+    """Per-step terms of ``loss`` for a categorical policy (the sum over actions is exact).
 
     ``steps`` from :func:`~torchrl_acer.objectives.value.retrace.evaluate`, the
-    averaged policy's ``average`` and the ``behaviour`` statistics, ``log_mu`` the
-    behaviour log-probabilities; ``space`` and ``register`` place the trust
-    region, ``loss_critic_type`` is the critic's ``distance_loss``.
+    averaged policy's distribution parameters ``average``, the behaviour
+    log-probabilities ``log_mu``; ``register`` puts the trust region's hook.
     """
+    estimator, data = loss.value_estimator, steps.data
+    (behaviour_logits,) = behaviour_statistics(
+        data, loss.tensor_keys, steps.logits.shape, False, estimator.check_values
+    )
     avg_logits = average["logits"].reshape(steps.logits.shape)
-    behaviour_log_probs = behaviour[0].log_softmax(-1)
+    behaviour_log_probs = behaviour_logits.log_softmax(-1)
     avg_probs = avg_logits.softmax(-1)
+    space = loss.trust_region_space
     log_probs = categorical_log_probs(steps.logits, avg_probs, space, register)
     pi = log_probs.exp()
     probs = pi.detach()
@@ -679,15 +560,10 @@ def categorical_terms(
     value = state_value(probs, q)
     log_pi = taken(log_probs, steps.action)
     with torch.no_grad():
-        value_target = estimator.value_estimate(
-            data,
-            log_pi=log_pi.detach(),
-            action_value=steps.action_value.detach(),
-            next_state_value=steps.next_state_value.detach(),
-            log_mu=log_mu,
-            flags=steps.flags,
+        value_target, _ = estimator.targets(
+            data, steps, log_pi.detach(), steps.action_value.detach(), log_mu
         )
-        c = ratio_clip
+        c = loss.ratio_clip
         rho = (log_pi.detach() - log_mu).exp()
         rho_all = (log_probs.detach() - behaviour_log_probs).exp()
         # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
@@ -703,7 +579,9 @@ def categorical_terms(
     return {
         "objective": objective,
         "entropy": entropy,
-        "critic": distance_loss(value_target, steps.action_value, loss_critic_type),
+        "critic": distance_loss(
+            value_target, steps.action_value, loss.loss_critic_type
+        ),
         "kl_avg": kl_avg,
         "rho": rho,
         "value_target": value_target,
@@ -711,33 +589,24 @@ def categorical_terms(
     }
 
 
-def gaussian_terms(
-    estimator,
-    data,
-    steps,
-    average,
-    behaviour,
-    log_mu,
-    *,
-    sdn,
-    sdn_params,
-    ratio_clip,
-    register,
-    loss_critic_type,
-) -> dict[str, torch.Tensor]:
+def gaussian_terms(loss, steps, average, log_mu, register) -> dict:
     """Per-step terms for a Gaussian policy and a stochastic dueling network.
 
     Paper section 5: Q_opc in the policy gradient, one sampled action for the bias
     correction, a V term in the critic loss. The arguments are
-    :func:`categorical_terms`'s, with the critic ``sdn`` and its parameters.
+    :func:`categorical_terms`'s.
     """
+    estimator, data = loss.value_estimator, steps.data
+    sdn, sdn_params = loss.critic_network, loss.critic_network_params
+    mu_loc, mu_scale = behaviour_statistics(
+        data, loss.tensor_keys, steps.loc.shape, True, estimator.check_values
+    )
     d = steps.loc.shape[-1]
     avg_loc = average["loc"].reshape(steps.loc.shape)
     avg_scale = average["scale"].expand_as(average["loc"]).reshape(steps.loc.shape)
     loc, scale = gaussian_statistics(
         steps.loc, steps.scale, avg_loc, avg_scale, register
     )
-    mu_loc, mu_scale = behaviour
     with torch.no_grad():
         # one action a' ~ pi for the bias correction, n for the dueling baseline
         n = 1 + sdn.num_samples * sdn.dueling
@@ -758,10 +627,10 @@ def gaussian_terms(
     log_pi = gaussian_log_prob(loc, scale, steps.action)
     log_pi_sampled = gaussian_log_prob(loc, scale, sampled)
     with torch.no_grad():
-        c = ratio_clip
+        c = loss.ratio_clip
         v = value.detach()
         q_sampled = advantages[1] + offset
-        q_ret, q_opc = estimator.gaussian_targets(
+        q_ret, q_opc = estimator.targets(
             data, steps, log_pi.detach(), q_taken.detach(), log_mu
         )
         rho = (log_pi.detach() - log_mu).exp()
@@ -783,11 +652,11 @@ def gaussian_terms(
     # (Q_ret - Q~) grad Q~ + min(1, rho) (Q_ret - Q~) grad V, as two distances:
     # the paper's V_target = min(1, rho) (Q_ret - Q~) + V makes the second one a
     # real regression (a plain Q critic has no V of its own to train)
-    critic = distance_loss(q_ret, q_taken, loss_critic_type)
+    critic = distance_loss(q_ret, q_taken, loss.loss_critic_type)
     if sdn.dueling:
         with torch.no_grad():
             value_target = rho.clamp(max=1.0) * (q_ret - q_taken) + value
-        critic = critic + distance_loss(value_target, value, loss_critic_type)
+        critic = critic + distance_loss(value_target, value, loss.loss_critic_type)
     return {
         "objective": objective,
         "entropy": entropy,
@@ -799,9 +668,7 @@ def gaussian_terms(
     }
 
 
-def behaviour_statistics(
-    data: TensorDictBase, keys, shape, *, gaussian: bool, check: bool, owner: str
-) -> list[torch.Tensor]:
+def behaviour_statistics(data, keys, shape, gaussian: bool, check: bool) -> list:
     """The behaviour policy's statistics stored with the ``[*B, T]`` steps.
 
     ``[logits]`` (categorical policies, of the policy's ``shape``) or ``[loc,
@@ -815,7 +682,6 @@ def behaviour_statistics(
         value = get_entry(
             data,
             key,
-            owner,
             f"the behaviour policy's {what} stored with each step (collectors "
             f"store the actor's)",
         )
@@ -827,7 +693,7 @@ def behaviour_statistics(
                 pass
         if not fits:
             raise ValueError(
-                f"{owner}: behaviour {name} {key!r} "
+                f"behaviour {name} {key!r} "
                 f"{'has' if gaussian else 'have'} shape {tuple(value.shape)}, "
                 f"expected {tuple(shape)} (the policy's {what} for the [*B, T] "
                 f"batch)"
@@ -838,13 +704,12 @@ def behaviour_statistics(
             check_finite(
                 value,
                 repr(key),
-                owner,
                 f"the behaviour policy's {what} are corrupted",
             )
         out.append(value.expand(shape))
     if check and gaussian and not bool((out[1] > 0).all()):
         raise ValueError(
-            f"{owner}: behaviour scale {keys.behavior_scale!r} holds values that "
+            f"behaviour scale {keys.behavior_scale!r} holds values that "
             f"are not positive; min {out[1].min().item()}"
         )
     return out

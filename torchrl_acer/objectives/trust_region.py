@@ -25,79 +25,11 @@ from __future__ import annotations
 
 import torch
 
-__all__ = [
-    "TRUST_REGION_SPACES",
-    "TRUST_REGION_STATS",
-    "TrustRegionHook",
-    "categorical_log_probs",
-    "gaussian_kl_gradient",
-    "gaussian_statistics",
-    "kl_gradient",
-    "project",
-]
+__all__ = ["TrustRegionHook", "categorical_log_probs", "gaussian_statistics", "project"]
 
 TRUST_REGION_SPACES = ("logits", "log_probs", "probs")
 # the statistics a projection leaves in its output tensor, in this order
 TRUST_REGION_STATS = ("active_fraction", "k_norm", "k_dot_g")
-
-
-def kl_gradient(space: str, stats: torch.Tensor, avg_probs: torch.Tensor):
-    r""":math:`\nabla_\phi \mathrm{KL}(\pi_{avg} \| \pi)` for a categorical policy.
-
-    Args:
-        space: what :math:`\phi` is: ``"logits"`` (:math:`\pi = softmax(\phi)`, then
-            :math:`k = \pi - \pi_{avg}`), ``"log_probs"`` (:math:`k = -\pi_{avg}`) or
-            ``"probs"`` (:math:`k = -\pi_{avg} / \pi`, the paper's choice).
-        stats: :math:`\phi`, ``[..., A]``.
-        avg_probs: :math:`\pi_{avg}`, ``[..., A]``.
-    """
-    if space == "logits":
-        return stats.softmax(-1) - avg_probs
-    if space == "log_probs":
-        return -avg_probs.expand_as(stats)
-    if space == "probs":
-        return -avg_probs / stats
-    raise ValueError(
-        f"trust_region_space must be one of {TRUST_REGION_SPACES}, got {space!r}"
-    )
-
-
-def gaussian_kl_gradient(
-    loc: torch.Tensor,
-    scale: torch.Tensor,
-    avg_loc: torch.Tensor,
-    avg_scale: torch.Tensor,
-    *,
-    learned_scale: bool,
-) -> torch.Tensor:
-    r""":math:`\nabla_\phi \mathrm{KL}(\pi_{avg} \| \pi)` for diagonal Gaussians.
-
-    With :math:`\pi = N(\mu, \mathrm{diag}\,\sigma^2)`, :math:`\pi_{avg} =
-    N(\mu_a, \mathrm{diag}\,\sigma_a^2)` and
-
-    .. math::
-
-        \mathrm{KL} = \sum_i \log\frac{\sigma_i}{\sigma_{a,i}}
-            + \frac{\sigma_{a,i}^2 + (\mu_{a,i} - \mu_i)^2}{2 \sigma_i^2} - \frac12,
-
-    :math:`\partial/\partial\mu_i = (\mu_i - \mu_{a,i}) / \sigma_i^2` and
-    :math:`\partial/\partial\sigma_i = 1/\sigma_i - (\sigma_{a,i}^2 +
-    (\mu_{a,i} - \mu_i)^2) / \sigma_i^3`.
-
-    Returns:
-        ``[..., d]`` (the mean's part) or, with ``learned_scale``, ``[..., 2 d]``
-        (mean's, then scale's): the statistics :math:`\phi` are the mean, and the
-        scale when the policy learns it.
-    """
-    loc, scale, avg_loc, avg_scale = torch.broadcast_tensors(
-        loc, scale, avg_loc, avg_scale
-    )
-    var = scale.pow(2)
-    k_loc = (loc - avg_loc) / var
-    if not learned_scale:
-        return k_loc
-    k_scale = 1 / scale - (avg_scale.pow(2) + (avg_loc - loc).pow(2)) / (var * scale)
-    return torch.cat([k_loc, k_scale], -1)
 
 
 def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
@@ -124,27 +56,14 @@ def _project(g, k, delta):
 class TrustRegionHook:
     r"""Projects, per step, the gradient arriving at the policy statistics.
 
-    The gradient reaching :math:`\phi_t` is :math:`-g_t / s`: minus the ascent
-    direction of the step's objective, divided by the reduction's scale ``s`` (the
-    number of valid steps for a mean, 1 for a sum). The hook projects :math:`g_t`
-    and returns :math:`-z^*_t / s`.
-
-    It also writes the projection's statistics (:data:`TRUST_REGION_STATS`, means
-    over the valid steps) into ``stats_out``, in place. The hook is a function of
-    tensors whose only side effect is that copy into a tensor its owner holds, so
-    ``torch.compile`` traces it into the backward graph as it is, and the
-    statistics reach the owner without a registry or a callback.
-
-    Args:
-        k: :math:`k_t`, ``[..., A]`` (detached).
-        delta: :math:`\delta`.
-        scale: ``s``.
-        valid: ``[..., 1]`` weights of the steps that count (1 valid, 0 padding),
-            for the statistics only; ``None``: every step counts.
-        stats_out: a ``[3]`` tensor of the statistics' dtype that receives
-            ``(active_fraction, k_norm, k_dot_g)``: the share of valid steps whose
-            constraint was active, the mean :math:`\|k_t\|` and the mean
-            :math:`k_t \cdot g_t` before projection.
+    The gradient reaching :math:`\phi_t` is :math:`-g_t / s`, ``s`` the reduction's
+    scale (the number of valid steps for a mean, 1 for a sum): the hook projects
+    :math:`g_t` onto :math:`k_t \cdot z \leq \delta` and returns :math:`-z^*_t / s`.
+    It copies the statistics :data:`TRUST_REGION_STATS` (the share of ``valid``
+    steps whose constraint was active, the mean :math:`\|k_t\|` and the mean
+    :math:`k_t \cdot g_t`) into ``stats_out``, a tensor its owner holds: no registry
+    or callback, so ``torch.compile`` traces the hook into the backward graph.
+    ``valid`` weighs the steps in the statistics (``None``: every step counts).
     """
 
     @classmethod
@@ -177,40 +96,51 @@ class TrustRegionHook:
 
 
 def categorical_log_probs(logits, avg_probs, space: str, register) -> torch.Tensor:
-    """Log-probabilities of the current policy, through the trust region.
+    r"""Log-probabilities of the current policy, through the trust region.
 
-    The statistics the trust region acts on (``space``) are computed from the
-    logits, ``register(stats, k)`` (:meth:`TrustRegionHook.register`) puts the
-    projection on them, and the log-probabilities are computed from them, so that
-    every policy term's gradient passes through the projection.
+    The statistics :math:`\phi` (``space``) are computed from the logits and
+    ``register(stats, k)`` (:meth:`TrustRegionHook.register`) puts the projection on
+    them, with :math:`k = \nabla_\phi \mathrm{KL}(\pi_{avg} \| \pi)`: :math:`\pi -
+    \pi_{avg}` for logits, :math:`-\pi_{avg}` for log-probabilities, :math:`-\pi_{avg}
+    / \pi` for probabilities (the paper's choice). The log-probabilities are computed
+    from them, so that every policy term's gradient passes through the projection.
     """
     if space == "logits":
         stats = logits
-    elif space == "log_probs":
-        stats = logits.log_softmax(-1)
-    else:
-        stats = logits.softmax(-1)
-    register(stats, kl_gradient(space, stats.detach(), avg_probs))
-    if space == "logits":
+        register(stats, stats.detach().softmax(-1) - avg_probs)
         return stats.log_softmax(-1)
     if space == "log_probs":
+        stats = logits.log_softmax(-1)
+        register(stats, -avg_probs.expand_as(stats))
         return stats
+    stats = logits.softmax(-1)
+    register(stats, -avg_probs / stats.detach())
     return stats.clamp_min(torch.finfo(stats.dtype).tiny).log()
 
 
 def gaussian_statistics(loc, scale, avg_loc, avg_scale, register):
-    """The policy's mean (and learned scale) through the trust region.
+    r"""The policy's mean (and learned scale) through the trust region.
 
     The statistics are the mean, joined by the scale when it is learned (has a
     gradient), so that the projection bounds them together per step; ``register``
-    as for :func:`categorical_log_probs`. Returns ``(loc, scale)``.
+    as for :func:`categorical_log_probs`. With :math:`\pi = N(\mu, \sigma^2)` and
+    :math:`\pi_{avg} = N(\mu_a, \sigma_a^2)` per dimension,
+    :math:`\partial \mathrm{KL} / \partial\mu = (\mu - \mu_a) / \sigma^2` and
+    :math:`\partial \mathrm{KL} / \partial\sigma = 1/\sigma - (\sigma_a^2 + (\mu_a -
+    \mu)^2) / \sigma^3`. Returns ``(loc, scale)``.
     """
     learned = scale.requires_grad
     d = loc.shape[-1]
+    with torch.no_grad():
+        mu, sigma, mu_a, sigma_a = torch.broadcast_tensors(
+            loc, scale, avg_loc, avg_scale
+        )
+        var = sigma.pow(2)
+        k = (mu - mu_a) / var
+        if learned:
+            k_scale = 1 / sigma - (sigma_a.pow(2) + (mu_a - mu).pow(2)) / (var * sigma)
+            k = torch.cat([k, k_scale], -1)
     stats = torch.cat([loc, scale], -1) if learned else loc
-    k = gaussian_kl_gradient(
-        loc.detach(), scale.detach(), avg_loc, avg_scale, learned_scale=learned
-    )
     register(stats, k)
     if learned:
         return stats[..., :d], stats[..., d:]

@@ -1,9 +1,7 @@
 """Pure tensor functions behind ACER: the Retrace(lambda) target.
 
-Everything here is a function of tensors, with no TensorDict or module around it,
-in the style of TorchRL's ``torchrl.objectives.value.functional`` and rlax's
-``multistep``. Shapes follow TorchRL: ``[*B, T, *F]`` with time at ``time_dim``
-(default ``-2``) and feature dimensions ``*F`` after it.
+Functions of tensors, as TorchRL's ``torchrl.objectives.value.functional``: shapes
+are ``[*B, T, *F]`` with time at ``time_dim`` (default ``-2``).
 """
 
 from __future__ import annotations
@@ -23,19 +21,13 @@ def _reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.
     first dimension of both tensors (``[T, *rest]``, broadcastable to each other).
 
     Short windows (``T <= 32``, at most ``2**22`` elements in the ``[T, T, ...]``
-    matrix) are one weighted sum: the products of decays from every ``t`` to every
-    ``k`` come from one cumulative product, in a fixed number of operations. Longer
-    sequences use a Hillis-Steele parallel scan: ``ceil(log2 T)`` vectorised
-    steps, each composing every segment with the one ``offset`` steps ahead of it.
-    Long and large ones (``T >= 64`` and ``2**17`` elements or more) are cut
-    into about ``sqrt(T)`` blocks of about
-    ``sqrt(T)`` steps: a loop runs the recursion inside all blocks at once, the
-    values carried between blocks are solved by the same scan over the blocks,
-    and one vectorised step adds them back; the work stays proportional to
-    ``T`` (where the plain scan's grows as ``T log T``) with ``O(sqrt T)`` Python
-    steps. No division or logarithm is involved, so zeros in ``decay`` (episode
-    ends) are exact; the result equals the sequential loop up to floating-point
-    reassociation of the sums. Autograd flows through both forms.
+    matrix) are one weighted sum, the products of decays from every ``t`` to every
+    ``k`` from one cumulative product. Longer sequences use a Hillis-Steele scan
+    (``ceil(log2 T)`` vectorised steps); long and large ones (``T >= 64`` and
+    ``2**17`` elements or more) run the recursion inside about ``sqrt(T)`` blocks
+    at once and that scan over the blocks, in work proportional to ``T``. No
+    division or logarithm is involved, so zeros in ``decay`` (episode ends) are
+    exact. Autograd flows through every form.
     """
     if delta.shape[0] != decay.shape[0]:
         raise ValueError(
@@ -200,12 +192,6 @@ def retrace_lambda_return_estimate(
         ... )
         >>> G.squeeze(-1)
         tensor([2.8000, 2.8000, 2.8000, 2.8000, 2.8000])
-        >>> # on-policy with Q == V, lmbda = 1 is the discounted return to the window end
-        >>> G = retrace_lambda_return_estimate(
-        ...     0.5, 1.0, zeros, zeros, zeros, zeros, reward, done
-        ... )
-        >>> G.squeeze(-1)
-        tensor([1.9375, 1.8750, 1.7500, 1.5000, 1.0000])
     """
     if terminated is None:
         terminated = done

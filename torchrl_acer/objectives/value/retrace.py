@@ -1,20 +1,10 @@
 r"""RetraceEstimator: the Retrace(lambda) target as a TorchRL value estimator.
 
-Besides the estimator, this module holds how it runs the policy and the critic once
-over a ``[*B, T]`` batch, and the input checks it shares with the loss:
-
-- feed-forward networks see the batch as independent observations laid out by
-  :class:`ObservationWindow` (``s_t`` and the real next observations ``s'_t``, in
-  one call per network), called by :class:`PolicyCriticEvaluator`;
-- networks holding TorchRL's :class:`~torchrl.modules.LSTMModule` or
-  :class:`~torchrl.modules.GRUModule` see each row as one sequence, laid out by
-  :class:`SequenceWindow` (``s'_t`` inserted after its step, the state reset at
-  episode starts) and run by :class:`RecurrentEvaluator` in TorchRL's recurrent
-  mode, from the stored or a zero state, after an optional burn-in. The equations
-  are in :class:`~torchrl_acer.ACERLoss`;
-- where only the outputs of a recurrent module are read, :func:`forward_in_pieces`
-  runs its RNN on padded pieces of the rows rather than TorchRL's packed sequences
-  (issue #18).
+Also how the estimator (and :class:`~torchrl_acer.ACERLoss`) run the policy and the
+critic once over a ``[*B, T]`` batch: feed-forward networks on the flat observations
+of an :class:`ObservationWindow`, networks holding TorchRL's ``LSTMModule`` /
+``GRUModule`` over the rows of a :class:`SequenceWindow` (:class:`RecurrentEvaluator`),
+and the input checks the estimator and the loss share.
 """
 
 from __future__ import annotations
@@ -24,7 +14,6 @@ import copy
 import functools
 import math
 import weakref
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -84,28 +73,20 @@ class RetraceEstimator(ValueEstimatorBase):
     end of a slice from :class:`~torchrl.data.replay_buffers.SliceSampler`) is
     bootstrapped from :math:`V` at its real next observation, never through a reset.
 
-    Each network is called once per forward. With ``shifted=True`` it runs on the
-    ``T + 1`` observations of every row (the ``T`` observations and the last next
-    observation) plus the next observation of each mid-row truncation, rather than
-    on ``2 T`` observations; this relies on ``("next", obs)[t] == obs[t + 1]``
-    inside an episode, as collectors and replay buffers produce it (multi-step
-    returns break it). With ``shifted=False`` (the default, as in TorchRL) it runs
-    on the ``T`` observations and the ``T`` next observations.
+    Each network is called once per forward: with ``shifted=True`` on the ``T + 1``
+    observations of every row and the next observation of each mid-row truncation
+    (this relies on ``("next", obs)[t] == obs[t + 1]`` inside an episode, as
+    collectors and replay buffers produce it), with ``shifted=False`` (the default,
+    as in TorchRL) on the ``T`` observations and the ``T`` next observations.
 
-    **Gaussian policies** (ACER's continuous actions, paper section 5): with a
-    ``Normal`` / ``IndependentNormal`` actor over ``loc`` and ``scale``, the critic
-    is a :class:`~torchrl_acer.StochasticDuelingNetwork`; :math:`V` comes from its
-    value head, :math:`Q` of the taken action is :math:`\tilde Q` (with fresh
-    draws :math:`u_i \sim \pi`), the traces are
+    **Gaussian policies** (paper section 5; the critic is a
+    :class:`~torchrl_acer.StochasticDuelingNetwork`): :math:`V` comes from its value
+    head, :math:`Q` of the taken action is :math:`\tilde Q`, the traces are
     :math:`\lambda \min(\bar c, \rho_t^{1/d})` for ``d``-dimensional actions, and
-    :math:`Q_{opc}` (the same recursion with every trace 1) is also written, under
-    ``value_target_opc``.
-
-    **Recurrent networks** (TorchRL's ``LSTMModule`` / ``GRUModule``) run each row
-    as one sequence, as :class:`~torchrl_acer.ACERLoss` states in equations. With
-    ``burn_in=k`` Retrace runs on steps ``k .. T-1`` alone, which gives them the
-    targets of the whole segment (:math:`G_t` reads only steps ``>= t``); the
-    burn-in steps get ``NaN`` as target, advantage and state value.
+    :math:`Q_{opc}` (every trace 1) is also written, under ``value_target_opc``.
+    **Recurrent networks** run each row as one sequence (see
+    :class:`~torchrl_acer.ACERLoss`); with ``burn_in=k`` the steps ``k .. T-1``
+    get the targets of the whole segment, the burn-in steps ``NaN``.
 
     The functional form is :func:`~torchrl_acer.retrace_lambda_return_estimate`.
 
@@ -114,11 +95,10 @@ class RetraceEstimator(ValueEstimatorBase):
         actor_network (ProbabilisticTensorDictSequential): the policy :math:`\pi`, a
             categorical distribution over ``"logits"`` (``Categorical`` with action
             indices, or ``OneHotCategorical`` with one-hot actions), or a Gaussian.
-        value_network (TensorDictModule): the critic. For a categorical policy, a
-            module writing one value per action under the ``action_value`` key (a
-            critic that shares its leading modules with the actor, as TorchRL's
-            ``ActorValueOperator`` makes, has them run once); for a Gaussian one, a
-            :class:`~torchrl_acer.StochasticDuelingNetwork`.
+        value_network (TensorDictModule): the critic: for a categorical policy one
+            value per action under the ``action_value`` key (leading modules it
+            shares with the actor, as in TorchRL's ``ActorValueOperator``, run
+            once), for a Gaussian one a :class:`~torchrl_acer.StochasticDuelingNetwork`.
         lmbda (scalar): trace decay :math:`\lambda`. Defaults to ``1.0`` (ACER).
         c_thresh (scalar): trace truncation :math:`\bar c`. Defaults to ``1.0``.
         differentiable (bool): if ``True``, the outputs carry gradients to the
@@ -127,26 +107,21 @@ class RetraceEstimator(ValueEstimatorBase):
         shifted (bool): the shifted window above. Defaults to ``False``;
             ``ACERLoss``'s default estimator uses ``True``.
         skip_existing (bool, optional): if ``True``, the critic is not run where
-            the input already holds its output (``action_value``, or the dueling
-            network's state value, at ``s_t`` and under ``"next"``); the policy
-            always runs. ``None`` (default) follows
+            the input already holds its output at ``s_t`` and under ``"next"``
+            (the policy always runs). ``None`` (default) follows
             :func:`tensordict.nn.skip_existing`.
         check_values (bool): if ``True`` (default), raise ``ValueError`` naming
             the entry where a reward or a behaviour log-probability is not finite
-            or an action is out of range (``ACERLoss`` checks the behaviour logits,
-            or ``loc`` and a positive ``scale``, too). These checks read a
-            reduction back (a device synchronisation on GPU, a few microseconds on
-            CPU); pass ``False`` in hot loops once the data pipeline is trusted.
-            Key, shape and empty-batch checks read only metadata and always run; a
-            data dtype that is not the networks' is named when they refuse it.
+            or an action is out of range. These checks read a reduction back (a
+            device synchronisation on GPU); pass ``False`` in hot loops once the
+            data pipeline is trusted. Key and shape checks always run.
         time_dim (int, optional): the time dimension of inputs; defaults to the
             dimension named ``"time"``, else the last one.
         device (torch.device, optional): device of the hyper-parameter buffers.
         recurrent_state (str): with recurrent networks, ``"stored"`` (default) or
-            ``"zero"``: the state a segment starts from. Ignored otherwise.
+            ``"zero"``: the state a segment starts from.
         burn_in (int): with recurrent networks, the steps at the start of each
             segment that only warm the state (their targets are ``NaN``).
-            Defaults to ``0``.
 
     Examples:
         >>> import torch
@@ -174,42 +149,27 @@ class RetraceEstimator(ValueEstimatorBase):
         >>> data = estimator(data)
         >>> data["value_target"].shape, data["advantage"].shape, data["state_value"].shape
         (torch.Size([2, 5, 1]), torch.Size([2, 5, 1]), torch.Size([2, 5, 1]))
-
-    Like TorchRL's estimators it also takes the entries as keyword arguments
-    (``next_`` prefixes the ``"next"`` entries) and returns ``(advantage,
-    value_target)``:
-
-        >>> advantage, value_target = estimator(
-        ...     observation=data["observation"], action=data["action"],
-        ...     action_log_prob=data["action_log_prob"],
-        ...     next_observation=data["next", "observation"],
-        ...     next_reward=data["next", "reward"], next_done=data["next", "done"],
-        ...     next_terminated=data["next", "terminated"])
-        >>> torch.testing.assert_close(value_target, data["value_target"])
     """
 
     @dataclass
     class _AcceptedKeys:
         """Configurable tensordict keys (``set_keys(name=key)``, nested keys allowed).
 
+        Each defaults to its own name, except ``value`` (``"state_value"``) and
+        ``sample_log_prob`` (``"action_log_prob"``, or ``"sample_log_prob"`` under
+        ``set_composite_lp_aggregate(True)``).
+
         Attributes:
-            advantage (NestedKey): written, :math:`G_t - V(s_t)`. Defaults to
-                ``"advantage"``.
-            value_target (NestedKey): written, :math:`G_t`. Defaults to
-                ``"value_target"``.
-            value (NestedKey): written, :math:`V(s_t)`. Defaults to ``"state_value"``.
+            advantage (NestedKey): written, :math:`G_t - V(s_t)`.
+            value_target (NestedKey): written, :math:`G_t`.
+            value (NestedKey): written, :math:`V(s_t)`.
             action_value (NestedKey): the critic's output, one value per action.
-                Defaults to ``"action_value"``.
-            action (NestedKey): the stored action. Defaults to ``"action"``.
-            reward (NestedKey): read under ``"next"``. Defaults to ``"reward"``.
-            done (NestedKey): read under ``"next"``. Defaults to ``"done"``.
-            terminated (NestedKey): read under ``"next"``. Defaults to
-                ``"terminated"``.
-            sample_log_prob (NestedKey): the behaviour policy's log-probability of
-                the stored action. Defaults to ``"action_log_prob"`` (or
-                ``"sample_log_prob"`` under ``set_composite_lp_aggregate(True)``).
-            value_target_opc (NestedKey): written for Gaussian policies,
-                :math:`Q_{opc}`. Defaults to ``"value_target_opc"``.
+            action (NestedKey): the stored action.
+            reward (NestedKey): read under ``"next"``.
+            done (NestedKey): read under ``"next"``.
+            terminated (NestedKey): read under ``"next"``.
+            sample_log_prob (NestedKey): the behaviour log-probability of the action.
+            value_target_opc (NestedKey): written for Gaussian policies, :math:`Q_{opc}`.
         """
 
         advantage: NestedKey = "advantage"
@@ -277,14 +237,10 @@ class RetraceEstimator(ValueEstimatorBase):
                 "a Gaussian policy needs a StochasticDuelingNetwork critic "
                 f"(V and A heads) as value_network, got {type(value_network).__name__}"
             )
-        self.evaluator = PolicyCriticEvaluator(
-            actor_network,
-            value_network,
-            ("loc", "scale") if gaussian else ("logits",),
-            critic_head=value_network.value_network if gaussian else None,
+        self.evaluator = make_evaluator(
+            actor_network, value_network, self.family, recurrent_state, burn_in
         )
         self.__dict__["actor_network"] = actor_network
-        self.recurrent = recurrent_evaluator(self.evaluator, recurrent_state, burn_in)
         self.recurrent_state, self.burn_in = recurrent_state, burn_in
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
             # float64 buffers: the target is computed in the data's dtype, and a
@@ -322,9 +278,7 @@ class RetraceEstimator(ValueEstimatorBase):
 
     @property
     def in_keys(self):
-        if self.recurrent is not None:
-            return self.recurrent.in_keys(self.tensor_keys)
-        return transition_in_keys(self.evaluator.in_keys, self.tensor_keys)
+        return self.evaluator.transition_in_keys(self.tensor_keys)
 
     @property
     def out_keys(self):
@@ -344,15 +298,9 @@ class RetraceEstimator(ValueEstimatorBase):
     ) -> TensorDictBase:
         """Writes the Retrace target, the advantage and :math:`V(s_t)` into ``tensordict``.
 
-        Args:
-            tensordict: a ``[*B, T]`` batch.
-
-        Keyword Args:
-            params: critic parameters to use instead of the module's own.
-            target_params: not supported (Retrace evaluates :math:`Q` and
-                :math:`V(s')` with the same critic); passing it raises.
-            actor_params: policy parameters to use instead of the module's own.
-            time_dim: overrides the estimator's ``time_dim``.
+        ``params`` and ``actor_params`` replace the critic's and the policy's own
+        parameters; ``target_params`` is not supported (Retrace evaluates :math:`Q`
+        and :math:`V(s')` with the same critic).
         """
         if target_params is not None:
             raise ValueError(
@@ -390,18 +338,13 @@ class RetraceEstimator(ValueEstimatorBase):
                     ).unflatten(0, steps.loc.shape[:-1])
                 log_pi = gaussian_log_prob(steps.loc, steps.scale, steps.action)
                 value = steps.value
-                target, opc = self.gaussian_targets(data, steps, log_pi, q_taken)
+                target, opc = self.targets(data, steps, log_pi, q_taken)
                 outputs = {keys.value_target: target, keys.value_target_opc: opc}
             else:
                 log_probs = steps.logits.log_softmax(-1)
                 value = state_value(log_probs.exp(), steps.q)
-                target = self.value_estimate(
-                    data,
-                    log_pi=taken(log_probs, steps.action),
-                    action_value=steps.action_value,
-                    next_state_value=steps.next_state_value,
-                    flags=steps.flags,
-                )
+                log_pi = taken(log_probs, steps.action)
+                target, _ = self.targets(data, steps, log_pi, steps.action_value)
                 outputs = {keys.value_target: target}
         outputs.update({keys.advantage: target - value, keys.value: value})
         for key, value in outputs.items():
@@ -414,130 +357,70 @@ class RetraceEstimator(ValueEstimatorBase):
             tensordict.set(key, value)
         return tensordict
 
-    def gaussian_targets(
-        self, data, steps, log_pi, action_value, log_mu=None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        r"""``(Q_ret, Q_opc)`` of a Gaussian policy from :func:`evaluate`'s ``steps``.
+    def targets(self, data, steps, log_pi, action_value, log_mu=None):
+        r"""``(G_t, Q_opc)`` from :func:`evaluate`'s ``steps`` on ``data``.
 
-        :math:`Q_{ret}` with the traces :math:`\lambda \min(\bar c, \rho_t^{1/d})`,
-        :math:`Q_{opc}` with every trace 1 (see :meth:`value_estimate`).
+        ``log_pi`` is :math:`\log\pi(a_t|s_t)`, ``action_value`` :math:`Q(s_t, a_t)`,
+        both ``[*B, T, 1]``; ``log_mu`` the behaviour log-probabilities
+        (:func:`behaviour_log_prob`), read from ``data`` if not given. For a
+        Gaussian policy the traces are :math:`\lambda \min(\bar c, \rho_t^{1/d})` and
+        :math:`Q_{opc}` has every trace 1; for a categorical one :math:`Q_{opc}`
+        is ``None``.
         """
-        common = {
-            "log_pi": log_pi,
-            "action_value": action_value,
-            "next_state_value": steps.next_state_value,
-            "flags": steps.flags,
-        }
-        d = steps.loc.shape[-1]
-        q_ret = self.value_estimate(data, trace_power=1.0 / d, log_mu=log_mu, **common)
-        return q_ret, self.value_estimate(data, unit_traces=True, **common)
-
-    def value_estimate(
-        self,
-        tensordict: TensorDictBase,
-        *,
-        log_pi: torch.Tensor,
-        action_value: torch.Tensor,
-        next_state_value: torch.Tensor,
-        trace_power: float = 1.0,
-        unit_traces: bool = False,
-        log_mu: torch.Tensor | None = None,
-        flags: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        r"""The Retrace target from network outputs already computed.
-
-        Args:
-            tensordict: the ``[*B, T]`` batch, time last, holding rewards, done
-                flags and the behaviour log-probabilities.
-
-        Keyword Args:
-            log_pi: :math:`\log\pi(a_t|s_t)`, ``[*B, T, 1]``.
-            action_value: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``.
-            next_state_value: :math:`V(s'_t)`, ``[*B, T, 1]``.
-            trace_power: the traces are :math:`\lambda \min(\bar c,
-                \rho_t^{p})`; continuous ACER uses :math:`p = 1 / d` for
-                ``d``-dimensional actions.
-            unit_traces: every trace coefficient 1: ACER's :math:`Q_{opc}`.
-            log_mu: :func:`behaviour_log_prob` of ``tensordict``, if the caller
-                has it already.
-            flags: :func:`done_flags` of ``tensordict``, if the caller has them
-                already (the ``flags`` of :func:`evaluate`'s steps).
-        """
-        owner = type(self).__name__
         keys = self.tensor_keys
         key = ("next", keys.reward)
-        reward = get_entry(tensordict, key, owner, "the reward of each step")
-        reward = as_step_tensor(reward, tensordict.batch_size, str(key), owner)
-        check = self.check_values
-        if check:
+        reward = get_entry(data, key, "the reward of each step")
+        reward = as_step_tensor(reward, data.batch_size, str(key))
+        if self.check_values:
             check_finite(
                 reward,
                 repr(key),
-                owner,
                 "a non-finite reward would make every target, and after one update "
                 "every parameter, non-finite",
             )
-        if flags is None:
-            flags = done_flags(tensordict, keys, owner)
-        done, terminated = flags
-        gamma, lmbda, c_thresh = self.gamma, self.lmbda, self.c_thresh
-        if unit_traces:
-            # a zero log-ratio makes every ratio 1: c_t = 1 * min(1, 1); the
-            # behaviour policy does not enter
-            log_pi = log_mu = torch.zeros_like(action_value)
-            lmbda, c_thresh = 1.0, 1.0
-        else:
-            if log_mu is None:
-                log_mu = behaviour_log_prob(tensordict, keys, self.family, owner)
-            if check:
-                check_finite(
-                    log_mu,
-                    repr(keys.sample_log_prob),
-                    owner,
-                    "a behaviour log-probability of -inf or NaN for an action that "
-                    "was taken means corrupted data; it is not clipped",
-                )
-            if trace_power != 1.0:
-                log_pi, log_mu = log_pi * trace_power, log_mu * trace_power
-        return retrace_lambda_return_estimate(
-            gamma,
-            lmbda,
-            log_pi,
-            log_mu,
-            action_value,
-            next_state_value,
-            reward,
-            done.unsqueeze(-1),
-            terminated.unsqueeze(-1),
-            time_dim=-2,
-            c_thresh=c_thresh,
-        )
+        if log_mu is None:
+            log_mu = behaviour_log_prob(data, keys, self.family)
+        if self.check_values:
+            check_finite(
+                log_mu,
+                repr(keys.sample_log_prob),
+                "a behaviour log-probability of -inf or NaN for an action that "
+                "was taken means corrupted data; it is not clipped",
+            )
+        done, terminated = (flag.unsqueeze(-1) for flag in steps.flags)
+
+        def retrace(log_pi, log_mu, lmbda, c_thresh):
+            return retrace_lambda_return_estimate(
+                self.gamma,
+                lmbda,
+                log_pi,
+                log_mu,
+                action_value,
+                steps.next_state_value,
+                reward,
+                done,
+                terminated,
+                time_dim=-2,
+                c_thresh=c_thresh,
+            )
+
+        if self.family != "gaussian":
+            return retrace(log_pi, log_mu, self.lmbda, self.c_thresh), None
+        power = 1.0 / steps.loc.shape[-1]
+        q_ret = retrace(log_pi * power, log_mu * power, self.lmbda, self.c_thresh)
+        # a zero log-ratio makes every trace 1 * min(1, 1): mu does not enter
+        zeros = torch.zeros_like(action_value)
+        return q_ret, retrace(zeros, zeros, 1.0, 1.0)
 
 
 class Steps:
-    r"""Per-step network outputs of a ``[*B, T]`` window (time last).
+    r"""Per-step network outputs of a ``[*B, T]`` window (time last), in the graph.
 
-    Built from the flat outputs of one call of each network; all in the graph.
-
-    Attributes:
-        window: the window the networks ran on.
-        data: the ``[*B, T]`` steps it covers: the batch, after the burn-in if any.
-        prefix: the burn-in steps before them, or ``None``.
-        action: the stored actions: indices ``[*B, T]`` (categorical policies) or
-            ``[*B, T, d]`` (Gaussian ones).
-        flags: ``(done, terminated)`` (:func:`done_flags`).
-        next_state_value: :math:`V(s'_t)` at the real next observation,
-            ``[*B, T, 1]``; for a categorical policy
-            :math:`\sum_a \pi(a|s'_t) Q(s'_t, a)`.
-        logits: categorical: the policy's logits at ``s_t``, ``[*B, T, A]``.
-        q: categorical: :math:`Q(s_t, \cdot)`, ``[*B, T, A]``.
-        action_value: categorical: :math:`Q(s_t, a_t)`, ``[*B, T, 1]``.
-        loc, scale: Gaussian: the policy's parameters at ``s_t``, ``[*B, T, d]``
-            (``scale`` as the policy gives it: it may be a constant).
-        value: Gaussian: :math:`V(s_t)`, ``[*B, T, 1]``.
-        observations: Gaussian: what the advantage head reads at each ``s_t`` (the
-            observations, and with a recurrent actor the features of its trunk),
-            a flat ``[prod(B) T]`` TensorDict.
+    ``data``: the steps after the burn-in ``prefix``; ``flags``: ``(done,
+    terminated)``; ``next_state_value``: :math:`V(s'_t)`. Categorical policies:
+    ``logits``, ``q`` (:math:`Q(s_t, \cdot)`) and ``action_value``; Gaussian ones:
+    ``loc``, ``scale``, ``value`` and the flat ``observations`` the advantage
+    head reads.
     """
 
     def __init__(self, window, params, out, action, flags, data, prefix, obs=None):
@@ -566,20 +449,17 @@ def evaluate(
 ) -> Steps:
     """Runs ``estimator``'s networks once over ``data`` (``[*B, T]``, time last).
 
-    Returns the per-step quantities Retrace and ACER need (:class:`Steps`), with
-    the estimator's keys, ``shifted``, ``skip_existing`` and ``check_values``.
-
-    With recurrent networks and a burn-in, the steps are those after it
-    (``steps.data``; the burn-in steps are ``steps.prefix``, see
-    :class:`RetraceEstimator`).
+    With the estimator's keys, ``shifted``, ``skip_existing`` and ``check_values``;
+    with a burn-in, the steps are those after it.
     """
-    owner = type(estimator).__name__
-    keys = estimator.tensor_keys
-    prefix = None
-    if estimator.recurrent is not None:
-        prefix, data = estimator.recurrent.split_burn_in(data, owner)
-    check_not_empty(data, owner)
-    done, terminated = done_flags(data, keys, owner)
+    keys, evaluator = estimator.tensor_keys, estimator.evaluator
+    prefix, data = evaluator.split_burn_in(data)
+    if 0 in data.batch_size:  # TensorDict.numel() is at least 1
+        raise ValueError(
+            f"got an empty batch (batch_size {tuple(data.batch_size)}); a [*B, T] "
+            f"batch needs at least one row and one step"
+        )
+    done, terminated = done_flags(data, keys)
     gaussian = estimator.family == "gaussian"
     output_key = estimator.value_network.value_key if gaussian else keys.action_value
     run = {
@@ -588,58 +468,35 @@ def evaluate(
         "critic_params": critic_params,
         "detach_shared": detach_shared,
     }
-    if estimator.recurrent is not None:
-        window = estimator.recurrent.window(
-            data,
-            prefix,
-            done=done,
-            terminated=terminated,
-            prefix_done=None if prefix is None else done_flags(prefix, keys, owner)[0],
-            owner=owner,
-            **run,
-        )
-        call, inputs = estimator.recurrent.run, window.inputs
+    if evaluator.recurrent:
+        prefix_done = None if prefix is None else done_flags(prefix, keys)[0]
+        window = evaluator.window(data, prefix, done, terminated, prefix_done, run)
+        call = evaluator.run
     else:
-        in_keys = estimator.evaluator.in_keys
-        skip = (
-            skip_existing()
-            if estimator.skip_existing is None
-            else estimator.skip_existing
-        )
+        skip = estimator.skip_existing
         # the critic's outputs travel through the window like observations, so
         # the critic can skip them at s_t and s'_t alike
         reuse = (
-            skip
+            (skip_existing() if skip is None else skip)
             and data.get(output_key, None) is not None
             and data.get(_next(output_key), None) is not None
         )
-        if reuse:
-            in_keys = [*in_keys, output_key]
+        in_keys = [*evaluator.in_keys, output_key] if reuse else evaluator.in_keys
         window = ObservationWindow(
-            data,
-            in_keys,
-            done=done,
-            terminated=terminated,
-            owner=owner,
-            shifted=estimator.shifted,
+            data, in_keys, done=done, terminated=terminated, shifted=estimator.shifted
         )
-        call = functools.partial(estimator.evaluator, skip_existing=reuse)
-        inputs = window.tensors
+        call = functools.partial(evaluator, skip_existing=reuse)
     try:
-        params, out = call(inputs, **run)
+        params, out = call(window.inputs, **run)
     except RuntimeError as error:
-        explain_dtype_error(
-            error,
-            window.inputs,
-            (estimator.actor_network, estimator.value_network),
-            owner,
-        )
+        networks = (estimator.actor_network, estimator.value_network)
+        explain_dtype_error(error, window.inputs, networks)
         raise
-    action = get_entry(data, keys.action, owner, "the stored action")
+    action = get_entry(data, keys.action, "the stored action")
     if gaussian:
         loc = params["loc"]
         check_gaussian(
-            action, loc, params["scale"], data.batch_size, owner, estimator.check_values
+            action, loc, params["scale"], data.batch_size, estimator.check_values
         )
         # the advantage network reads each step's observations (and, recurrent,
         # the features of the actor's pass over the sequences), flattened
@@ -649,51 +506,38 @@ def evaluate(
     logits = params["logits"]
     if out.shape != logits.shape:
         raise ValueError(
-            f"{owner}: the critic's {keys.action_value!r} has shape "
-            f"{tuple(out.shape)} where the policy's logits have "
-            f"{tuple(logits.shape)}; the critic must output one value per action"
+            f"the critic's {keys.action_value!r} has shape {tuple(out.shape)} where "
+            f"the policy's logits have {tuple(logits.shape)}; the critic must output "
+            f"one value per action"
         )
     action = action_index(
         action,
         data.batch_size,
         logits.shape[-1],
         one_hot=estimator.family == "one_hot",
-        owner=owner,
         check_values=estimator.check_values,
     )
     return Steps(window, params, out, action, (done, terminated), data, prefix)
 
 
-def done_flags(
-    data: TensorDictBase, keys, owner: str
-) -> tuple[torch.Tensor, torch.Tensor]:
+def done_flags(data: TensorDictBase, keys) -> tuple[torch.Tensor, torch.Tensor]:
     """``(done, terminated)`` under the estimator's ``keys``, ``[*B, T]`` booleans."""
     flags = []
     for name in ("done", "terminated"):
         key = ("next", getattr(keys, name))
-        value = get_entry(data, key, owner, f"the {name} flag after each step")
-        flags.append(
-            as_step_tensor(value, data.batch_size, str(key), owner).squeeze(-1).bool()
-        )
-    return flags[0], flags[1]
+        value = get_entry(data, key, f"the {name} flag after each step")
+        flags.append(as_step_tensor(value, data.batch_size, str(key)).squeeze(-1))
+    return flags[0].bool(), flags[1].bool()
 
 
-def behaviour_log_prob(
-    data: TensorDictBase, keys, family: str, owner: str
-) -> torch.Tensor:
+def behaviour_log_prob(data: TensorDictBase, keys, family: str) -> torch.Tensor:
     """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
 
-    Read under the estimator's ``keys`` (``sample_log_prob``); ``family`` is the
-    policy's (:func:`policy_family`).
-
-    A ``torch.distributions.Normal`` policy stores one log-probability per
-    action dimension (``[*B, T, d]``): they are summed, as a diagonal
-    Gaussian's log-density is.
+    A ``torch.distributions.Normal`` policy stores one per action dimension
+    (``[*B, T, d]``): they are summed, as a diagonal Gaussian's log-density is.
     """
     key = keys.sample_log_prob
-    value = get_entry(
-        data, key, owner, "the behaviour policy's log-probability of the action"
-    )
+    value = get_entry(data, key, "the behaviour policy's log-probability")
     batch = tuple(data.batch_size)
     if (
         family == "gaussian"
@@ -701,15 +545,15 @@ def behaviour_log_prob(
         and tuple(value.shape[:-1]) == batch
         and value.shape[-1] > 1
     ):
-        action = get_entry(data, keys.action, owner, "the action")
+        action = get_entry(data, keys.action, "the action")
         if value.shape[-1] != action.shape[-1]:
             raise ValueError(
-                f"{owner}: {key!r} has shape {tuple(value.shape)}: per-dimension "
+                f"{key!r} has shape {tuple(value.shape)}: per-dimension "
                 f"log-probabilities must have the action's {action.shape[-1]} "
                 f"dimensions"
             )
         value = value.sum(-1, keepdim=True)
-    return as_step_tensor(value, data.batch_size, repr(key), owner)
+    return as_step_tensor(value, data.batch_size, repr(key))
 
 
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -730,11 +574,7 @@ def _detached(params: TensorDictBase | None, module) -> TensorDictBase:
 
 
 def policy_family(actor_network) -> str:
-    """The policy family, from the actor's distribution class.
-
-    ``"categorical"``, ``"one_hot"`` or ``"gaussian"``; anything else raises
-    ``TypeError``.
-    """
+    """``"categorical"``, ``"one_hot"`` or ``"gaussian"``, from the actor's distribution."""
     dist_class = _probabilistic_module(actor_network).distribution_class
     if not isinstance(dist_class, type):
         raise TypeError(f"unsupported distribution {dist_class!r}")
@@ -759,95 +599,73 @@ def gaussian_log_prob(loc, scale, action) -> torch.Tensor:
     return D.Normal(loc, scale).log_prob(action).sum(-1, keepdim=True)
 
 
-def check_gaussian(action, loc, scale, batch_shape, owner, check_values):
+# -- input checks, shared by the estimator and the loss: structural ones (keys,
+# shapes) read metadata only; value checks (finite values, actions in range)
+# reduce over the data and run only with check_values
+
+
+def check_gaussian(action, loc, scale, batch_shape, check_values):
     """The stored actions match the policy's action dimension; scales are positive."""
     expected = (*batch_shape, loc.shape[-1])
     if tuple(action.shape) != expected:
         raise ValueError(
-            f"{owner}: action has shape {tuple(action.shape)}, expected {expected} "
-            f"(the policy's {loc.shape[-1]}-dimensional actions for the [*B, T] batch)"
+            f"action has shape {tuple(action.shape)}, expected {expected} (the "
+            f"policy's {loc.shape[-1]}-dimensional actions for the [*B, T] batch)"
         )
     if check_values and not bool((scale > 0).all()):
         raise ValueError(
-            f"{owner}: the policy's scale holds values that are not positive (or "
-            f"NaN); min {scale.min().item()}"
+            f"the policy's scale holds values that are not positive (or NaN); min "
+            f"{scale.min().item()}"
         )
 
 
-# -- input validation, shared by the estimator and the loss: structural checks
-# (keys, shapes) read metadata only; value checks (finite values, actions in
-# range) reduce over the data and run only with check_values
-
-
 class MissingKeyError(KeyError):
-    """A ``KeyError`` whose message prints as written (no repr quoting)."""
+    """A ``KeyError`` whose message prints as written (``KeyError`` quotes it)."""
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-def get_entry(
-    tensordict: TensorDictBase, key: NestedKey, owner: str, what: str
-) -> torch.Tensor:
+def get_entry(tensordict: TensorDictBase, key: NestedKey, what: str) -> torch.Tensor:
     """Reads ``key``, raising a ``KeyError`` that names it and says what it should hold."""
     value = tensordict.get(key, None)
     if value is None:
         raise MissingKeyError(
-            f"{owner}: the input tensordict has no entry {key!r}, expected {what}. "
-            f"Its keys are {sorted(map(str, tensordict.keys(True, True)))}; "
-            f"use set_keys(...) if the entry has another name."
+            f"the input tensordict has no entry {key!r}, expected {what}. Its keys "
+            f"are {sorted(map(str, tensordict.keys(True, True)))}; use "
+            f"set_keys(...) if the entry has another name."
         )
     return value
 
 
-def as_step_tensor(
-    value: torch.Tensor, batch_shape: torch.Size, name: str, owner: str
-) -> torch.Tensor:
-    """Returns a per-step entry as ``[*batch_shape, 1]``.
-
-    Accepts ``[*batch_shape]`` (TorchRL's log-probabilities) and
-    ``[*batch_shape, 1]`` (rewards and done flags).
-    """
-    shape = tuple(value.shape)
-    batch = tuple(batch_shape)
+def as_step_tensor(value: torch.Tensor, batch_shape, name: str) -> torch.Tensor:
+    """A per-step entry, ``[*batch_shape]`` or ``[*batch_shape, 1]``, as the latter."""
+    shape, batch = tuple(value.shape), tuple(batch_shape)
     if shape == batch:
         return value.unsqueeze(-1)
     if shape == (*batch, 1):
         return value
     raise ValueError(
-        f"{owner}: {name} has shape {shape}, expected {batch} or {(*batch, 1)} "
-        f"(one value per step of the [*B, T] batch)"
+        f"{name} has shape {shape}, expected {batch} or {(*batch, 1)} (one value "
+        f"per step of the [*B, T] batch)"
     )
 
 
-def check_finite(value: torch.Tensor, name: str, owner: str, what: str) -> None:
+def check_finite(value: torch.Tensor, name: str, what: str) -> None:
     """Raises ``ValueError`` naming ``name`` if ``value`` holds NaN or infinities."""
     bad = ~torch.isfinite(value)
     if bad.any():
         index = tuple(bad.nonzero()[0].tolist())
         raise ValueError(
-            f"{owner}: {name} holds {bad.sum().item()} non-finite values (first at "
-            f"index {index}: {value[index].item()}); {what}"
+            f"{name} holds {bad.sum().item()} non-finite values (first at index "
+            f"{index}: {value[index].item()}); {what}"
         )
 
 
-def check_not_empty(tensordict: TensorDictBase, owner: str) -> None:
-    """Raises ``ValueError`` for a batch with no row or no step."""
-    if 0 in tensordict.batch_size:  # TensorDict.numel() is at least 1
-        raise ValueError(
-            f"{owner}: got an empty batch (batch_size "
-            f"{tuple(tensordict.batch_size)}); a [*B, T] batch needs at least one row "
-            f"and one step"
-        )
-
-
-def explain_dtype_error(
-    error: RuntimeError, inputs: TensorDictBase, networks, owner: str
-) -> None:
+def explain_dtype_error(error: RuntimeError, inputs: TensorDictBase, networks) -> None:
     """Re-raises torch's dtype clash between the data and a network, naming both.
 
-    Called only after a network call failed, so the check costs nothing on the
-    normal path.
+    Called only after a network call failed: nothing to pay on the normal path.
     """
     param_dtypes = {
         p.dtype for net in networks for p in net.parameters() if p.is_floating_point()
@@ -859,7 +677,7 @@ def explain_dtype_error(
     }
     if param_dtypes and clashes:
         raise ValueError(
-            f"{owner}: the inputs {clashes} do not have the networks' parameter dtype "
+            f"the inputs {clashes} do not have the networks' parameter dtype "
             f"{sorted(map(str, param_dtypes))}; cast the data (e.g. TorchRL's "
             f"DoubleToFloat transform) or the networks (.to(dtype))"
         ) from error
@@ -871,19 +689,18 @@ def action_index(
     num_actions: int,
     *,
     one_hot: bool,
-    owner: str,
     check_values: bool,
 ) -> torch.Tensor:
-    """Returns the stored discrete actions as ``[*batch_shape]`` indices.
+    """The stored discrete actions as ``[*batch_shape]`` indices.
 
-    ``one_hot`` actions are ``[*batch_shape, num_actions]``; index actions are
+    One-hot actions are ``[*batch_shape, num_actions]``; index actions
     ``[*batch_shape]`` or ``[*batch_shape, 1]``.
     """
     batch = tuple(batch_shape)
     if one_hot:
         if tuple(action.shape) != (*batch, num_actions):
             raise ValueError(
-                f"{owner}: one-hot action has shape {tuple(action.shape)}, expected "
+                f"one-hot action has shape {tuple(action.shape)}, expected "
                 f"{(*batch, num_actions)} for a batch {batch} and {num_actions} actions"
             )
         if check_values:
@@ -891,28 +708,26 @@ def action_index(
             zeros = (action == 0).sum(-1)
             if not ((ones == 1) & (zeros == num_actions - 1)).all():
                 raise ValueError(
-                    f"{owner}: one-hot action holds rows that are not one-hot "
-                    f"(exactly one 1 and {num_actions - 1} zeros)"
+                    f"one-hot action holds rows that are not one-hot (exactly one 1 "
+                    f"and {num_actions - 1} zeros)"
                 )
         return action.argmax(-1)
     if tuple(action.shape) == (*batch, 1):
         action = action.squeeze(-1)
     if tuple(action.shape) != batch:
         raise ValueError(
-            f"{owner}: action has shape {tuple(action.shape)}, expected {batch} or "
+            f"action has shape {tuple(action.shape)}, expected {batch} or "
             f"{(*batch, 1)} (action indices for a Categorical policy)"
         )
     if action.is_floating_point():
-        raise ValueError(
-            f"{owner}: action has dtype {action.dtype}, expected integer indices"
-        )
+        raise ValueError(f"action has dtype {action.dtype}, expected integer indices")
     if check_values:
         bad = (action < 0) | (action >= num_actions)
         if bad.any():
             index = tuple(bad.nonzero()[0].tolist())
             raise ValueError(
-                f"{owner}: action {action[index].item()} at index {index} is out "
-                f"of range for the {num_actions} actions of the policy"
+                f"action {action[index].item()} at index {index} is out of range "
+                f"for the {num_actions} actions of the policy"
             )
     return action.long()
 
@@ -920,30 +735,15 @@ def action_index(
 class ObservationWindow:
     """The observations of a ``[*B, T]`` batch (time last), flattened for one call.
 
-    Shifted, the ``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of each row
-    (inside an episode ``s'_t == s_{t+1}``), then the real next observation of
-    each of the ``K`` mid-row truncations (``done`` and not ``terminated`` before
-    the last step: a reset observation follows them), ``B (T + 1) + K`` inputs in
-    all; a mid-row termination needs none (its next value is multiplied by zero).
+    The ``T + 1`` observations ``s_0 .. s_{T-1}, s'_{T-1}`` of each row, then the
+    real next observation of each step before the last that needs one: shifted,
+    the mid-row truncations (``done`` and not ``terminated``: a reset observation
+    follows them), else every step. ``inputs`` is the flat TensorDict the networks
+    run on; :meth:`split` takes their outputs back to the steps.
 
-    Attributes:
-        tensors: ``{key: [B (T + 1) + K, ...]}``, the networks' inputs as plain
-            tensors.
-        current_tensors: ``{key: [B T, ...]}``, the observations ``s_t`` alone.
-        inputs: ``tensors`` as a flat TensorDict (built when first read).
-        num_extra: ``K``, the number of mid-row truncations; under
-            ``torch.compile``, a bound on it (see ``extra_bound``).
-        shifted: whether ``inputs`` is the shifted window above (``True``) or the
-            ``B T`` observations followed by the ``B T`` next observations
-            (``False``).
-
-    Under ``torch.compile`` the number of mid-row truncations is data: a shape
-    depending on it would break the graph. There the extra inputs are the next
-    observations of the first ``extra_bound(rows)`` mid-row truncations (one per
-    row by default, enough whenever episodes are longer than the window), padded
-    with other real next observations whose outputs are not used, so every shape
-    is static; more truncations than the bound fail with an error rather than
-    giving wrong values.
+    Under ``torch.compile`` the number of mid-row truncations (data) must not set a
+    shape: the window holds the next observations of ``extra_bound(rows)`` steps,
+    the truncations first, and more truncations than that fail with an error.
     """
 
     #: the bound on mid-row truncations under ``torch.compile``, from the number
@@ -957,41 +757,29 @@ class ObservationWindow:
         *,
         done: torch.Tensor,
         terminated: torch.Tensor,
-        owner: str,
         shifted: bool = True,
     ):
         self.batch_shape = tensordict.batch_size[:-1]
         self.T = tensordict.batch_size[-1]
-        self.shifted = shifted
         self._static_extra = False
         time = len(self.batch_shape)
         rows = math.prod(self.batch_shape)
-        if not shifted:
-            current, both = {}, {}
-            for key in in_keys:
-                obs = get_entry(tensordict, key, owner, "an input of the networks")
-                next_obs = get_entry(
-                    tensordict, _next(key), owner, "the next observation of each step"
-                )
-                current[key] = obs.flatten(0, time)
-                both[key] = torch.cat([current[key], next_obs.flatten(0, time)], 0)
-            self.num_extra = 0
-            self._set(both, current, 2 * rows * self.T)
-            return
-        mid_truncation = done & ~terminated
+        # inside an episode s'_t is s_{t+1}, already in the window
+        mid_truncation = done & ~terminated if shifted else torch.ones_like(done)
         mid_truncation[..., -1] = False
         self.mid_truncation = mid_truncation
         if is_compiling():
-            bound = min(self.extra_bound(rows), rows * (self.T - 1))
+            bound = rows * (self.T - 1)
+            if shifted:
+                bound = min(self.extra_bound(rows), bound)
             self._static_extra = True
             self.num_extra = bound
             if bound:
                 flat = mid_truncation.flatten()
                 torch._assert_async(
                     flat.sum() <= bound,
-                    f"{owner}: under torch.compile the window holds at most {bound} "
-                    f"mid-row truncations (ObservationWindow.extra_bound); this batch "
-                    f"has more",
+                    f"under torch.compile the window holds at most {bound} mid-row "
+                    f"truncations (ObservationWindow.extra_bound); this batch has more",
                 )
                 # the truncations first, in order, then any other steps
                 self._extra_index = torch.argsort(
@@ -1004,11 +792,10 @@ class ObservationWindow:
             any_extra = bool(mid_truncation.any())
         window, current, extra = {}, {}, {}
         for key in in_keys:
-            obs = get_entry(tensordict, key, owner, "an input of the policy or critic")
+            obs = get_entry(tensordict, key, "an input of the policy or critic")
             next_obs = get_entry(
                 tensordict,
                 _next(key),
-                owner,
                 "the next observation of each step, read at the last step and at "
                 "mid-row truncations",
             )
@@ -1024,19 +811,9 @@ class ObservationWindow:
             self.num_extra = next(iter(extra.values())).shape[0] if any_extra else 0
         if any_extra:
             window = {k: torch.cat([v, extra[k]], 0) for k, v in window.items()}
-        self._set(window, current, rows * (self.T + 1) + self.num_extra)
-
-    def _set(self, window, current, size):
         self.tensors = window
         self.current_tensors = current
-        self._size = size
-        self._inputs = None
-
-    @property
-    def inputs(self) -> TensorDictBase:
-        if self._inputs is None:
-            self._inputs = TensorDict(self.tensors, [self._size])
-        return self._inputs
+        self.inputs = TensorDict(window, [rows * (self.T + 1) + self.num_extra])
 
     def flat_current(self, keys: list[NestedKey]) -> TensorDictBase:
         """The observations ``keys`` at each ``s_t``, ``[prod(B) T]``."""
@@ -1044,14 +821,8 @@ class ObservationWindow:
         return TensorDict({k: self.current_tensors[k] for k in keys}, [rows * self.T])
 
     def split(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Splits the outputs on ``inputs`` into ``(at s_t, at s'_t)``.
-
-        Each is ``[*B, T, *F]``.
-        """
+        """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each ``[*B, T, *F]``."""
         feature_shape = values.shape[1:]
-        if not self.shifted:
-            current, nxt = values.reshape(2, *self.batch_shape, self.T, *feature_shape)
-            return current, nxt
         n = math.prod(self.batch_shape) * (self.T + 1)
         window = values[:n].reshape(*self.batch_shape, self.T + 1, *feature_shape)
         time = len(self.batch_shape)
@@ -1078,23 +849,6 @@ def _next(key: NestedKey) -> tuple[str, ...]:
     return ("next", *key) if isinstance(key, tuple) else ("next", key)
 
 
-def transition_in_keys(obs_keys, keys) -> list:
-    """The entries a ``[*B, T]`` batch must hold for Retrace.
-
-    The networks' observations now and next, the action, its behaviour log-probability,
-    and the reward and end flags under ``"next"``.
-    """
-    return [
-        *obs_keys,
-        *map(_next, obs_keys),
-        keys.action,
-        keys.sample_log_prob,
-        _next(keys.reward),
-        _next(keys.done),
-        _next(keys.terminated),
-    ]
-
-
 def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDictModule:
     for module in reversed(list(actor.modules())):
         if isinstance(module, ProbabilisticTensorDictModule):
@@ -1106,41 +860,52 @@ def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDic
     )
 
 
+def make_evaluator(actor_network, value_network, family, recurrent_state, burn_in):
+    """The evaluator of an estimator's networks: recurrent if one holds an RNN."""
+    if recurrent_state not in RECURRENT_STATES:
+        raise ValueError(
+            f"recurrent_state must be one of {RECURRENT_STATES}, got "
+            f"{recurrent_state!r}"
+        )
+    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
+        raise ValueError(f"burn_in must be an integer >= 0, got {burn_in!r}")
+    gaussian = family == "gaussian"
+    args = (
+        actor_network,
+        value_network,
+        ("loc", "scale") if gaussian else ("logits",),
+        value_network.value_network if gaussian else None,
+    )
+    if is_recurrent(actor_network, "actor_network") | is_recurrent(
+        value_network, "critic"
+    ):
+        return RecurrentEvaluator(
+            *args, recurrent_state=recurrent_state, burn_in=burn_in
+        )
+    if burn_in:
+        raise ValueError(
+            f"burn_in={burn_in} warms the state of recurrent networks, but neither "
+            f"the actor nor the critic holds an LSTMModule or a GRUModule"
+        )
+    return PolicyCriticEvaluator(*args)
+
+
 class PolicyCriticEvaluator:
     """Calls the policy (up to its distribution parameters) and the critic once.
 
-    When the critic is a :class:`~tensordict.nn.TensorDictSequential` whose leading
-    modules are also modules of the actor (TorchRL's ``ActorValueOperator`` gives
-    ``get_policy_operator()`` and ``get_value_operator()`` that share their first
-    module), those shared modules run once, in the actor's pass, and the critic only
-    runs its own head on their outputs.
-
-    Args:
-        actor_network: the policy.
-        critic_network: the critic (whose parameters are passed at call time).
-        dist_params: the distribution's parameters the actor must produce, e.g.
-            ``("logits",)`` or ``("loc", "scale")``.
-        critic_head: the part of the critic to run on the window, if not the whole
-            critic (the value head of a stochastic dueling network).
+    Leading modules of the critic that are the actor's (TorchRL's
+    ``ActorValueOperator``) run once, in the actor's pass. ``dist_params`` are the
+    distribution's parameters the actor produces (``("logits",)`` or ``("loc",
+    "scale")``), ``critic_head`` the part of the critic run on the window if not
+    all of it (a stochastic dueling network's value head).
     """
 
-    def __init__(
-        self,
-        actor_network,
-        critic_network,
-        dist_params: tuple[str, ...],
-        critic_head=None,
-    ):
+    #: whether the networks run over sequences (:class:`RecurrentEvaluator`)
+    recurrent = False
+
+    def __init__(self, actor_network, critic_network, dist_params, critic_head=None):
         self.actor_network = actor_network
         self.critic_network = critic_network
-        #: whether a network holds TorchRL recurrent modules: then the estimator
-        #: runs them over sequences (:class:`RecurrentEvaluator`), not on this window
-        self.recurrent = False
-        for name, network in (
-            ("actor_network", actor_network),
-            ("critic", critic_network),
-        ):
-            self.recurrent |= is_recurrent(network, name)
         # (id(params), id(module)) -> (weak refs to both, whether params are the
         # module's own); lives and dies with this evaluator
         self._own_params = {}
@@ -1155,7 +920,6 @@ class PolicyCriticEvaluator:
         self.dist_param_keys = {
             p: prob_module.in_keys[dist_keys.index(p)] for p in dist_params
         }
-        self.distribution_class = prob_module.distribution_class
         critic_head = critic_network if critic_head is None else critic_head
         actor_modules = {id(m) for m in actor_network.modules()}
         shared = []
@@ -1176,13 +940,36 @@ class PolicyCriticEvaluator:
         self.in_keys = list(
             dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
         )
+        #: the entries read from the data, at ``s_t`` and ``s'_t``, and those the
+        #: critic reads from the actor's outputs (recurrent networks)
+        self.obs_keys, self.features = self.in_keys, ()
         # the averaged policy: a copy of the actor holding the target parameters,
         # see _average_actor
         self._average = None
 
+    def transition_in_keys(self, keys) -> list[NestedKey]:
+        """The entries a ``[*B, T]`` batch must hold, under the estimator's ``keys``.
+
+        The networks' observations now and next, the action, its behaviour
+        log-probability, and the reward and end flags under ``"next"``.
+        """
+        return [
+            *self.obs_keys,
+            *map(_next, self.obs_keys),
+            keys.action,
+            keys.sample_log_prob,
+            _next(keys.reward),
+            _next(keys.done),
+            _next(keys.terminated),
+        ]
+
+    def split_burn_in(self, data):
+        """``(burn-in steps, the others)`` of a segment: no burn-in here."""
+        return None, data
+
     def __call__(
         self,
-        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
+        data: TensorDictBase,
         *,
         output_key: NestedKey,
         actor_params: TensorDictBase | None = None,
@@ -1190,25 +977,22 @@ class PolicyCriticEvaluator:
         detach_shared: bool = False,
         skip_existing: bool = False,
         pieces=(),
-        features=(),
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Returns ``(distribution parameters, the critic's output_key)``.
+        """``(distribution parameters, the critic's output_key)``, written into ``data``.
 
-        ``inputs`` is a dict of flat tensors, or a TensorDict the outputs are
-        written into. With ``skip_existing`` the critic's modules whose outputs
-        ``inputs`` already holds are skipped (the policy always runs: the behaviour
-        logits stored with the data must never stand in for the current
-        policy's). ``pieces`` and ``features``: see :class:`RecurrentEvaluator`.
+        With ``skip_existing`` the critic's modules whose outputs ``data`` holds are
+        skipped; the policy always runs (stored behaviour logits must never stand
+        in for the current policy's). The recurrent modules in ``pieces`` run
+        by :func:`forward_in_pieces`.
         """
-        data = _as_tensordict(inputs)
         with (
             self.params_context(actor_params, self.actor_network),
             _skip_existing_set_to(False),
         ):
-            run_modules(policy_modules(self.actor_network), data, pieces)
+            run_modules(submodules(self.actor_network.det_part), data, pieces)
         params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
         if detach_shared:
-            for key in (*self.shared_out_keys, *features):
+            for key in (*self.shared_out_keys, *self.features):
                 data.set(key, data.get(key).detach())
         with (
             self.params_context(critic_params, self.critic_network),
@@ -1217,19 +1001,17 @@ class PolicyCriticEvaluator:
             run_modules(self.critic_modules, data, pieces)
         return params, data.get(output_key)
 
-    def dist_params_only(
-        self,
-        inputs: TensorDictBase | Mapping[NestedKey, torch.Tensor],
-        params: TensorDictBase | None = None,
-        *,
-        sequences: bool = False,
-    ) -> dict[str, torch.Tensor]:
+    def average_dist_params(self, steps, full, keys, params):
+        """The averaged policy's distribution parameters (``params``) at ``steps``."""
+        inputs = steps.window.flat_current(self.actor_network.in_keys)
+        with torch.no_grad():
+            return self.dist_params_only(inputs, params)
+
+    def dist_params_only(self, data: TensorDictBase, params=None) -> dict:
         """The policy's distribution parameters alone (the averaged policy's pass).
 
-        With ``sequences``, ``inputs`` are ``[R, L]`` sequences (a
-        :class:`SequenceWindow`'s) run in recurrent mode.
+        Recurrent, ``data`` holds the ``[R, L]`` sequences of a :class:`SequenceWindow`.
         """
-        data = _as_tensordict(inputs)
         # under torch.compile a traced swap, TorchRL's way; else a copy holding params
         compiling = is_compiling()
         actor = self.actor_network if compiling else self._average_actor(params)
@@ -1237,22 +1019,20 @@ class PolicyCriticEvaluator:
             self.params_context(params, actor)
             if compiling
             else contextlib.nullcontext(),
-            set_recurrent_mode(True) if sequences else contextlib.nullcontext(),
+            set_recurrent_mode(True) if self.recurrent else contextlib.nullcontext(),
             _skip_existing_set_to(False),
         ):
-            pieces = recurrent_modules(actor) if sequences else ()
-            run_modules(policy_modules(actor), data, pieces)
+            pieces = recurrent_modules(actor) if self.recurrent else ()
+            run_modules(submodules(actor.det_part), data, pieces)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
     def _average_actor(self, params):
         """The actor, or a copy of it holding ``params`` (the averaged policy's).
 
-        Swapping parameters in and out of the actor at every call costs more than
-        a small network's forward. The copy, made once per ``params`` container,
-        holds its very tensors (as buffers): ``SoftUpdate``, ``load_state_dict``
-        and moves of the loss (``.to``, ``.float()``, which keep the tensors'
-        identity) change them in place, so the copy follows. It is not a
-        submodule of anything: state dicts do not change.
+        Swapping parameters in at every call costs more than a small network's
+        forward. The copy, made once, holds the very tensors of ``params`` as
+        buffers, so ``SoftUpdate``, ``load_state_dict`` and ``.to`` reach it; it is no
+        submodule of anything (state dicts are unchanged).
         """
         if self._is_own(params, self.actor_network):
             return self.actor_network
@@ -1291,22 +1071,12 @@ class PolicyCriticEvaluator:
     def params_context(self, params, module):
         """Puts ``params`` in ``module`` for the call, unless they are its own.
 
-        A loss's functional parameters are the module's own ``Parameter`` objects
-        (``convert_to_functional`` keeps them), and swapping them in and out costs
-        more than a small network's forward, so the swap is skipped for them; the
-        averaged policy's parameters are swapped in. The identity check runs once
-        per parameter container and module; entries whose container or module has
-        died are dropped when a new one is added, so the cache holds only live
-        pairs.
+        A loss's functional parameters are the module's own tensors
+        (``convert_to_functional`` keeps them): swapping them would only cost time.
         """
         if self._is_own(params, module):
             return contextlib.nullcontext()
         return params.to_module(module, preserve_module_state=False)
-
-
-def policy_modules(actor) -> list:
-    """The modules of ``actor`` before its distribution (its ``det_part``'s)."""
-    return submodules(actor.det_part)
 
 
 def submodules(sequence: TensorDictSequential) -> list:
@@ -1320,14 +1090,9 @@ def submodules(sequence: TensorDictSequential) -> list:
 def run_modules(modules, tensordict: TensorDictBase, pieces=()) -> None:
     """Calls each of ``modules`` on ``tensordict`` in turn, as a sequence would.
 
-    One by one rather than as the actor's ``det_part`` (a ``TensorDictSequential``
-    the actor made), whose own call costs about as much as a small network's
-    forward. The recurrent modules in ``pieces`` run by :func:`forward_in_pieces`;
-    a ``TensorDictSequential`` holding one of them is walked module by module
-    (each module writes into ``tensordict``, which the next reads). Left out of
-    ``pieces``: a bidirectional RNN (padding would reach its outputs) and a module
-    set to TorchRL's ``"scan"`` or ``"triton"`` backend (the user's choice), which
-    run their own forward.
+    A ``TensorDictSequential`` call costs about a small network's forward. The
+    recurrent modules in ``pieces`` run by :func:`forward_in_pieces`, unless
+    bidirectional or set to TorchRL's ``"scan"`` / ``"triton"`` backend.
     """
     for module in modules:
         if not pieces:
@@ -1350,13 +1115,6 @@ def run_modules(modules, tensordict: TensorDictBase, pieces=()) -> None:
             module(tensordict)
 
 
-def _as_tensordict(inputs) -> TensorDictBase:
-    if isinstance(inputs, TensorDictBase):
-        return inputs
-    size = next(iter(inputs.values())).shape[0]
-    return TensorDict(dict(inputs), [size])
-
-
 def _skip_existing_set_to(mode: bool):
     """``set_skip_existing(mode)``, or nothing when that is already the mode.
 
@@ -1368,22 +1126,13 @@ def _skip_existing_set_to(mode: bool):
 
 
 def is_recurrent(network, name: str) -> bool:
-    """Whether ``network`` holds TorchRL recurrent modules.
+    """Whether ``network`` holds TorchRL's ``LSTMModule`` or ``GRUModule``.
 
-    ``LSTMModule`` or ``GRUModule``; raises for a bare ``torch.nn`` RNN.
-
-    The window flattens ``[*B, T]`` into independent observations, so recurrent
-    networks are run over sequences instead, with their stored hidden states and
-    ``is_init`` resets; that needs the hidden-state keys TorchRL's modules
-    declare. A bare ``nn.LSTM`` / ``nn.GRU`` (in a plain ``TensorDictModule``) has
-    none: it would see neither its sequence nor its stored state, silently wrong.
+    A bare ``nn.LSTM`` / ``nn.GRU`` is refused: it would see neither its sequence
+    nor its stored state (TorchRL's modules declare the keys for both).
     """
-    wrapped = set()
-    recurrent = False
-    for module in network.modules():
-        if isinstance(module, (LSTMModule, GRUModule)):
-            recurrent = True
-            wrapped.update(id(m) for m in module.modules())
+    modules = recurrent_modules(network)
+    wrapped = {id(m) for module in modules for m in module.modules()}
     for sub_name, module in network.named_modules():
         if isinstance(module, torch.nn.RNNBase) and id(module) not in wrapped:
             where = f" at {sub_name!r}" if sub_name else ""
@@ -1395,7 +1144,7 @@ def is_recurrent(network, name: str) -> bool:
                 f"hidden-state keys and reset at is_init). Wrap it in one of them, "
                 f"or use a feed-forward network."
             )
-    return recurrent
+    return bool(modules)
 
 
 #: the replay modes of the initial recurrent state
@@ -1405,23 +1154,8 @@ IS_INIT = "is_init"
 
 
 def recurrent_modules(network) -> list[LSTMModule | GRUModule]:
-    """The recurrent modules inside ``network``, in order.
-
-    TorchRL's :class:`~torchrl.modules.LSTMModule` and
-    :class:`~torchrl.modules.GRUModule`.
-    """
+    """The ``LSTMModule`` and ``GRUModule`` of TorchRL inside ``network``, in order."""
     return [m for m in network.modules() if isinstance(m, (LSTMModule, GRUModule))]
-
-
-def actor_features(actor_network) -> set[NestedKey]:
-    """The entries the actor writes on its way to its distribution.
-
-    Its trunk's features and the distribution parameters, not the sample or its
-    log-prob, nor what it reads from the data (an entry it rewrites in place).
-    """
-    sampled = {unravel_key(k) for k in _probabilistic_module(actor_network).out_keys}
-    read = {unravel_key(k) for k in actor_network.in_keys}
-    return {unravel_key(k) for k in actor_network.out_keys} - sampled - read
 
 
 def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
@@ -1429,148 +1163,87 @@ def module_rnn(module: LSTMModule | GRUModule) -> torch.nn.Module:
     return module.lstm if isinstance(module, LSTMModule) else module.gru
 
 
-def state_shapes(module: LSTMModule | GRUModule) -> dict[NestedKey, tuple[int, ...]]:
-    """The per-step shapes of a recurrent module's hidden state, by key.
-
-    ``{state key: per-step shape}`` as its ``make_tensordict_primer`` declares it:
-    ``(num_layers * directions, size)``.
-    """
-    rnn = module_rnn(module)
-    layers = rnn.num_layers * (2 if rnn.bidirectional else 1)
-    keys = [unravel_key(k) for k in module.in_keys[1:-1]]
-    if isinstance(module, LSTMModule):
-        h_size = rnn.proj_size if rnn.proj_size > 0 else rnn.hidden_size
-        return {keys[0]: (layers, h_size), keys[1]: (layers, rnn.hidden_size)}
-    return {keys[0]: (layers, rnn.hidden_size)}
-
-
-def recurrent_evaluator(
-    evaluator: PolicyCriticEvaluator, recurrent_state: str, burn_in: int
-) -> RecurrentEvaluator | None:
-    """The sequence evaluator for networks holding recurrent modules.
-
-    ``None`` otherwise (the feed-forward window). Checks the options and, for a
-    stochastic dueling network, that the recurrent modules are in the actor.
-    """
-    if recurrent_state not in RECURRENT_STATES:
-        raise ValueError(
-            f"recurrent_state must be one of {RECURRENT_STATES}, got "
-            f"{recurrent_state!r}"
-        )
-    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
-        raise ValueError(f"burn_in must be an integer >= 0, got {burn_in!r}")
-    if not evaluator.recurrent:
-        if burn_in:
-            raise ValueError(
-                f"burn_in={burn_in} warms the state of recurrent networks, but "
-                f"neither the actor nor the critic holds an LSTMModule or a "
-                f"GRUModule"
-            )
-        return None
-    critic_keys = ()
-    sdn = evaluator.critic_network
-    if isinstance(sdn, StochasticDuelingNetwork):
-        for name, module in sdn.named_modules():
-            if isinstance(module, (LSTMModule, GRUModule)):
-                raise TypeError(
-                    f"the {type(sdn).__name__} holds a recurrent module at "
-                    f"{name!r} ({type(module).__name__}); with a Gaussian policy "
-                    f"the LSTMModule / GRUModule must be in the actor network, "
-                    f"and the dueling network's value and advantage networks "
-                    f"feed-forward modules reading its output features (its "
-                    f"out_key, e.g. {module.out_keys[0]!r}) and observations"
-                )
-        # the advantage network runs on the steps, outside the sequences
-        critic_keys = sdn.observation_keys
-    return RecurrentEvaluator(
-        evaluator,
-        recurrent_state=recurrent_state,
-        burn_in=burn_in,
-        critic_keys=critic_keys,
-    )
-
-
-class RecurrentEvaluator:
+class RecurrentEvaluator(PolicyCriticEvaluator):
     """Runs a policy and a critic holding recurrent modules over ``[*B, T]`` segments.
 
-    Args:
-        evaluator (PolicyCriticEvaluator): the feed-forward evaluator of the same
-            networks (it finds the distribution keys and a trunk shared by the actor
-            and the critic).
-
-    Keyword Args:
-        recurrent_state (str): ``"stored"`` or ``"zero"``, the state entering a
-            segment (see the module docstring).
-        burn_in (int): steps at the start of each segment that only warm the state.
-        critic_keys (list of NestedKey): entries read by heads of the critic that
-            run on the flattened steps rather than on the sequences (a stochastic
-            dueling network's advantage network, without the action).
-
-    Attributes:
-        features: the entries the critic reads that the actor writes (the actor's
-            trunk features): taken from the actor's pass, never from the data.
-        obs_keys: the entries read from the data, at ``s_t`` and ``s'_t``.
+    Each row is one sequence (:class:`SequenceWindow`) in TorchRL's recurrent mode,
+    from the stored or a zero state, after ``burn_in`` steps that only warm it (see
+    :class:`~torchrl_acer.ACERLoss`). ``features`` are what the critic reads of the
+    actor's outputs (never read from the data), ``obs_keys`` what is read from the
+    data, ``states`` ``{state key: (module, per-step shape)}``.
     """
 
-    def __init__(
-        self,
-        evaluator: PolicyCriticEvaluator,
-        *,
-        recurrent_state: str = "stored",
-        burn_in: int = 0,
-        critic_keys: Sequence[NestedKey] = (),
-    ):
-        self.evaluator = evaluator
-        self.recurrent_state = recurrent_state
-        self.burn_in = burn_in
+    recurrent = True
+
+    def __init__(self, *args, recurrent_state: str = "stored", burn_in: int = 0):
+        super().__init__(*args)
+        self.recurrent_state, self.burn_in = recurrent_state, burn_in
+        critic_keys = ()
+        sdn = self.critic_network
+        if isinstance(sdn, StochasticDuelingNetwork):
+            for name, module in sdn.named_modules():
+                if isinstance(module, (LSTMModule, GRUModule)):
+                    raise TypeError(
+                        f"the {type(sdn).__name__} holds a recurrent module at "
+                        f"{name!r} ({type(module).__name__}); with a Gaussian policy "
+                        f"the LSTMModule / GRUModule must be in the actor network, "
+                        f"and the dueling network's value and advantage networks "
+                        f"feed-forward modules reading its output features (its "
+                        f"out_key, e.g. {module.out_keys[0]!r}) and observations"
+                    )
+            critic_keys = sdn.observation_keys  # the advantage network's
         modules = {}
-        for network in (evaluator.actor_network, evaluator.critic_network):
+        for network in (self.actor_network, self.critic_network):
             for module in recurrent_modules(network):
                 modules[id(module)] = module
         self.modules = list(modules.values())
-        self.actor_modules = recurrent_modules(evaluator.actor_network)
-        # {state key: (module, per-step shape)}; the output key carrying the state
-        # after each step is the module's matching out_key
-        self.states = {}
-        self._state_out = {}
+        self.actor_modules = recurrent_modules(self.actor_network)
+        # the output key carrying each state after each step is the module's
+        # matching out_key
+        self.states, self._state_out = {}, {}
         for module in self.modules:
-            shapes = state_shapes(module)
-            for key, out_key in zip(shapes, module.out_keys[1:], strict=True):
+            rnn = module_rnn(module)
+            layers = rnn.num_layers * (2 if rnn.bidirectional else 1)
+            h_size = getattr(rnn, "proj_size", 0) or rnn.hidden_size
+            sizes = (h_size, rnn.hidden_size)  # (h, c) of an LSTM, h of a GRU
+            for key, out_key, size in zip(
+                module.in_keys[1:-1], module.out_keys[1:], sizes, strict=False
+            ):
+                key = unravel_key(key)
                 if key in self.states and self.states[key][0] is not module:
                     raise ValueError(
                         f"two recurrent modules read the hidden state {key!r}; give "
                         f"each LSTMModule / GRUModule its own in_keys"
                     )
-                self.states[key] = (module, shapes[key])
+                self.states[key] = (module, (layers, size))
                 self._state_out[key] = unravel_key(out_key)
         hidden = {*self.states, IS_INIT}
-        written = actor_features(evaluator.actor_network)
+        # what the actor writes on its way to its distribution: its trunk's
+        # features and the distribution parameters (not the sample or its
+        # log-prob, nor an entry it reads and rewrites in place)
+        actor = self.actor_network
+        not_written = {
+            unravel_key(k)
+            for k in (*_probabilistic_module(actor).out_keys, *actor.in_keys)
+        }
+        written = {unravel_key(k) for k in actor.out_keys} - not_written
         keys = [
             key
-            for key in dict.fromkeys(
-                map(unravel_key, (*evaluator.in_keys, *critic_keys))
-            )
+            for key in dict.fromkeys(map(unravel_key, (*self.in_keys, *critic_keys)))
             if key not in hidden
         ]
         self.features = [key for key in keys if key in written]
         self.obs_keys = [key for key in keys if key not in written]
 
-    def in_keys(self, tensor_keys) -> list[NestedKey]:
-        """What a segment must hold.
-
-        The transitions, ``is_init`` and, with ``recurrent_state="stored"``, each
-        module's hidden state.
-        """
+    def transition_in_keys(self, keys) -> list[NestedKey]:
+        """The transitions, ``is_init`` and, with ``"stored"``, each hidden state."""
         stored = list(self.states) if self.recurrent_state == "stored" else []
-        return [*transition_in_keys(self.obs_keys, tensor_keys), *stored, IS_INIT]
+        return [*super().transition_in_keys(keys), *stored, IS_INIT]
 
-    def split_burn_in(
-        self, data: TensorDictBase, owner: str
-    ) -> tuple[TensorDictBase | None, TensorDictBase]:
-        """Splits a ``[*B, T]`` segment (time last) at the burn-in.
+    def split_burn_in(self, data: TensorDictBase):
+        """``(steps 0 .. k-1, steps k .. T-1)`` of a segment (time last), ``k`` the burn-in.
 
-        Returns ``(steps 0 .. k-1, steps k .. T-1)``, or ``(None, data)`` without
-        burn-in.
+        ``(None, data)`` without burn-in.
         """
         k = self.burn_in
         if not k:
@@ -1578,18 +1251,12 @@ class RecurrentEvaluator:
         T = data.batch_size[-1]
         if k >= T:
             raise ValueError(
-                f"{owner}: burn_in={k} leaves no step to learn from in segments of "
-                f"{T} steps; sample segments longer than the burn-in"
+                f"burn_in={k} leaves no step to learn from in segments of {T} steps; "
+                f"sample segments longer than the burn-in"
             )
         return data[..., :k], data[..., k:]
 
-    def resets(
-        self,
-        data: TensorDictBase,
-        done: torch.Tensor,
-        owner: str,
-        done_before: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def resets(self, data, done, done_before=None) -> torch.Tensor:
         """The steps whose incoming state is zero, ``[*B, T]`` booleans.
 
         ``is_init_t`` or ``done_{t-1}``; ``done_before`` is the ``done`` of the step
@@ -1598,26 +1265,16 @@ class RecurrentEvaluator:
         is_init = get_entry(
             data,
             IS_INIT,
-            owner,
             "the episode-start flag of each step (TorchRL's InitTracker writes it); "
             "recurrent networks reset their state there",
         )
-        reset = as_step_tensor(is_init, data.batch_size, repr(IS_INIT), owner)
-        reset = reset.squeeze(-1).bool()
-        after_done = torch.cat(
-            [
-                done[..., :1] & False
-                if done_before is None
-                else done_before[..., None],
-                done[..., :-1],
-            ],
-            -1,
+        reset = as_step_tensor(is_init, data.batch_size, repr(IS_INIT))
+        before = (
+            done[..., :1] & False if done_before is None else done_before[..., None]
         )
-        return reset | after_done
+        return reset.squeeze(-1).bool() | torch.cat([before, done[..., :-1]], -1)
 
-    def initial_states(
-        self, data: TensorDictBase, owner: str
-    ) -> dict[NestedKey, torch.Tensor]:
+    def initial_states(self, data: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
         """The state entering the segment's first step, before any reset.
 
         ``{state key: [R, *shape]}`` for ``R`` rows, in the dtype and device of the
@@ -1634,7 +1291,6 @@ class RecurrentEvaluator:
             value = get_entry(
                 data,
                 key,
-                owner,
                 f"the hidden state of {type(module).__name__} stored with each step "
                 f"(the collector stores it when the environment has the module's "
                 f"make_tensordict_primer()); or use recurrent_state='zero'",
@@ -1642,56 +1298,38 @@ class RecurrentEvaluator:
             expected = (*batch, *shape)
             if tuple(value.shape) != expected:
                 raise ValueError(
-                    f"{owner}: hidden state {key!r} has shape {tuple(value.shape)}, "
-                    f"expected {expected}: the [*B, T] batch, then "
-                    f"(num_layers * directions, size) = {shape} of its "
-                    f"{type(module).__name__}"
+                    f"hidden state {key!r} has shape {tuple(value.shape)}, expected "
+                    f"{expected}: the [*B, T] batch, then (num_layers * directions, "
+                    f"size) = {shape} of its {type(module).__name__}"
                 )
             out[key] = value[..., 0, :, :].reshape(rows, *shape).to(like)
         return out
 
     def run(self, inputs: TensorDictBase, *, states: bool = False, **kwargs):
-        """Runs the actor and the critic over ``[R, L]`` sequences in recurrent mode.
+        """Runs the networks over ``[R, L]`` sequences in recurrent mode (``__call__``).
 
-        As :class:`PolicyCriticEvaluator` does, writing into ``inputs``. With
-        ``states``, the recurrent modules' own forward also writes the states after
-        each sequence, else they run in pieces (:func:`run_modules`).
+        With ``states``, the recurrent modules' own forward also writes the states
+        after each sequence, else they run in pieces (:func:`forward_in_pieces`).
         """
         with set_recurrent_mode(True):
-            return self.evaluator(
-                inputs,
-                pieces=() if states else self.modules,
-                features=self.features,
-                **kwargs,
-            )
+            pieces = () if states else self.modules
+            return self(inputs, pieces=pieces, **kwargs)
 
-    def window(
-        self,
-        data: TensorDictBase,
-        prefix: TensorDictBase | None,
-        *,
-        done: torch.Tensor,
-        terminated: torch.Tensor,
-        prefix_done: torch.Tensor | None = None,
-        owner: str,
-        **run,
-    ) -> SequenceWindow:
-        """The sequences over ``data``, with the states entering them.
+    def window(self, data, prefix, done, terminated, prefix_done, run):
+        """The sequences over ``data``, from the states entering them.
 
         ``data`` holds the steps after the burn-in ``prefix``, whose ``done`` flags are
         ``prefix_done``; ``run`` are :meth:`run`'s arguments, for the burn-in.
         """
         if prefix is None:
-            states = self.initial_states(data, owner)
-            done_before = None
+            states, done_before = self.initial_states(data), None
         else:
             with torch.no_grad():
                 warm = SequenceWindow(
                     prefix,
                     self.obs_keys,
-                    self.initial_states(prefix, owner),
-                    self.resets(prefix, prefix_done, owner),
-                    owner=owner,
+                    self.initial_states(prefix),
+                    self.resets(prefix, prefix_done),
                 )
                 self.run(warm.inputs, states=True, **run)
             states = {
@@ -1699,45 +1337,29 @@ class RecurrentEvaluator:
                 for key, out_key in self._state_out.items()
             }
             done_before = prefix_done[..., -1]
+        reset = self.resets(data, done, done_before)
         return SequenceWindow(
-            data,
-            self.obs_keys,
-            states,
-            self.resets(data, done, owner, done_before),
-            done=done,
-            terminated=terminated,
-            owner=owner,
+            data, self.obs_keys, states, reset, done=done, terminated=terminated
         )
 
-    def average_dist_params(
-        self,
-        full: TensorDictBase,
-        done: torch.Tensor,
-        params,
-        *,
-        owner: str,
-    ) -> dict[str, torch.Tensor]:
+    def average_dist_params(self, steps, full, keys, params):
         """The averaged policy's distribution parameters after the burn-in.
 
-        At steps ``burn_in .. T-1`` of ``full`` (the whole segment), ``[*B, T - burn_in,
-        ...]``: the actor with ``params``, run over the whole segment from the same
-        states.
+        The actor with ``params`` run over the whole segment ``full`` from the same
+        states, ``[*B, T - burn_in, ...]``.
         """
         window = SequenceWindow(
             full,
             self.obs_keys,
             {
                 k: v
-                for k, v in self.initial_states(full, owner).items()
+                for k, v in self.initial_states(full).items()
                 if self.states[k][0] in self.actor_modules
             },
-            self.resets(full, done, owner),
-            owner=owner,
+            self.resets(full, done_flags(full, keys)[0]),
         )
         with torch.no_grad():
-            dist = self.evaluator.dist_params_only(
-                window.inputs, params, sequences=True
-            )
+            dist = self.dist_params_only(window.inputs, params)
         k = self.burn_in
         return {name: window.current(value)[..., k:, :] for name, value in dist.items()}
 
@@ -1745,21 +1367,14 @@ class RecurrentEvaluator:
 def forward_in_pieces(
     module: LSTMModule | GRUModule, tensordict: TensorDictBase
 ) -> TensorDictBase:
-    """The output of ``module`` in recurrent mode on ``[R, L]`` rows.
+    """Writes the output of ``module`` in recurrent mode on ``[R, L]`` rows.
 
-    As its forward computes it (not the states after each step), written into
-    ``tensordict`` under the module's first out_key.
-
-    The rows are cut before each ``is_init`` into pieces that start from the state
-    stored at their first entry, as TorchRL's forward cuts them. It then packs
-    them, and a packed LSTM or GRU runs step by step in small operations; here the
-    pieces, longest first and padded after their end, go through the module's RNN
-    in a few calls over consecutive spans of time, each on the pieces still
-    running and from the states the previous one left. ``torch.nn.LSTM`` / ``GRU``
-    run a ``PackedSequence`` in small operations (no oneDNN kernel takes one on a
-    CPU: a ``[32, 21]`` LSTM's forward and backward are 3 235 ATen operations
-    packed, 77 padded), which made the loss 1.2 to 1.7 times slower on a CPU once
-    rows held resets (issue #18).
+    TorchRL cuts the rows at ``is_init`` into pieces and packs them, and a packed
+    LSTM or GRU runs in small operations on a CPU (3 235 ATen operations for a
+    ``[32, 21]`` forward and backward, 77 padded; the loss was 1.2 to 1.7 times
+    slower, issue #18). Here the pieces, longest first and padded after their end,
+    go through the RNN in a few calls over spans of time, each on the pieces still
+    running, from the states the previous one left.
     """
     R, L = tensordict.batch_size
     x = tensordict.get(module.in_keys[0])
@@ -1810,20 +1425,12 @@ def forward_in_pieces(
 class SequenceWindow:
     """The observations of a ``[*B, T]`` segment (time last) as ``R`` sequences.
 
-    Row ``b`` holds ``s_0 .. s_{T-1}`` in order with the real next observation of
-    each mid-row truncation inserted after its step and ``s'_{T-1}`` after the last
-    step (with ``done`` and ``terminated``), or the ``T`` observations alone
-    (without them). ``s'_t`` is thus evaluated from the state after step ``t``, and
-    the reset at ``s_{t+1}`` discards what it did to the state. Rows are padded to
-    the longest after their end, where no output that is read depends on the
-    padding. ``inputs`` is the ``[R, L]`` TensorDict the networks run on:
-    observations, ``is_init`` (the resets) and each hidden state, zero except at
-    the first entry, where the state entering the row is.
-
-    Attributes:
-        inputs: the ``[R, L]`` TensorDict.
-        positions: ``[R, T]``, where step ``t`` of each row is in ``inputs``; its
-            next observation's output is at ``positions + 1``.
+    Row ``b`` holds ``s_0 .. s_{T-1}`` with, given ``done`` and ``terminated``, the
+    real next observation of each mid-row truncation and ``s'_{T-1}`` inserted after
+    their step (evaluated from the state after it; the reset that follows discards
+    it), padded after the row's end. ``inputs`` (``[R, L]``) holds them,
+    ``is_init`` and each hidden state at the row's first entry; step ``t`` is at
+    ``positions`` (``[R, T]``), its next observation at ``positions + 1``.
     """
 
     def __init__(
@@ -1835,7 +1442,6 @@ class SequenceWindow:
         *,
         done: torch.Tensor | None = None,
         terminated: torch.Tensor | None = None,
-        owner: str,
     ):
         self.batch_shape = data.batch_size[:-1]
         T = self.T = data.batch_size[-1]
@@ -1861,14 +1467,13 @@ class SequenceWindow:
         index = (self._row_index, self.positions)
         tensors = {}
         for key in obs_keys:
-            obs = get_entry(data, key, owner, "an input of the policy or critic")
+            obs = get_entry(data, key, "an input of the policy or critic")
             obs = obs.reshape(R, T, *obs.shape[len(self.batch_shape) + 1 :])
             seq = obs.new_zeros(R, length, *obs.shape[2:]).index_put(index, obs)
             if with_next:
                 next_obs = get_entry(
                     data,
                     _next(key),
-                    owner,
                     "the next observation of each step, read at the last step and "
                     "at mid-row truncations",
                 )
