@@ -69,7 +69,7 @@ from torchrl.checkpoint import CheckpointError as _TorchRLCheckpointError
 from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorStorage
 from torchrl.trainers import Trainer, TrainerHookBase
 
-from torchrl_acer.trainers.hooks import first_few, nonfinite_entries
+from torchrl_acer.trainers.hooks import first_few, nonfinite_counts
 from torchrl_acer.training.refusal import Refusal
 
 __all__ = [
@@ -165,7 +165,7 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
     def save(self, component, path, *, args, kwargs):
         state = super().save(component, path, args=args, kwargs=kwargs)
         if self.nonfinite is not None and self.check_finite:
-            self.nonfinite += nonfinite_entries(state, self.name or "")
+            self.nonfinite += list(nonfinite_counts(state, self.name or ""))
         return state
 
     def load(self, component, path, *, map_location, tensor_load_kwargs, args, kwargs):
