@@ -404,7 +404,7 @@ class ACERCheckpoint(Checkpoint):
       manifest's own: a truncated, corrupted or missing file is refused, named.
     - **The run's config**, stored and compared on load: settings that differ
       outside :data:`SAFE_CONFIG_CHANGES` are refused, listed, unless allowed
-      (``allow_config_change``) or ``force`` d.
+      (``allow_config_change``) or forced (``force``).
     - **Strict loading, named.** Each module's saved parameters are compared
       with its own, and each optimizer's state with its parameters: keys
       missing, unexpected or of another shape are refused, all at once, before
