@@ -147,14 +147,20 @@ class VersionedPolicy(TensorDictModuleBase):
 
 
 class NonFiniteTrainingError(RuntimeError):
-    """Training stopped: too many non-finite updates or batches in a row, or a
-    save or an action refused on non-finite values (the message names them)."""
+    """Training stopped on non-finite values; the message names them.
+
+    Too many non-finite updates or batches in a row, or a save or an action
+    refused on non-finite values.
+    """
 
 
 def nonfinite_counts(state: Any, prefix: str = "") -> dict[str, int]:
-    """``{dotted name: count}`` of the NaNs and infinities in the floating tensors
-    of ``state`` (a tensor, or nested mappings, sequences and tensordicts), for
-    those holding any. Per tensor: for what went wrong, or for a rare save."""
+    """``{dotted name: count}`` of the NaNs and infinities in ``state``.
+
+    Only the floating tensors holding any, of ``state`` (a tensor, or nested
+    mappings, sequences and tensordicts). Per tensor: for what went wrong, or
+    for a rare save.
+    """
     if isinstance(state, torch.Tensor):
         if not (state.is_floating_point() or state.is_complex()):
             return {}
@@ -201,8 +207,10 @@ def _batch_is_finite(batch: TensorDictBase) -> bool:
 
 
 def first_few(items: list[str], limit: int, sep: str = ", ") -> str:
-    """The first ``limit`` of ``items`` joined by ``sep``, and how many more (on a
-    line of its own when ``sep`` starts lines)."""
+    """The first ``limit`` of ``items`` joined by ``sep``, and how many more.
+
+    The count is on a line of its own when ``sep`` starts lines.
+    """
     more = len(items) - limit
     if more <= 0:
         return sep.join(items)
@@ -261,8 +269,10 @@ class _StatelessHook(TrainerHookBase):
 
 
 def _around(trainer: Trainer, name: str, around: Callable) -> None:
-    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``,
-    ``inner`` being the method as it was (perhaps wrapped by another hook)."""
+    """Replaces ``trainer.<name>`` on the instance by ``around(inner, *args)``.
+
+    ``inner`` is the method as it was (perhaps wrapped by another hook).
+    """
     inner = getattr(trainer, name)
 
     @functools.wraps(inner)
@@ -273,8 +283,11 @@ def _around(trainer: Trainer, name: str, around: Callable) -> None:
 
 
 def _train_only_accepted(trainer: Trainer, hook) -> None:
-    """Skips the trainer's ``optim_steps`` (updates, and replay storage at
-    ``pre_epoch``) for a batch ``hook`` refused (``hook.batch_ok`` false)."""
+    """Skips the trainer's ``optim_steps`` for a batch ``hook`` refused.
+
+    A batch is refused when ``hook.batch_ok`` is false: no updates on it, and no
+    replay storage at ``pre_epoch``.
+    """
 
     def optim_steps(inner, batch):
         if hook.batch_ok:
@@ -392,8 +405,11 @@ class NonFiniteGuard(DefaultOptimizationStepper):
         return out
 
     def _event(self, kind: str, finite: bool, describe: Callable[[], str]) -> None:
-        """Counts a non-finite update or batch (``kind``): warns at the first of a
-        streak, raises at the ``max_in_a_row``-th in a row."""
+        """Counts a non-finite update or batch (``kind``).
+
+        Warns at the first of a streak, and raises at the ``max_in_a_row``-th in
+        a row.
+        """
         if finite:
             self._streak[kind] = 0
             return
