@@ -180,13 +180,24 @@ def nonfinite_counts(state: Any, prefix: str = "") -> dict[str, int]:
     return out
 
 
+def _entry_counts(batch: TensorDictBase) -> dict:
+    """``{key: count}`` of the NaNs and infinities in ``batch``'s entries.
+
+    By the tensordict's own keys (tuples for nested ones), for those holding any.
+    """
+    counts = {}
+    for key, value in batch.items(True, True):
+        if count := sum(nonfinite_counts(value).values()):
+            counts[key] = count
+    return counts
+
+
 def _describe_batch(batch: TensorDictBase) -> str:
-    counts = nonfinite_counts(batch)
+    counts = _entry_counts(batch)
 
     def total(*words):
-        return sum(
-            n for k, n in counts.items() if any(w in k.split(".")[-1] for w in words)
-        )
+        last = [(k[-1] if isinstance(k, tuple) else k, n) for k, n in counts.items()]
+        return sum(n for k, n in last if any(w in k for w in words))
 
     detail = ", ".join(f"{k!r}: {n}" for k, n in counts.items())
     return (
@@ -994,8 +1005,7 @@ class PolicyInputCheck(_StatelessHook):
         if _batch_is_finite(read):
             return
         counts = ", ".join(
-            f"{key!r}: {n} non-finite values"
-            for key, n in nonfinite_counts(read).items()
+            f"{key!r}: {n} non-finite values" for key, n in _entry_counts(read).items()
         )
         raise NonFiniteTrainingError(
             f"the policy was given non-finite observations while {self.phase} "
