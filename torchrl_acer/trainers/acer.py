@@ -6,7 +6,6 @@ Upstream this file is ``torchrl/trainers/algorithms/acer.py``.
 from __future__ import annotations
 
 import math
-import pathlib
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -14,13 +13,11 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import optim
-from torchrl.checkpoint import Checkpoint, CheckpointRotation
 from torchrl.collectors import BaseCollector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.objectives import SoftUpdate
 from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import TargetNetUpdater
-from torchrl.record.loggers import Logger
 from torchrl.trainers.trainers import (
     TYPE_DESCR,
     DefaultOptimizationStepper,
@@ -66,23 +63,6 @@ def make_segment_replay_buffer(
     )
 
 
-def check_update_schedule(
-    replay_buffer, replay_ratio: float, replay_start: int, on_policy_updates: bool
-) -> None:
-    """Refuses an update schedule that cannot work, naming the setting."""
-    if not (replay_ratio >= 0 and math.isfinite(replay_ratio)):
-        # inf would draw no replay at all: torch.poisson(inf) is a huge negative
-        raise ValueError(f"replay_ratio must be >= 0 and finite, got {replay_ratio}")
-    if replay_ratio > 0 and replay_buffer is None:
-        raise ValueError(f"replay_ratio={replay_ratio} needs a replay_buffer")
-    if not on_policy_updates and not replay_ratio > 0:
-        raise ValueError(
-            "on_policy_updates=False needs replay_ratio > 0: nothing would train"
-        )
-    if replay_start < 0:
-        raise ValueError(f"replay_start must be >= 0, got {replay_start}")
-
-
 def replay_keys(loss_module: LossModule, replay_buffer) -> list:
     """The keys replay keeps of a batch.
 
@@ -119,44 +99,36 @@ def as_segments(batch: TensorDictBase) -> TensorDictBase:
 class ACERUpdateSchedule(TrainerHookBase):
     r"""ACER's updates for each collected batch (Wang et al. 2017, Algorithm 1).
 
-    For each collected ``[N, T]`` batch: one on-policy update on the fresh batch,
+    For each collected ``[N, T]`` batch, one on-policy update on the fresh batch,
     then :math:`n \sim \mathrm{Poisson}(\text{replay\_ratio})` updates on batches
-    sampled from replay, once it holds ``replay_start`` steps. Registered at two
-    stages of a :class:`~torchrl.trainers.Trainer` built with
-    ``optim_steps_per_batch=None`` (a variable number of updates per batch):
-
-    - ``batch_process`` (:meth:`store`): the fresh batch, as ``[N, T]`` segments
-      (:func:`as_segments`), is stored in replay, and :math:`n` is drawn;
-    - ``process_optim_batch`` (:meth:`__call__`): hands out the fresh batch, then
-      the :math:`n` replayed ones, then raises ``StopIteration``, which ends the
-      batch's updates (a ``None`` returned by a hook would leave the batch as
-      it was).
+    sampled from replay, once it holds ``replay_start`` steps. Registered on a
+    :class:`~torchrl.trainers.Trainer` built with ``optim_steps_per_batch=None``:
+    at ``batch_process`` (:meth:`store`) the fresh batch is stored in replay as
+    ``[N, T]`` segments (:func:`as_segments`) and :math:`n` drawn; at
+    ``process_optim_batch`` (:meth:`__call__`) the fresh batch, then the
+    :math:`n` replayed ones are handed out, then ``StopIteration`` ends the
+    batch's updates.
 
     Args:
-        replay_buffer: a replay of ``T``-step segments (see
-            :func:`make_segment_replay_buffer`), or
-            ``None`` to train on-policy only.
+        replay_buffer: a replay of ``T``-step segments
+            (:func:`make_segment_replay_buffer`), or ``None`` to train on-policy.
 
     Keyword Args:
-        replay_ratio (float): mean number of replayed updates per collected batch.
+        replay_ratio (float): mean replayed updates per collected batch.
             Defaults to 4.
-        replay_start (int): steps stored before replayed updates start. Defaults
-            to 0.
+        replay_start (int): steps stored before replayed updates start.
+            Defaults to 0.
         on_policy_updates (bool): update on each fresh batch (ACER's discrete
             setting); ``False`` trains on replay only, as the paper's continuous
             runs do. Defaults to ``True``.
-        replay_keys (sequence of keys, optional): what replay keeps of a batch
-            (the loss's ``in_keys``, so that ``set_keys`` is honoured, plus what
-            the replay buffer reads itself); ``None`` keeps everything. A callable
-            returning the keys is read at each store.
-        accept (sequence of callables): each takes the fresh batch and returns
-            whether to train on it; a batch refused by one (non-finite values, a
-            too stale policy) gets no on-policy update and is not stored. Its
-            replayed updates still happen.
-        device (torch.device, optional): where the loss runs; batches are moved
-            there before being handed out.
-        seed (int): seeds the Poisson draws (a generator of the hook's own, kept
-            in its state dict). Defaults to 0.
+        replay_keys (sequence of keys, or a callable returning them, optional):
+            what replay keeps of a batch; ``None`` keeps everything.
+        accept (sequence of callables): each takes the fresh batch and says
+            whether to train on it; a batch one refuses gets no on-policy update
+            and is not stored (its replayed updates still happen).
+        device (torch.device, optional): where batches are handed out.
+        seed (int): seeds the Poisson draws (the hook's own generator, in its
+            state dict). Defaults to 0.
     """
 
     def __init__(
@@ -171,9 +143,19 @@ class ACERUpdateSchedule(TrainerHookBase):
         device: torch.device | str | None = None,
         seed: int = 0,
     ) -> None:
-        check_update_schedule(
-            replay_buffer, replay_ratio, replay_start, on_policy_updates
-        )
+        if not (replay_ratio >= 0 and math.isfinite(replay_ratio)):
+            # inf would draw no replay at all: torch.poisson(inf) is a huge negative
+            raise ValueError(
+                f"replay_ratio must be >= 0 and finite, got {replay_ratio}"
+            )
+        if replay_ratio > 0 and replay_buffer is None:
+            raise ValueError(f"replay_ratio={replay_ratio} needs a replay_buffer")
+        if not on_policy_updates and not replay_ratio > 0:
+            raise ValueError(
+                "on_policy_updates=False needs replay_ratio > 0: nothing would train"
+            )
+        if replay_start < 0:
+            raise ValueError(f"replay_start must be >= 0, got {replay_start}")
         self.replay_buffer = replay_buffer
         self.replay_ratio = replay_ratio
         self.replay_start = replay_start
@@ -261,67 +243,47 @@ class ACERTrainer(Trainer):
     https://arxiv.org/abs/1611.01224. A :class:`~torchrl.trainers.Trainer` whose
     ``__init__`` only wires hooks:
 
-    - :class:`ACERUpdateSchedule` (``batch_process``, ``process_optim_batch``):
-      per collected batch, the on-policy update, then Poisson(``replay_ratio``)
-      replayed ones;
+    - :class:`ACERUpdateSchedule`: per collected batch, the on-policy update,
+      then Poisson(``replay_ratio``) replayed ones;
     - :class:`~torchrl.trainers.TargetNetUpdaterHook` (``post_optim``): the
       averaged policy :math:`\theta_{avg} \leftarrow \alpha \theta_{avg} + (1 -
-      \alpha) \theta` after every optimizer step, with
-      :class:`~torchrl.objectives.SoftUpdate`;
+      \alpha) \theta` after every optimizer step
+      (:class:`~torchrl.objectives.SoftUpdate`);
     - :class:`~torchrl_acer.trainers.hooks.NonFiniteGuard` as the optimization
-      stepper (``check_health``): non-finite updates skipped, non-finite batches
-      neither trained on nor stored, no checkpoint from non-finite parameters;
-    - :class:`~torchrl.trainers.UpdateWeights` (``post_steps``): the learner's
-      policy weights to the collector's workers every
-      ``weight_update_interval`` batches (a no-op for an in-process collector).
+      stepper (``check_health``); a batch it refuses is not stored either;
+    - :class:`~torchrl.trainers.UpdateWeights` (``post_steps``): the policy's
+      weights to the collector every ``weight_update_interval`` batches.
 
-    It logs, besides the loss terms TorchRL's trainer logs, the trust region's
-    statistics of each update (``train/trust_region_active_fraction``,
-    ``train/trust_region_k_norm``, ``train/trust_region_k_dot_g``), the steps
-    held in replay (``replay/steps``) and each batch's updates
-    (``train/on_policy_updates``, ``train/off_policy_updates``); its
-    ``_optim_count`` counts updates.
-
-    Everything else (logging, evaluation, checkpoints, the guards of
-    :mod:`torchrl_acer.trainers.hooks`) is registered with :meth:`register_op`,
-    as on any TorchRL trainer.
+    Besides TorchRL's loss terms it logs the trust region's statistics of each
+    update (``train/trust_region_*``), the steps in replay (``replay/steps``)
+    and each batch's updates (``train/on_policy_updates``,
+    ``train/off_policy_updates``); ``_optim_count`` counts updates. Anything
+    else (logging, evaluation, the guards of :mod:`torchrl_acer.trainers.hooks`)
+    is registered as on any TorchRL trainer.
 
     Keyword Args:
         collector (BaseCollector): yields ``[num_envs, T]`` batches with the
-            behaviour policy's logits and log-probabilities stored (any TorchRL
-            collector running the loss's actor).
+            behaviour policy's logits and log-probabilities.
         total_frames (int): environment steps to collect.
         loss_module (ACERLoss): the loss; its actor is the collector's policy.
         optimizer (optim.Optimizer): over ``loss_module.parameters()``.
-        replay_buffer: a replay of ``T``-step segments, ``None`` for on-policy
-            training (then ``replay_ratio`` must be 0).
-        replay_ratio (float): mean replayed updates per collected batch. Defaults
-            to 4.
-        replay_start (int): steps stored before replayed updates start.
-        on_policy_updates (bool): update on each fresh batch. Defaults to ``True``.
+        replay_buffer, replay_ratio, replay_start, on_policy_updates, accept: as
+            :class:`ACERUpdateSchedule` (``accept``: e.g. a policy-lag bound's).
         target_net_updater (TargetNetUpdater, optional): the averaged-policy
             update; defaults to ``SoftUpdate(loss_module, eps=alpha)``.
-        alpha (float): the averaged policy's decay when ``target_net_updater`` is
-            not given. Defaults to 0.99.
-        accept (sequence of callables): batch filters for
-            :class:`ACERUpdateSchedule` (e.g. a non-finite guard's, a policy-lag
-            bound's).
-        weight_update_interval (int): batches between two weight pushes to the
-            collector's workers. Defaults to 1.
-        check_health (bool): the optimization stepper is a
-            :class:`~torchrl_acer.trainers.hooks.NonFiniteGuard`: a non-finite
-            update is skipped and counted, a collected batch holding non-finite
-            values where the loss reads is neither trained on nor stored, and
-            ``max_nonfinite_in_a_row`` of either in a row stop training; no
-            checkpoint is saved from non-finite parameters. ``False``: TorchRL's
-            default stepper (to measure the checks' cost). Defaults to ``True``.
-        max_nonfinite_in_a_row (int): see ``check_health``. Defaults to 10.
+        alpha (float): the averaged policy's decay. Defaults to 0.99.
+        weight_update_interval (int): batches between two weight pushes.
+            Defaults to 1.
+        check_health (bool): the stepper is a
+            :class:`~torchrl_acer.trainers.hooks.NonFiniteGuard` stopping after
+            ``max_nonfinite_in_a_row`` (default 10) non-finite updates or
+            batches in a row; ``False``: TorchRL's default stepper (to measure
+            the checks' cost). Defaults to ``True``.
         optimization_stepper: replaces the guard (with ``check_health=False``).
-        logger, clip_grad_norm, clip_norm, progress_bar,
-        seed, save_trainer_interval, log_interval, save_trainer_file, checkpoint,
-        checkpoint_rotation, checkpoint_metadata, log_timings,
-        auto_log_optim_steps, frame_skip: as for
-            :class:`~torchrl.trainers.Trainer`.
+        frame_skip (int): as :class:`~torchrl.trainers.Trainer`. Defaults to 1.
+        **kwargs: the other arguments of :class:`~torchrl.trainers.Trainer`
+            (``logger``, ``clip_grad_norm``, ``clip_norm``, ``progress_bar``,
+            ``seed``, ``save_trainer_file``, ``checkpoint``, ...).
 
     Examples:
         >>> import torch
@@ -368,33 +330,15 @@ class ACERTrainer(Trainer):
         check_health: bool = True,
         max_nonfinite_in_a_row: int = 10,
         optimization_stepper: OptimizationStepper | None = None,
-        logger: Logger | None = None,
-        clip_grad_norm: bool = True,
-        clip_norm: float | None = None,
-        progress_bar: bool = True,
-        seed: int | None = None,
-        save_trainer_interval: int = 10000,
-        log_interval: int = 10000,
-        save_trainer_file: str | pathlib.Path | None = None,
-        checkpoint: Checkpoint | None = None,
-        checkpoint_rotation: CheckpointRotation | None = None,
-        checkpoint_metadata: Callable[[Trainer], Mapping[str, Any]] | None = None,
-        log_timings: bool = False,
-        auto_log_optim_steps: bool = True,
         frame_skip: int = 1,
+        **kwargs: Any,
     ) -> None:
         if total_frames <= 0:
             raise ValueError(f"total_frames must be positive, got {total_frames}")
-        # refused before any of the pieces is touched
-        check_update_schedule(
-            replay_buffer, replay_ratio, replay_start, on_policy_updates
-        )
         if not weight_update_interval >= 1:
             raise ValueError(
                 f"weight_update_interval must be >= 1, got {weight_update_interval}"
             )
-        if target_net_updater is None:
-            target_net_updater = SoftUpdate(loss_module, eps=alpha)
         if optimization_stepper is None:
             optimization_stepper = (
                 NonFiniteGuard(max_nonfinite_in_a_row)
@@ -411,6 +355,19 @@ class ACERTrainer(Trainer):
         if isinstance(optimization_stepper, NonFiniteGuard):
             # a batch the guard finds non-finite is not stored in replay either
             accept = (*accept, lambda batch: optimization_stepper.batch_ok)
+        # built (and its settings refused) before any of the pieces is touched
+        self.schedule = ACERUpdateSchedule(
+            replay_buffer,
+            replay_ratio=replay_ratio,
+            replay_start=replay_start,
+            on_policy_updates=on_policy_updates,
+            replay_keys=partial(replay_keys, loss_module, replay_buffer),
+            accept=accept,
+            device=module_device(loss_module),
+            seed=kwargs.get("seed") or 0,
+        )
+        if target_net_updater is None:
+            target_net_updater = SoftUpdate(loss_module, eps=alpha)
         # built now, so that a checkpoint restores its buffers
         loss_module.value_estimator  # noqa: B018
         super().__init__(
@@ -423,29 +380,7 @@ class ACERTrainer(Trainer):
             optimization_stepper=optimization_stepper,
             replay_buffer=replay_buffer,
             target_net_updater=target_net_updater,
-            logger=logger,
-            clip_grad_norm=clip_grad_norm,
-            clip_norm=clip_norm,
-            progress_bar=progress_bar,
-            seed=seed,
-            save_trainer_interval=save_trainer_interval,
-            log_interval=log_interval,
-            save_trainer_file=save_trainer_file,
-            checkpoint=checkpoint,
-            checkpoint_rotation=checkpoint_rotation,
-            checkpoint_metadata=checkpoint_metadata,
-            log_timings=log_timings,
-            auto_log_optim_steps=auto_log_optim_steps,
-        )
-        self.schedule = ACERUpdateSchedule(
-            replay_buffer,
-            replay_ratio=replay_ratio,
-            replay_start=replay_start,
-            on_policy_updates=on_policy_updates,
-            replay_keys=partial(replay_keys, loss_module, replay_buffer),
-            accept=accept,
-            device=module_device(loss_module),
-            seed=0 if seed is None else seed,
+            **kwargs,
         )
         self.schedule.register(self)
         # stepped after every optimizer step, as the paper's averaged policy is
@@ -458,12 +393,9 @@ class ACERTrainer(Trainer):
             ),
         )
         self.register_op("post_steps", update_weights)
-        # ACER's own numbers in the training log, beside the loss terms TorchRL
-        # logs: the trust region's statistics of each update, the replay's size
-        # and the batch's updates, on-policy and replayed
         self.register_op("post_optim_log", self._log_trust_region)
         self.register_op("post_steps_log", self._log_replay)
-        if progress_bar:
+        if self.progress_bar:
             self.register_op("setup", self._draw_bar_once_a_batch)
 
     def _draw_bar_once_a_batch(self) -> None:

@@ -1,40 +1,13 @@
-"""Checkpoints on :class:`torchrl.checkpoint.Checkpoint`, with torchrl-acer's guarantees.
-
-:class:`ACERCheckpoint` is a :class:`~torchrl.checkpoint.Checkpoint` (pass it as
-``Trainer(checkpoint=...)``, with or without a
-:class:`~torchrl.checkpoint.CheckpointRotation`) that keeps what the single-file
-format it replaced promised:
-
-- **Atomic and durable.** A checkpoint is written under a temporary name, every file
-  and folder of it fsynced, then renamed into place and its parent folder fsynced.
-  An exception or a kill while it is written leaves the previous checkpoint as it
-  was. (TorchRL renames, but fsyncs nothing; and to replace an existing checkpoint
-  it first moves the old one aside, so a kill between the two renames leaves none
-  at the path: :meth:`ACERCheckpoint.load` then names where the previous one is.
-  An ``"archive"`` checkpoint is one file, replaced in one rename.)
-- **Verified before anything loads.** The manifest records the size and sha256 of
-  every component file, and ``manifest.json.sha256`` beside it the manifest's own.
-  A truncated, corrupted or missing file is refused, naming it, before any
-  component is touched.
-- **The run's config.** The resolved config is stored in the manifest and compared
-  on load: settings that differ outside :data:`SAFE_CONFIG_CHANGES` are refused,
-  listed, unless allowed (``allow_config_change``) or ``force``\\ d.
-- **Strict loading, named.** Before anything loads, each module's saved parameters
-  are compared with its own, and each optimizer's state with its parameters: keys
-  missing, unexpected or of another shape are refused, named, all at once.
-- **Nothing saved from non-finite numbers.** A save whose state-dict components
-  hold a NaN or an infinity in a floating tensor is refused, naming the entries;
-  the previous checkpoint stays.
-- **Versions.** torchrl-acer, torch, torchrl and tensordict versions and the git
-  commit go into the manifest (TorchRL adds its own ``versions`` and warns on skew).
-- **The old format is named.** A ``last.pt`` of the single-file format is refused
-  with its format version, instead of a "not a checkpoint" error.
+"""Checkpoints on :class:`torchrl.checkpoint.Checkpoint`, with torchrl-acer's
+guarantees (:class:`ACERCheckpoint`), and the checkpoint pieces a run needs: a
+replay's contents (:class:`ReplayContents`) and saves on a clock
+(:class:`SaveEvery`).
 
 Everything rides on TorchRL's public extension points: a subclass, a state-dict
-adapter that checks what it saves (:class:`FiniteStateDictAdapter`, whose payload a
-plain :class:`~torchrl.checkpoint.Checkpoint` reads), and the manifest's
-``metadata``, under the key ``"torchrl_acer"``. The gaps in TorchRL are written up
-as patches in ``upstream/torchrl/``.
+adapter that checks what it saves (:class:`FiniteStateDictAdapter`, whose payload
+a plain :class:`~torchrl.checkpoint.Checkpoint` reads) and the manifest's
+``metadata``, under the key ``"torchrl_acer"``. The gaps in TorchRL are written
+up as patches in ``upstream/torchrl/``.
 """
 
 from __future__ import annotations
@@ -69,7 +42,7 @@ from torchrl.checkpoint import CheckpointError as _TorchRLCheckpointError
 from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorStorage
 from torchrl.trainers import Trainer, TrainerHookBase
 
-from torchrl_acer.trainers.hooks import first_few, nonfinite_entries
+from torchrl_acer.trainers.hooks import first_few, nonfinite_counts
 from torchrl_acer.training.refusal import Refusal
 
 __all__ = [
@@ -165,7 +138,7 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
     def save(self, component, path, *, args, kwargs):
         state = super().save(component, path, args=args, kwargs=kwargs)
         if self.nonfinite is not None and self.check_finite:
-            self.nonfinite += nonfinite_entries(state, self.name or "")
+            self.nonfinite += list(nonfinite_counts(state, self.name or ""))
         return state
 
     def load(self, component, path, *, map_location, tensor_load_kwargs, args, kwargs):
@@ -212,7 +185,7 @@ def _fsync_tree(root: Path) -> None:
     """fsyncs every file below ``root``, then every folder, ``root`` last."""
     folders = [root]
     for path in root.rglob("*"):
-        if path.is_dir() and not path.is_symlink():
+        if _is_folder(path):
             folders.append(path)
         elif path.is_file():
             fd = os.open(path, os.O_RDONLY)
@@ -224,15 +197,12 @@ def _fsync_tree(root: Path) -> None:
         _fsync_dir(folder)
 
 
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-
-
 def _previous_name(destination: Path) -> str:
     return f".{destination.name}.previous-"
+
+
+def _is_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
 
 
 def _publish(source: Path, destination: Path) -> None:
@@ -241,9 +211,7 @@ def _publish(source: Path, destination: Path) -> None:
     aside (a kill between the two renames leaves it there, under
     ``.NAME.previous-*``, which :meth:`ACERCheckpoint.load` points to)."""
     parent = destination.parent
-    if not (destination.exists() or destination.is_symlink()):
-        os.replace(source, destination)
-    elif source.is_file() and (destination.is_file() or destination.is_symlink()):
+    if not destination.exists() or (source.is_file() and not _is_folder(destination)):
         os.replace(source, destination)
     else:
         previous = parent / f"{_previous_name(destination)}{uuid.uuid4().hex}"
@@ -344,28 +312,16 @@ def state_dict_mismatches(saved, current, prefix: str = "") -> list[str]:
 def _git_commit() -> str | None:
     """The commit of the checkout this package runs from, ``-dirty`` if it has
     uncommitted changes; ``None`` outside a git checkout (best effort)."""
+    # --exclude=*: the commit itself, never a tag's name
+    command = "git describe --always --dirty --abbrev=40 --exclude=*".split()
     try:
-        return (
-            subprocess.run(
-                # --exclude=*: the commit itself, never a tag's name
-                [
-                    "git",
-                    "describe",
-                    "--always",
-                    "--dirty",
-                    "--abbrev=40",
-                    "--exclude=*",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=Path(__file__).resolve().parent,
-                timeout=10,
-            ).stdout.strip()
-            or None
+        here = Path(__file__).resolve().parent
+        done = subprocess.run(
+            command, capture_output=True, text=True, check=True, cwd=here, timeout=10
         )
     except (OSError, subprocess.SubprocessError):
         return None
+    return done.stdout.strip() or None
 
 
 @cache
@@ -434,10 +390,31 @@ def _single_file_refusal(path: Path) -> ACERCheckpointError | None:
 class ACERCheckpoint(Checkpoint):
     """A :class:`torchrl.checkpoint.Checkpoint` with torchrl-acer's guarantees.
 
-    Saving is atomic and durable; loading verifies every file's size and sha256,
-    compares the stored config with ``config``, and checks modules' parameter
-    shapes and optimizers' state before anything is loaded; a save from non-finite
-    parameters is refused. See the module's docstring.
+    Pass it as ``Trainer(checkpoint=...)``, with or without a
+    :class:`~torchrl.checkpoint.CheckpointRotation`.
+
+    - **Atomic and durable.** A checkpoint is written under a temporary name,
+      every file and folder fsynced, then renamed into place and its parent
+      fsynced: a kill while it is written leaves the previous one. (TorchRL
+      fsyncs nothing, and replaces a folder by moving the old one aside first:
+      after a kill between the two renames, :meth:`load` names where the
+      previous one is. An ``"archive"`` is replaced in one rename.)
+    - **Verified before anything loads** (:meth:`verify`). The manifest records
+      the size and sha256 of every component file, ``manifest.json.sha256`` the
+      manifest's own: a truncated, corrupted or missing file is refused, named.
+    - **The run's config**, stored and compared on load: settings that differ
+      outside :data:`SAFE_CONFIG_CHANGES` are refused, listed, unless allowed
+      (``allow_config_change``) or forced (``force``).
+    - **Strict loading, named.** Each module's saved parameters are compared
+      with its own, and each optimizer's state with its parameters: keys
+      missing, unexpected or of another shape are refused, all at once, before
+      anything loads.
+    - **Nothing saved from non-finite numbers**: a save whose state-dict
+      components hold a NaN or an infinity is refused, naming the entries.
+    - **Versions**: of torchrl-acer, torch, torchrl and tensordict, and the git
+      commit, in the manifest.
+    - **The old format is named**: a ``last.pt`` of the single-file format is
+      refused with its format version.
 
     Args:
         config: the run's resolved config (JSON-compatible, nested mappings), stored
@@ -446,8 +423,7 @@ class ACERCheckpoint(Checkpoint):
             differ on load beyond the safe ones.
         force: load whatever settings differ.
         metadata: JSON-compatible entries added to every save's manifest metadata
-            (a save's own ``metadata``, e.g. the trainer's frame counts, wins), such
-            as the run directory a resume goes back to.
+            (a save's own ``metadata`` wins), such as the run directory.
         format, strict, archive_compression, save_components, components: as
             :class:`~torchrl.checkpoint.Checkpoint`.
 
@@ -575,9 +551,10 @@ class ACERCheckpoint(Checkpoint):
                 files[relative] = {"sha256": digest, "bytes": size}
         manifest["metadata"][METADATA_KEY]["files"] = files
         data = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-        _write_synced(stage / MANIFEST_NAME, data)
+        # fsynced with the whole stage (_fsync_tree)
+        (stage / MANIFEST_NAME).write_bytes(data)
         digest = hashlib.sha256(data).hexdigest()
-        _write_synced(stage / MANIFEST_DIGEST_NAME, f"{digest}\n".encode())
+        (stage / MANIFEST_DIGEST_NAME).write_text(f"{digest}\n")
 
     def _zip(self, stage: Path, archive: Path) -> None:
         compression = (

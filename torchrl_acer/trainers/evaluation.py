@@ -26,41 +26,30 @@ from torchrl.trainers.trainers import Trainer, TrainerHookBase
 from torchrl_acer.trainers.acer import module_device
 from torchrl_acer.training.envs import reset_every_copy
 
-__all__ = ["Evaluation", "GreedyEvaluator", "next_multiple"]
-
-
-def next_multiple(frames: int, interval: int) -> int:
-    """The first multiple of ``interval`` after ``frames``: a schedule on multiples
-    holds whatever the batch size, and across a resume."""
-    return (frames // interval + 1) * interval
+__all__ = ["Evaluation", "GreedyEvaluator"]
 
 
 class Evaluation(TrainerHookBase):
     """Runs ``evaluate`` every ``interval`` frames and once at the end, and logs it.
 
-    The schedule is in collected frames, on multiples of ``interval`` whatever the
-    batch size, so that runs with other batch sizes (or resumed ones) evaluate at
-    the same points. The results go straight to the trainer's logger under
-    ``prefix`` against the frame count (not through ``Trainer._log``, whose
-    ``log_interval`` would drop evaluations that come more often), and the last
-    one is kept in :attr:`last` (with its ``"frames"``) for a final summary.
+    The schedule is on multiples of ``interval`` collected frames, so that runs
+    with other batch sizes, or resumed, evaluate at the same points. Results go
+    straight to the trainer's logger under ``prefix`` against the frame count
+    (``Trainer._log``'s ``log_interval`` would drop evaluations that come more
+    often); the last is kept in :attr:`last`, with its ``"frames"``. Registered
+    at ``post_steps_log`` and ``shutdown``; the schedule and the last result are
+    in its state dict.
 
     Args:
-        evaluate: returns a mapping of scalars, e.g. a
-            :class:`~GreedyEvaluator` (each
-            environment copy's first greedy episode) or
-            ``torchrl.collectors.Evaluator(...).evaluate``.
+        evaluate: returns a mapping of scalars, e.g. a :class:`GreedyEvaluator`
+            or ``torchrl.collectors.Evaluator(...).evaluate``.
         interval (int, optional): frames between evaluations; ``None``: at the
             end only.
 
     Keyword Args:
         prefix (str): of the logged names. Defaults to ``"eval/"``.
-        at_end (bool): evaluate when training ends (the trainer's ``shutdown``
-            stage), unless an evaluation was made at the last frame count.
-            Defaults to ``True``.
-
-    Registered at ``post_steps_log`` (after each batch's updates) and
-    ``shutdown``; its schedule and last result are in its state dict.
+        at_end (bool): evaluate when training ends, unless the last frame count
+            was evaluated. Defaults to ``True``.
     """
 
     def __init__(
@@ -93,7 +82,8 @@ class Evaluation(TrainerHookBase):
     def __call__(self, batch=None) -> None:
         frames = self._trainer.collected_frames
         if self.next_frames is not None and frames >= self.next_frames:
-            self.next_frames = next_multiple(frames, self.interval)
+            # the next multiple: the schedule holds whatever the batch size
+            self.next_frames = (frames // self.interval + 1) * self.interval
             self._run()
 
     def _final(self) -> None:

@@ -1,18 +1,21 @@
 """ACER's run guarantees as TorchRL trainer hooks.
 
-Each guarantee is a :class:`~torchrl.trainers.TrainerHookBase` that any
-:class:`~torchrl.trainers.Trainer` (TorchRL's ``PPOTrainer``, ``DQNTrainer``, ACER's
-own) registers as it registers TorchRL's ``UpdateWeights`` or ``EarlyStopping``:
+Each is a :class:`~torchrl.trainers.TrainerHookBase` that any TorchRL
+:class:`~torchrl.trainers.Trainer` (``PPOTrainer``, ``DQNTrainer``, ACER's own)
+registers as it registers TorchRL's ``UpdateWeights``:
 
-NonFiniteGuard (non-finite updates skipped, non-finite saves refused),
-PolicyVersion (versioned weights, policy lag measured and bounded), GracefulStop
-(a signal stops at an iteration boundary, with a checkpoint), FailureCheckpoint
-(an error saves what was trained first) and RunDirectoryLock (one process and
-one run per run directory).
+- :class:`NonFiniteGuard`: non-finite updates and batches skipped and counted,
+  too many in a row stop training, non-finite parameters never saved;
+- :class:`PolicyVersion`: versioned weight pushes, each batch's policy lag
+  measured, logged and bounded;
+- :class:`GracefulStop`: a stop signal ends training at an iteration boundary,
+  with a checkpoint;
+- :class:`FailureCheckpoint`: an error saves what was trained, then goes on;
+- :class:`RunDirectoryLock`: one process and one run per run directory.
 
-Where the trainer has no stage for a guarantee (around ``train``, around a save,
-after a skipped update), ``register`` wraps the trainer's method on the instance
-(:func:`_around`), so hooks registered later wrap those registered earlier and the
+Where the trainer has no stage for a guarantee (around ``train``, a save, an
+update), ``register`` wraps the trainer's method on the instance
+(:func:`_around`): hooks registered later wrap those registered earlier, and the
 class is left alone.
 
 Examples:
@@ -56,6 +59,7 @@ Examples:
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import signal
@@ -71,7 +75,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torchrl._utils import logger as torchrl_logger
 from torchrl.trainers.trainers import (
-    OptimizationStepper,
+    DefaultOptimizationStepper,
     Trainer,
     TrainerHookBase,
     UpdateWeights,
@@ -100,21 +104,16 @@ class _Version(torch.nn.Module):
 
 
 class VersionedPolicy(TensorDictModuleBase):
-    """A collector worker's policy: ``policy``, and the version of its weights,
-    written under ``"policy_version"`` with every action it takes.
+    """A collector worker's policy: ``policy``, writing the version of its weights
+    under ``"policy_version"`` with every action it takes.
 
-    The version is pushed with the weights (:class:`PolicyVersion` has them
-    sent as :meth:`weights`), so a step's version is that of the weights that
-    chose its action and computed its stored log-probabilities. (TorchRL's
-    ``track_policy_version`` tags steps from an environment transform, which can
-    be one step off the weights around an update.)
-
-    Weights may land while the policy acts: TorchRL's multi-process scheme
-    applies them from a background thread of the worker. So the version is
-    written twice, ``begin`` before the weights and ``end`` after them (the order
-    the weights are copied in: the module's), and a forward that read ``end``
-    before and ``begin`` after with the same value used that version's weights
-    only; otherwise it runs again (a seqlock).
+    The version travels with the weights (:class:`PolicyVersion` pushes them as
+    :meth:`weights`), so a step's version is that of the weights that chose its
+    action (TorchRL's ``track_policy_version``, an environment transform, can be
+    one step off around an update). TorchRL's multi-process scheme applies
+    weights from a background thread while the policy acts: the version is
+    written before (``begin``) and after (``end``) the weights, and a forward
+    that did not read the same version in both runs again (a seqlock).
     """
 
     def __init__(self, policy):
@@ -148,55 +147,63 @@ class VersionedPolicy(TensorDictModuleBase):
 
 
 class NonFiniteTrainingError(RuntimeError):
-    """Training stopped: too many non-finite updates or batches in a row.
+    """Training stopped on non-finite values; the message names them.
 
-    Too many updates (or collected batches) in a row were non-finite. The message
-    names the first non-finite term, the frame count and what the
-    batch held.
+    Too many non-finite updates or batches in a row, or a save or an action
+    refused on non-finite values.
     """
 
 
-def _nonfinite_counts(batch: TensorDictBase) -> dict:
-    """``{key: number of non-finite values}`` of ``batch``'s floating-point entries.
+def nonfinite_counts(state: Any, prefix: str = "") -> dict[str, int]:
+    """``{dotted name: count}`` of the NaNs and infinities in ``state``.
 
-    Only the entries that hold any (only computed once something went wrong).
+    Only the floating tensors holding any, of ``state`` (a tensor, or nested
+    mappings, sequences and tensordicts). Per tensor: for what went wrong, or
+    for a rare save.
     """
+    if isinstance(state, torch.Tensor):
+        if not (state.is_floating_point() or state.is_complex()):
+            return {}
+        count = int((~torch.isfinite(state)).sum())
+        return {prefix: count} if count else {}
+    if isinstance(state, TensorDictBase):
+        state = state.to_dict()
+    if isinstance(state, Mapping):
+        items = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        return {}
     out = {}
-    for key, value in batch.items(True, True):
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            n = int((~torch.isfinite(value)).sum())
-            if n:
-                out[key] = n
+    for key, value in items:
+        out.update(nonfinite_counts(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
 
 
+def _entry_counts(batch: TensorDictBase) -> dict:
+    """``{key: count}`` of the NaNs and infinities in ``batch``'s entries.
+
+    By the tensordict's own keys (tuples for nested ones), for those holding any.
+    """
+    counts = {}
+    for key, value in batch.items(True, True):
+        if count := sum(nonfinite_counts(value).values()):
+            counts[key] = count
+    return counts
+
+
 def _describe_batch(batch: TensorDictBase) -> str:
-    counts = _nonfinite_counts(batch)
+    counts = _entry_counts(batch)
 
-    def last(key):
-        return key[-1] if isinstance(key, tuple) else key
+    def total(*words):
+        last = [(k[-1] if isinstance(k, tuple) else k, n) for k, n in counts.items()]
+        return sum(n for k, n in last if any(w in k for w in words))
 
-    rewards = sum(n for k, n in counts.items() if "reward" in last(k))
-    observations = sum(
-        n for k, n in counts.items() if "observation" in last(k) or "pixels" in last(k)
-    )
     detail = ", ".join(f"{k!r}: {n}" for k, n in counts.items())
     return (
-        f"{rewards} non-finite rewards and {observations} non-finite observations"
+        f"{total('reward')} non-finite rewards and "
+        f"{total('observation', 'pixels')} non-finite observations"
         + (f" (by entry: {detail})" if detail else "")
-    )
-
-
-def _grad_norm(params) -> torch.Tensor:
-    """The global gradient norm (what ``clip_grad_norm_`` returns), unclipped."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
-    if get_total_norm is not None:  # torch >= 2.6
-        return get_total_norm(grads)
-    return torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(g) for g in grads])
     )
 
 
@@ -208,6 +215,18 @@ def _batch_is_finite(batch: TensorDictBase) -> bool:
         if isinstance(value, torch.Tensor) and value.is_floating_point()
     ]
     return not flags or bool(torch.stack(flags).all())
+
+
+def first_few(items: list[str], limit: int, sep: str = ", ") -> str:
+    """The first ``limit`` of ``items`` joined by ``sep``, and how many more.
+
+    The count is on a line of its own when ``sep`` starts lines.
+    """
+    more = len(items) - limit
+    if more <= 0:
+        return sep.join(items)
+    tail = f"{sep}... and {more} more" if "\n" in sep else f" and {more} more"
+    return sep.join(items[:limit]) + tail
 
 
 class RunDirInUseError(RuntimeError):
@@ -223,14 +242,11 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
     """Takes an exclusive lock on ``run_dir`` (made if missing) for the rest of this
     process, or raises :class:`RunDirInUseError` if another process has it.
 
-    Why: a run resumed while its first process still trains would cut the CSV logs
-    back to its checkpoint and write its own checkpoints over the other's, and each
-    process's summary would be made from the other's rows. The lock is an
-    ``flock`` on the directory itself (nothing is written into it), which the
-    system drops when the holding process exits, even killed: no stale lock is
-    left to clear. Taking it again in the process that holds it does nothing (a
-    resume in the same process). Where ``fcntl`` is missing (Windows) there is no
-    lock."""
+    Two processes training in one directory would cut each other's CSV logs and
+    write over each other's checkpoints. The lock is an ``flock`` on the directory
+    itself, which the system drops when the process exits, even killed: no stale
+    lock to clear. Taking it again in the holder does nothing (a resume in the
+    same process); without ``fcntl`` (Windows) there is no lock."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on POSIX
@@ -277,6 +293,20 @@ def _around(trainer: Trainer, name: str, around: Callable) -> None:
     setattr(trainer, name, wrapped)
 
 
+def _train_only_accepted(trainer: Trainer, hook) -> None:
+    """Skips the trainer's ``optim_steps`` for a batch ``hook`` refused.
+
+    A batch is refused when ``hook.batch_ok`` is false: no updates on it, and no
+    replay storage at ``pre_epoch``.
+    """
+
+    def optim_steps(inner, batch):
+        if hook.batch_ok:
+            inner(batch)
+
+    _around(trainer, "optim_steps", optim_steps)
+
+
 def _updates(trainer: Trainer) -> int:
     """The learner's optimizer steps: the stepper's count when it keeps one (it
     leaves skipped updates out), else the trainer's count of update iterations."""
@@ -293,74 +323,28 @@ def _checkpoint_path(trainer: Trainer) -> Path | None:
     return None
 
 
-def first_few(items: list[str], limit: int, sep: str = ", ") -> str:
-    """The first ``limit`` of ``items`` joined by ``sep``, and how many more.
-
-    The count is on a line of its own (``"... and 3 more"``) when ``sep`` starts
-    lines.
-    """
-    more = len(items) - limit
-    if more <= 0:
-        return sep.join(items)
-    tail = f"{sep}... and {more} more" if "\n" in sep else f" and {more} more"
-    return sep.join(items[:limit]) + tail
-
-
-def nonfinite_entries(state: Any, prefix: str) -> list[str]:
-    """Dotted names of the floating tensors in ``state`` holding a NaN or an infinity.
-
-    ``state`` may nest mappings, sequences and tensordicts.
-    """
-    if isinstance(state, torch.Tensor):
-        if state.is_floating_point() or state.is_complex():
-            if not bool(torch.isfinite(state).all()):
-                return [prefix]
-        return []
-    if isinstance(state, TensorDictBase):
-        state = state.to_dict()
-    if isinstance(state, Mapping):
-        items = state.items()
-    elif isinstance(state, (list, tuple)):
-        items = enumerate(state)
-    else:
-        return []
-    out = []
-    for key, value in items:
-        out += nonfinite_entries(value, f"{prefix}.{key}")
-    return out
-
-
-class NonFiniteGuard(OptimizationStepper):
+class NonFiniteGuard(DefaultOptimizationStepper):
     """Skips non-finite updates, stops a run that stays non-finite, never saves them.
 
-    One optimizer step on a NaN (a reward from a broken environment, an overflow
-    in a loss term) makes the parameters NaN for good, and every later
-    checkpoint with them. This stepper does what TorchRL's
+    One optimizer step on a NaN (a broken environment's reward, an overflow in a
+    loss term) makes the parameters NaN for good, and every checkpoint after it.
+    As the trainer's ``optimization_stepper`` this does what TorchRL's
     :class:`~torchrl.trainers.DefaultOptimizationStepper` does (loss, backward,
-    clipping as the trainer's ``clip_grad_norm`` and ``clip_norm`` say, step),
-    but first checks the ``loss_*`` terms and the gradient norm (one reduction,
-    one read-back). A non-finite update is skipped: gradients zeroed, no
-    optimizer step, and neither the trainer's ``post_loss`` hooks (replay
-    priorities) nor its ``post_optim`` hooks (a target network's
-    ``SoftUpdate``) run for it. It is counted (``train/nonfinite_updates``),
-    the first of a streak is warned naming what was non-finite, and the
-    ``max_in_a_row``-th in a row raises :class:`NonFiniteTrainingError` naming
-    the streak's first term and the frames; the parameters are then those of
-    the last finite update (a :class:`FailureCheckpoint` saves them).
+    clipping, step), but an update whose ``loss_*`` terms or gradient norm are
+    not finite is skipped: no optimizer step, and neither ``post_loss`` hooks
+    (replay priorities) nor ``post_optim`` hooks (a target network's
+    ``SoftUpdate``) run for it. At ``batch_process``, a collected batch holding a
+    non-finite value where the loss reads (its ``in_keys``) is not trained on,
+    nor stored in replay at ``pre_epoch``.
 
-    A collected batch holding a non-finite value where the loss reads (its ``in_keys``) is not trained on (the trainer's
-    ``optim_steps`` is skipped, replay storage at ``pre_epoch`` with it),
-    counted (``train/nonfinite_batches``) and stopped on alike. And a save while
-    a parameter or an optimizer state is non-finite raises
-    :class:`NonFiniteTrainingError` naming them, keeping the previous
-    checkpoint.
-
-    ``register`` makes it the trainer's ``optimization_stepper`` (one the
-    trainer already has is refused), registers the batch check at
-    ``batch_process`` and the counters' logging at ``post_steps_log``, and wraps
-    the trainer's ``_post_optim_hook``, ``optim_steps`` and ``_save_trainer``.
-    The counters and :attr:`optimizer_step_count` (which ``UpdateWeights`` on
-    ``"optim_steps"`` reads) are checkpointed.
+    Each is counted (``train/nonfinite_updates``, ``train/nonfinite_batches``,
+    logged at ``post_steps_log`` and checkpointed with
+    :attr:`optimizer_step_count`), the first of a streak is warned naming what
+    was non-finite, and the ``max_in_a_row``-th in a row raises
+    :class:`NonFiniteTrainingError`: the parameters are those of the last finite
+    update, which a :class:`FailureCheckpoint` saves. A save while a parameter or
+    an optimizer state is non-finite raises it too, naming them; the previous
+    checkpoint is kept.
 
     Args:
         max_in_a_row (int, optional): non-finite updates (or batches) in a row
@@ -370,6 +354,7 @@ class NonFiniteGuard(OptimizationStepper):
     def __init__(self, max_in_a_row: int = 10) -> None:
         if not max_in_a_row >= 1:
             raise ValueError(f"max_in_a_row must be >= 1, got {max_in_a_row}")
+        super().__init__()
         self.max_in_a_row = max_in_a_row
         self.nonfinite = {"updates": 0, "batches": 0}
         self.optimizer_step_count = 0
@@ -397,7 +382,7 @@ class NonFiniteGuard(OptimizationStepper):
         _around(trainer, "_post_optim_hook", self._post_optim)
         _around(trainer, "_save_trainer", self._save)
         trainer.register_op("batch_process", self._check_batch)
-        _around(trainer, "optim_steps", self._optim_steps)
+        _train_only_accepted(trainer, self)
         trainer.register_op("post_steps_log", self._log)
 
     def step(self, trainer: Trainer, sub_batch: TensorDictBase) -> TensorDictBase:
@@ -411,16 +396,11 @@ class NonFiniteGuard(OptimizationStepper):
         optimizer = trainer.optimizer
         optimizer.zero_grad(set_to_none=True)
         sum(terms.values()).backward()
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        if trainer.clip_grad_norm and trainer.clip_norm is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, trainer.clip_norm)
-        else:
-            grad_norm = _grad_norm(params)
-            if trainer.clip_norm is not None:
-                torch.nn.utils.clip_grad_value_(params, trainer.clip_norm)
-        checked = [v.detach().reshape(-1).float() for v in terms.values()]
-        checked.append(grad_norm.detach().reshape(-1).float().to(checked[0].device))
-        self._applied = bool(torch.isfinite(torch.cat(checked)).all())
+        grad_norm = self._compute_and_clip_grad_norm(
+            optimizer, trainer.clip_grad_norm, trainer.clip_norm
+        )
+        checked = torch.cat([v.detach().reshape(-1).float() for v in terms.values()])
+        self._applied = math.isfinite(grad_norm) and bool(torch.isfinite(checked).all())
         if self._applied:
             trainer._post_loss_hook(sub_batch)  # priorities from finite updates only
             optimizer.step()
@@ -432,7 +412,7 @@ class NonFiniteGuard(OptimizationStepper):
             lambda: self._describe_update(terms, grad_norm, sub_batch),
         )
         out = losses.detach()
-        out["grad_norm"] = grad_norm.detach()
+        out["grad_norm"] = torch.tensor(grad_norm)
         return out
 
     def _event(self, kind: str, finite: bool, describe: Callable[[], str]) -> None:
@@ -467,8 +447,8 @@ class NonFiniteGuard(OptimizationStepper):
         keys = getattr(self._trainer.loss_module, "in_keys", None)
         return batch if keys is None else batch.select(*keys, strict=False)
 
-    def _describe_update(self, terms, grad_norm, batch) -> str:
-        first = f"the gradient norm = {grad_norm.item()}"
+    def _describe_update(self, terms, grad_norm: float, batch) -> str:
+        first = f"the gradient norm = {grad_norm}"
         for key, value in terms.items():
             if not bool(torch.isfinite(value.detach()).all()):
                 first = f"{key} = {value.detach().float().sum().item()}"
@@ -494,21 +474,16 @@ class NonFiniteGuard(OptimizationStepper):
         )
         return batch
 
-    def _optim_steps(self, inner, batch) -> None:
-        if self.batch_ok:
-            inner(batch)
-
     def _post_optim(self, inner) -> None:
         if self._applied:  # a skipped update moves no target network
             inner()
 
     def _save(self, inner) -> None:
         trainer = self._trainer
-        # per tensor: a save is rare, and the tensors sit on several devices
-        bad = nonfinite_entries(trainer.loss_module.state_dict(), "loss_module")
+        bad = list(nonfinite_counts(trainer.loss_module.state_dict(), "loss_module"))
         if trainer.optimizer is not None:
             state = trainer.optimizer.state_dict()["state"]
-            bad += nonfinite_entries(state, "optimizer.state")
+            bad += list(nonfinite_counts(state, "optimizer.state"))
         if bad:
             rotation = trainer.checkpoint_rotation
             path = trainer.save_trainer_file if rotation is None else rotation.directory
@@ -537,53 +512,8 @@ class NonFiniteGuard(OptimizationStepper):
         self.optimizer_step_count = state_dict["optimizer_step_count"]
 
 
-def _worker_failure(err: Exception, collector, pids) -> str | None:
-    """Which collector worker died, when collecting raised ``err``, or ``None``
-    when no worker died.
-
-    TorchRL's multi-process collectors check their processes when a batch is
-    late or has come; finding one dead, they terminate the others and raise
-    ``RuntimeError("At least one process failed: worker i (exit code c)...")``
-    (or, in 0.14, a ``ValueError`` from closing a worker still exiting). Ray
-    raises ``ActorDiedError`` (a ``RayActorError``) from ``ray.get``."""
-    index = code = None
-    found = re.search(r"worker (\d+) \(exit code (-?\d+)\)", str(err))
-    if found is not None:
-        index, code = int(found.group(1)), int(found.group(2))
-    else:
-        exits = []
-        for i, proc in enumerate(getattr(collector, "procs", None) or []):
-            try:
-                if proc.exitcode is not None:
-                    exits.append((i, proc.exitcode))
-            except ValueError:  # closed: one TorchRL terminated
-                continue
-        # the one that died first, not one TorchRL terminated after it (SIGTERM)
-        exits = [e for e in exits if e[1] != -signal.SIGTERM] or exits
-        if exits:
-            index, code = exits[0]
-    if index is not None:
-        pid = f", pid {pids[index]}" if index < len(pids) else ""
-        how = (
-            f"killed by {signal.Signals(-code).name}"
-            if code < 0 and -code in signal.valid_signals()
-            else f"exit code {code}"
-        )
-        # TorchRL's class, not a subclass of it (experiment.PatientAsyncCollector)
-        kind = next(
-            (k for k in type(collector).mro() if k.__module__.startswith("torchrl.")),
-            type(collector),
-        ).__name__
-        return f"collector worker {index} ({kind}{pid}, {how})"
-    if any(k.__name__ in ("RayActorError", "ActorDiedError") for k in type(err).mro()):
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        return f"a Ray collector actor ({type(err).__name__}: {first})"
-    return None
-
-
 def _lag_bucket(lag: int) -> str:
-    """``0``, ``1``, ``2-3``, ``4-7``, ...: the policy lags whose importance
-    ratios are logged together."""
+    """``0``, ``1``, ``2-3``, ``4-7``, ...: the lags logged together."""
     if lag < 2:
         return str(lag)
     low = 1 << (lag.bit_length() - 1)
@@ -594,33 +524,29 @@ class PolicyVersion(TrainerHookBase):
     """Versions the weights pushed to a collector, and measures and bounds each
     batch's policy lag.
 
-    A collector whose workers act with their own copy of the policy (TorchRL's
-    multi-process and Ray collectors) collects with weights some updates behind
-    the learner's. ACER's truncated importance weights correct for a small lag;
-    a batch far behind (a stalled worker) mostly adds variance. A batch's lag is
+    Collectors whose workers act with their own copy of the policy (TorchRL's
+    multi-process and Ray collectors) collect with weights some updates behind
+    the learner's. ACER's truncated importance weights correct a small lag; a
+    batch far behind (a stalled worker) mostly adds variance. A batch's lag is
     the number of learner updates since the weights that acted on its oldest
     step were pushed.
 
-    The collector's policy must be a :class:`VersionedPolicy`, which writes its
-    weights' version under ``"policy_version"`` with every step. The weights
-    are pushed by the trainer's :class:`~torchrl.trainers.UpdateWeights`
-    (``PPOTrainer`` and ``DQNTrainer`` register one; register yours first),
-    through ``policy_weights_getter`` or ``weight_update_map``; ``register``
-    wraps its collector's ``update_policy_weights_`` so that each push of
-    policy weights sends a copy as :meth:`VersionedPolicy.weights` at the next
-    version, and keeps the learner's update count at it. At ``setup`` the
-    weights are pushed as a new version (the workers' version is then known
-    after a resume too). At ``batch_process`` the batch's lag is measured,
-    logged at ``pre_steps_log`` (``collector/policy_lag``), and a batch beyond
-    ``max_policy_lag`` is dropped: the trainer's ``optim_steps`` is skipped for
-    it (no update, no replay storage at ``pre_epoch``; a replay storing at
-    ``batch_process`` asks :attr:`batch_ok`), and it is counted
-    (``collector/dropped_batches``, checkpointed with the pushes). With an
-    ``optimization_stepper`` whose output has them, the importance ratios of the
-    update on the collected batch itself are logged by its lag
+    The collector's policy must be a :class:`VersionedPolicy`; the trainer's
+    :class:`~torchrl.trainers.UpdateWeights` (``PPOTrainer`` and ``DQNTrainer``
+    register one; register yours first) pushes through
+    ``policy_weights_getter`` or ``weight_update_map``. ``register`` wraps its
+    collector's ``update_policy_weights_`` so that each push sends
+    :meth:`VersionedPolicy.weights` at the next version, and pushes at
+    ``setup`` (the workers' version is then known after a resume too). At
+    ``batch_process`` the batch's lag is measured, logged at
+    ``pre_steps_log`` (``collector/policy_lag``), and a batch beyond
+    ``max_policy_lag`` is neither trained on nor stored (a replay storing at
+    ``batch_process`` asks :attr:`batch_ok`) and counted
+    (``collector/dropped_batches``). The importance ratios of the update on
+    the fresh batch, when the stepper's output has them, are logged by lag
     (``collector/rho_mean_lag<a-b>``, ``collector/rho_clip_fraction_lag<a-b>``,
-    lags bucketed as 0, 1, 2-3, 4-7, ...): how far the lagging behaviour policy
-    is off.
+    lags bucketed as 0, 1, 2-3, 4-7, ...). The pushes and the count are
+    checkpointed.
 
     Args:
         max_policy_lag (int, optional): the largest lag trained on; ``None``
@@ -668,7 +594,7 @@ class PolicyVersion(TrainerHookBase):
         trainer.register_op("batch_process", self._measure)
         trainer._batch_process_ops.insert(0, trainer._batch_process_ops.pop())
         trainer.register_op("pre_steps_log", self._log)
-        _around(trainer, "optim_steps", self._optim_steps)
+        _train_only_accepted(trainer, self)
         if trainer.optimization_stepper is not None:
             _around(trainer.optimization_stepper, "step", self._step)
         trainer.register_module(name, self)
@@ -713,8 +639,7 @@ class PolicyVersion(TrainerHookBase):
                 "the collected batch has no 'policy_version' entry: the "
                 "collector's policy must be a VersionedPolicy for PolicyVersion"
             )
-        # the learner's updates since the weights that acted on the oldest step
-        # were pushed (version v at _pushed_at[v])
+        # version v was pushed after _pushed_at[v] learner updates
         oldest = int(versions.min())
         if not 0 <= oldest < len(self._pushed_at):
             raise RuntimeError(
@@ -727,10 +652,6 @@ class PolicyVersion(TrainerHookBase):
         self.batch_ok = self.max_policy_lag is None or self.lag <= self.max_policy_lag
         self.dropped_batches += not self.batch_ok
         return batch
-
-    def _optim_steps(self, inner, batch) -> None:
-        if self.batch_ok:
-            inner(batch)
 
     def _step(self, inner, trainer, sub_batch):
         out = inner(trainer, sub_batch)
@@ -764,43 +685,33 @@ class PolicyVersion(TrainerHookBase):
         self.dropped_batches = state_dict["dropped_batches"]
 
 
-# which and why: GracefulStop's docstring
+# what ends a training process in ordinary use: Ctrl-C; kill, docker stop,
+# systemd, Kubernetes, Slurm's time limit; a closed terminal or ssh session;
+# Ctrl-backslash; schedulers' warnings (Slurm's --signal, SGE's -notify); a
+# CPU-time limit. Not SIGKILL and SIGSTOP (uncatchable), SIGPIPE (Python ignores
+# it) nor SIGALRM (a program's own timers).
 _ENDING = "SIGINT SIGTERM SIGHUP SIGQUIT SIGUSR1 SIGUSR2 SIGXCPU".split()
 STOP_SIGNALS = tuple(getattr(signal, n) for n in _ENDING if hasattr(signal, n))
 
 
 class GracefulStop(_StatelessHook):
     """Stops training at an iteration boundary, with a checkpoint, on the
-    signals that end a training process.
+    signals that end a training process (:data:`STOP_SIGNALS`).
 
-    Without it, Ctrl-C raises wherever the loop is, and the other signals
-    (SIGTERM from a scheduler, SIGHUP when the terminal closes, ...) kill the
-    process: what was trained since the last scheduled save is lost, silently.
-    With it, the first of :data:`STOP_SIGNALS` calls ``trainer.request_stop("received
-    SIGxxx")``: the iteration under way (collection, updates, logging)
-    finishes, the trainer saves (TorchRL's ``train`` does on a stop, given a
-    checkpoint destination) and ``train()`` returns. The signal is kept in
-    :attr:`signum`, and :attr:`exit_code` is ``128 + signum`` (0 without one),
-    what a shell reports for a process the signal ended: end the script with
-    ``sys.exit(stop.exit_code)``. A second signal while a checkpoint is written
-    waits for it; at any other time (a collection that hangs) it raises
+    Without it Ctrl-C raises wherever the loop is, and SIGTERM or SIGHUP kill
+    the process: what was trained since the last save is lost. With it, the
+    first signal calls ``trainer.request_stop("received SIGxxx")``: the
+    iteration under way finishes, TorchRL's ``train`` saves (given a checkpoint
+    destination) and returns. :attr:`signum` keeps the signal and
+    :attr:`exit_code` is ``128 + signum`` (0 without one), as a shell reports a
+    process the signal ended: ``sys.exit(stop.exit_code)``. A second signal
+    waits for a checkpoint being written; at any other time it raises
     :class:`KeyboardInterrupt` at once, saving nothing.
 
-    ``register`` wraps the trainer's ``train``, which installs the handlers
-    (main thread only) and puts the previous ones back when it returns or
-    raises (the ``shutdown`` stage is skipped when ``train`` raises), and its
-    ``_save_trainer``, to tell a save under way. Nothing is checkpointed: a
-    resumed run is not stopped. Register a :class:`FailureCheckpoint` before it
-    so that the handlers also cover the save after a failure.
-
-    :data:`STOP_SIGNALS` are those that end a training process in ordinary
-    use: SIGINT (Ctrl-C); SIGTERM (``kill``, ``docker stop``, systemd,
-    Kubernetes, Slurm at the time limit); SIGHUP (the terminal or the ssh
-    session closes); SIGQUIT (Ctrl-backslash); SIGUSR1 and SIGUSR2 (what
-    schedulers send ahead of the end: Slurm's ``--signal``, SGE's
-    ``-notify``); SIGXCPU (a CPU-time limit: ``ulimit -t``, a scheduler's).
-    Left out: SIGKILL and SIGSTOP (they cannot be caught), SIGPIPE (Python
-    ignores it) and SIGALRM (a program's own timers).
+    ``register`` wraps ``train`` (the handlers are installed, main thread only,
+    and put back when it returns or raises) and ``_save_trainer`` (to tell a
+    save under way). Register a :class:`FailureCheckpoint` before it, so that
+    the handlers cover the save after a failure too.
 
     Examples:
         >>> stop = GracefulStop()
@@ -859,28 +770,63 @@ class GracefulStop(_StatelessHook):
             raise KeyboardInterrupt(f"{name}: a second signal; stopped without saving")
 
 
+def _worker_failure(err: Exception, collector, pids) -> str | None:
+    """The collector worker that died when collecting raised ``err``, or ``None``.
+
+    TorchRL's multi-process collectors, finding a worker dead, terminate the
+    others and raise ``RuntimeError("... worker i (exit code c)...")`` (or a
+    ``ValueError`` from closing one still exiting); Ray raises an
+    ``ActorDiedError`` (a ``RayActorError``)."""
+    index = code = None
+    found = re.search(r"worker (\d+) \(exit code (-?\d+)\)", str(err))
+    if found is not None:
+        index, code = int(found.group(1)), int(found.group(2))
+    else:
+        exits = []
+        for i, proc in enumerate(getattr(collector, "procs", None) or []):
+            try:
+                if proc.exitcode is not None:
+                    exits.append((i, proc.exitcode))
+            except ValueError:  # closed: one TorchRL terminated
+                continue
+        # the one that died first, not one TorchRL terminated after it (SIGTERM)
+        exits = [e for e in exits if e[1] != -signal.SIGTERM] or exits
+        if exits:
+            index, code = exits[0]
+    if index is not None:
+        pid = f", pid {pids[index]}" if index < len(pids) else ""
+        how = (
+            f"killed by {signal.Signals(-code).name}"
+            if code < 0 and -code in signal.valid_signals()
+            else f"exit code {code}"
+        )
+        # TorchRL's class, not a subclass of it (experiment.PatientAsyncCollector)
+        kind = next(
+            (k for k in type(collector).mro() if k.__module__.startswith("torchrl.")),
+            type(collector),
+        ).__name__
+        return f"collector worker {index} ({kind}{pid}, {how})"
+    if any(k.__name__ in ("RayActorError", "ActorDiedError") for k in type(err).mro()):
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return f"a Ray collector actor ({type(err).__name__}: {first})"
+    return None
+
+
 class FailureCheckpoint(_StatelessHook):
     """Saves what was trained when training fails, then lets the error go on
     with a note saying where.
 
-    TorchRL's ``Trainer.train`` handles no error: one while collecting (an
-    environment, a dead worker), updating, logging (a full disk under the
-    logger) or evaluating ends the run with a traceback, and what was trained
-    since the last scheduled save is lost. ``register`` wraps the trainer's
-    ``train``: on an :class:`Exception` the trainer saves to its destination
-    (``save_trainer_file`` or ``checkpoint_rotation``, through the save
-    wrappers registered before, so a :class:`NonFiniteGuard` refuses
-    non-finite parameters), leaving out the checkpoint components that cannot
-    save (a collector whose environment raised has closed it), and the error
-    goes on with a note (``add_note``) naming the checkpoint and how to resume,
-    or why none was written. Parameters are whole between two updates; an
-    error inside an optimizer step may leave them half-stepped. A
-    :class:`KeyboardInterrupt` (a second signal to :class:`GracefulStop`) saves
-    nothing. Nothing is checkpointed.
-
-    When a collector worker died (a process of a TorchRL multi-process
-    collector, by its index, pid and exit code or signal, or a Ray actor), the
-    note names it first.
+    TorchRL's ``train`` handles no error: one while collecting (an environment,
+    a dead worker), updating, logging (a full disk) or evaluating loses what was
+    trained since the last save. ``register`` wraps ``train``: on an
+    :class:`Exception` the trainer saves to its destination (through the save
+    wrappers registered before: a :class:`NonFiniteGuard` refuses non-finite
+    parameters), leaving out the checkpoint components that cannot save (a
+    collector whose environment raised has closed it), and the error goes on
+    with a note (``add_note``) naming the dead collector worker if one died,
+    the checkpoint and how to resume, or why none was written. Parameters are
+    whole between two updates; an error inside an optimizer step may leave them
+    half-stepped. A :class:`KeyboardInterrupt` saves nothing.
 
     Args:
         resume_hint (callable, optional): how to resume from the checkpoint's
@@ -990,42 +936,26 @@ class _InputCheck:
         return _InputCheck(None)
 
 
-class _Evaluating:
-    """An evaluator, called in the ``"evaluating"`` phase; its other attributes
-    (``close``, ``env``) are the evaluator's."""
-
-    def __init__(self, evaluate, check):
-        self.evaluate, self.check = evaluate, check
-
-    def __call__(self, *args, **kwargs):
-        return self.check._in_phase("evaluating")(self.evaluate, *args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["evaluate"], name)
-
-
 class PolicyInputCheck(_StatelessHook):
     """Refuses non-finite observations while the policy acts, naming them, and
     keeps what the trainer is doing in :attr:`phase`.
 
-    A policy given a NaN observation fails inside its action distribution
-    ("probability tensor contains either inf, nan or element < 0") or picks an
-    arbitrary action, without saying why. With this hook (a forward pre-hook on
-    ``policy``) it raises :class:`NonFiniteTrainingError` naming the entries and
-    the frames, while collecting or evaluating; the loss's own calls (on batches
-    a :class:`NonFiniteGuard` checks) are not checked.
+    A policy given a NaN observation fails inside its action distribution or
+    picks an arbitrary action, without saying why. With this hook (a forward
+    pre-hook on ``policy``) it raises :class:`NonFiniteTrainingError` naming the
+    entries and the frames, while collecting or evaluating (the loss's calls, on
+    batches a :class:`NonFiniteGuard` checks, are not checked).
 
-    :attr:`phase` is ``"collecting"`` from ``setup`` and after each iteration's
-    save, ``"training on a batch"`` from ``batch_process`` (before its ops),
-    ``"updating"`` in
-    ``optim_steps``, ``"evaluating"`` in ``evaluation.evaluate`` (an
-    :class:`~torchrl_acer.trainers.Evaluation`, or anything with an ``evaluate``
-    callable) and ``"saving"`` in ``save_trainer``. Nothing is checkpointed.
+    :attr:`phase` is ``"collecting"`` from ``setup`` and after each save,
+    ``"training on a batch"`` from ``batch_process``, ``"updating"`` in
+    ``optim_steps``, ``"evaluating"`` while ``evaluation`` (an
+    :class:`~torchrl_acer.trainers.Evaluation`) runs and ``"saving"`` in
+    ``save_trainer``; a call that raises leaves its phase.
 
     Args:
         policy (nn.Module): the policy that acts (the collector's, the
             evaluator's).
-        evaluation (optional): its ``evaluate`` is wrapped to mark the phase.
+        evaluation (Evaluation, optional): marked ``"evaluating"`` while it runs.
         check (bool): check the policy's inputs; ``False`` keeps the phase only.
             Defaults to ``True``.
     """
@@ -1049,15 +979,13 @@ class PolicyInputCheck(_StatelessHook):
         # the next batch is collected next
         _around(trainer, "save_trainer", self._in_phase("saving", after="collecting"))
         if self.evaluation is not None:
-            self.evaluation.evaluate = _Evaluating(self.evaluation.evaluate, self)
+            _around(self.evaluation, "_run", self._in_phase("evaluating"))
 
     def _enter(self, phase) -> None:
         self.phase = phase
 
     def _in_phase(self, phase, after=None):
-        """A wrapper in ``phase``, in ``after`` (the phase before) once it returns.
-
-        A call that raises leaves its phase: it is the one that failed."""
+        """A wrapper in ``phase``, in ``after`` (the phase before) once it returns."""
 
         def around(inner, *args, **kwargs):
             previous, self.phase = self.phase, phase
@@ -1077,14 +1005,12 @@ class PolicyInputCheck(_StatelessHook):
         if _batch_is_finite(read):
             return
         counts = ", ".join(
-            f"{key!r}: {n} non-finite values"
-            for key, n in _nonfinite_counts(read).items()
+            f"{key!r}: {n} non-finite values" for key, n in _entry_counts(read).items()
         )
-        frames = self._trainer.collected_frames
         raise NonFiniteTrainingError(
             f"the policy was given non-finite observations while {self.phase} "
-            f"after {frames} frames ({counts}). The environment returned them; "
-            f"the policy cannot act on them"
+            f"after {self._trainer.collected_frames} frames ({counts}). The "
+            f"environment returned them; the policy cannot act on them"
         )
 
 
@@ -1098,24 +1024,22 @@ RUN_ID_FILE = "run_id"
 class RunDirectoryLock(TrainerHookBase):
     """Owns the run directory: one training process, and one run, at a time.
 
-    A new run pointed at a directory that holds another run would write over
-    its checkpoint; two processes training in one directory would write over
-    each other's. ``register``, before anything is written, takes the
-    directory's lock (:func:`lock_run_dir`: an ``flock`` that goes with the
-    process, however it ends) and checks the run's identity: a random id, kept
-    in the directory's ``run_id`` file and in this hook's state, hence in the
-    trainer's checkpoints. A new run (``resume=False``) is refused
-    (:class:`RunDirectoryOwnedError`) where the directory has a ``run_id`` or
-    the trainer's checkpoint destination exists, and otherwise writes its id. A
-    resumed run (``resume=True``) takes the directory's id, and a checkpoint
-    written by another run is refused when ``trainer.load_from_file`` loads it; a
-    resumed run in a directory without an id (a checkpoint copied elsewhere) takes
-    the checkpoint's.
+    A new run in a directory holding another run would write over its
+    checkpoint; two processes in one directory over each other's. ``register``,
+    before anything is written, takes the directory's lock (:func:`lock_run_dir`)
+    and checks the run's identity: a random id, kept in the directory's
+    ``run_id`` file and in this hook's state (hence in the checkpoints). A new
+    run (``resume=False``) is refused (:class:`RunDirectoryOwnedError`) where
+    the directory has a ``run_id`` or the trainer's checkpoint exists, and
+    otherwise writes its id. A resumed run takes the directory's id, and
+    ``trainer.load_from_file`` refuses a checkpoint of another run; in a
+    directory without an id (a checkpoint copied elsewhere) it takes the
+    checkpoint's.
 
     Args:
         run_dir (path, optional): the run's directory. Defaults to where the
-            trainer's checkpoints go: its ``save_trainer_file`` 's parent, or its
-            ``checkpoint_rotation`` 's directory.
+            trainer's checkpoints go (``save_trainer_file`` 's parent, or
+            ``checkpoint_rotation`` 's directory).
         resume (bool, optional): continue the run in ``run_dir``. Defaults to
             ``False``.
     """
