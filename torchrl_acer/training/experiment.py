@@ -31,7 +31,7 @@ from torchrl.record.loggers import CSVLogger
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
-from torchrl_acer.trainers.acer import ACERTrainer
+from torchrl_acer.trainers.acer import ACERTrainer, make_segment_replay_buffer
 from torchrl_acer.trainers.checkpoint import (
     ACERCheckpoint,
     ACERCheckpointError,
@@ -59,6 +59,7 @@ from torchrl_acer.trainers.hooks import (
 )
 from torchrl_acer.trainers.progress import TrainingLog
 from torchrl_acer.training.env_state import CollectorState
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
 from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproducedError
 from torchrl_acer.training.refusal import ConfigError
 
@@ -73,10 +74,12 @@ __all__ = [
     "make_collector",
     "make_logger",
     "make_optimizer",
+    "make_replay",
     "make_trainer",
     "quiet_torchrl_info",
     "resume",
     "run_dir_for",
+    "setup",
     "train",
 ]
 
@@ -138,6 +141,45 @@ def check_config(cfg: DictConfig) -> None:
             f"replay.start={cfg.replay.start} exceeds replay.capacity="
             f"{cfg.replay.capacity}: replay would never start",
         )
+
+
+def setup(cfg: DictConfig) -> tuple[Path, torch.device]:
+    """What an example does before it builds anything: TorchRL's INFO lines off
+    (:func:`quiet_torchrl_info`), the config checked (:func:`check_config`),
+    torch's threads (``threads``) and seed set. Returns the run directory
+    (:func:`run_dir_for`) and the device of the networks, loss and optimizer
+    (:func:`get_device`; the environments stay on the CPU)."""
+    quiet_torchrl_info()
+    check_config(cfg)
+    run_dir = run_dir_for(cfg)
+    device = get_device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    return run_dir, device
+
+
+def make_replay(cfg: DictConfig, *, frame_stacks: bool = False):
+    """The replay the ``replay`` section asks for, or ``None`` when
+    ``replay.ratio`` is 0: segments of ``collector.T`` steps,
+    ``replay.capacity`` steps of all environments together,
+    ``replay.batch_segments`` (or ``env.num_envs``) segments per replayed batch.
+
+    ``frame_stacks`` (Atari): each frame stored once
+    (:class:`~torchrl_acer.training.frame_replay.FrameStackReplayBuffer`), one
+    ring per environment of each collector worker, which rebuilds a segment's
+    stacks from the previous segment of its environment (batches name their
+    worker: ``"worker_index"``)."""
+    r = cfg.replay
+    if not r.ratio > 0:
+        return None
+    T, num_envs = cfg.collector.T, cfg.env.num_envs
+    segments = r.batch_segments or num_envs
+    if not frame_stacks:
+        return make_segment_replay_buffer(r.capacity, T, segments)
+    workers = collector_workers(cfg)
+    per_env = r.capacity // (workers * num_envs)
+    return FrameStackReplayBuffer(num_envs, per_env, T, segments, num_workers=workers)
 
 
 def quiet_torchrl_info() -> None:
