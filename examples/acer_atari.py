@@ -26,9 +26,9 @@ import hydra
 from omegaconf import DictConfig
 from utils_atari import TRAINING_KEYS, make_env, make_models
 
-from torchrl_acer.trainers import GreedyEvaluator
 from torchrl_acer.training.experiment import (
     make_collector,
+    make_evaluator,
     make_logger,
     make_loss,
     make_optimizer,
@@ -75,12 +75,8 @@ def main(cfg: DictConfig) -> None:
     replay = make_replay(cfg, frame_stacks=True)
 
     # -- evaluator (greedy policy, one real game per env) and logger -----------------
-    evaluator = GreedyEvaluator(
-        make_env(
-            cfg, cfg.eval.episodes, seed=cfg.seed + 10_000, training_signals=False
-        ),
-        actor,
-        max_steps=cfg.eval.max_steps,
+    evaluator = make_evaluator(
+        cfg, functools.partial(make_env, cfg, training_signals=False), actor
     )
     logger = make_logger(cfg.logger.backend, run_dir)  # csv: step,value rows
 

@@ -24,9 +24,9 @@ import hydra
 from omegaconf import DictConfig
 from utils_gym import make_env, make_models
 
-from torchrl_acer.trainers import GreedyEvaluator
 from torchrl_acer.training.experiment import (
     make_collector,
+    make_evaluator,
     make_logger,
     make_loss,
     make_optimizer,
@@ -72,11 +72,7 @@ def main(cfg: DictConfig) -> None:
     replay = make_replay(cfg)
 
     # -- evaluator (greedy policy, one episode per env) and logger -------------------
-    evaluator = GreedyEvaluator(
-        make_env(cfg, cfg.eval.episodes, seed=cfg.seed + 10_000),
-        actor,
-        max_steps=cfg.eval.max_steps,
-    )
+    evaluator = make_evaluator(cfg, functools.partial(make_env, cfg), actor)
     logger = make_logger(cfg.logger.backend, run_dir)  # csv: step,value rows
 
     # -- the loop: ACERTrainer with the run settings' hooks (checkpoints, guards,

@@ -651,7 +651,6 @@ def small_trainer(run_dir, cfg=None, **overrides):
     ``cfg``): the new ``ACERTrainer`` with the run settings' hooks
     (``experiment.make_trainer``), writing to ``run_dir``. The example's own
     builders (``examples/utils_gym.py``) make the environments and networks."""
-    from torchrl_acer.trainers import GreedyEvaluator
     from torchrl_acer.training import experiment
 
     cfg = small_gym_config(**overrides) if cfg is None else cfg
@@ -675,10 +674,8 @@ def small_trainer(run_dir, cfg=None, **overrides):
         loss=loss,
         optimizer=experiment.make_optimizer(cfg.optim, loss.parameters()),
         replay=experiment.make_replay(cfg),
-        evaluator=GreedyEvaluator(
-            utils_gym.make_env(cfg, cfg.eval.episodes, seed=cfg.seed + 10_000),
-            actor,
-            max_steps=cfg.eval.max_steps,
+        evaluator=experiment.make_evaluator(
+            cfg, functools.partial(utils_gym.make_env, cfg), actor
         ),
         logger=experiment.make_logger(cfg.logger.backend, run_dir),
     )

@@ -45,7 +45,7 @@ from torchrl_acer.trainers.configs import (
     _make_acer_loss,
     check_example_config,
 )
-from torchrl_acer.trainers.evaluation import Evaluation
+from torchrl_acer.trainers.evaluation import Evaluation, GreedyEvaluator
 from torchrl_acer.trainers.hooks import (
     STOP_SIGNALS,
     FailureCheckpoint,
@@ -72,6 +72,7 @@ __all__ = [
     "frames_to_run",
     "get_device",
     "make_collector",
+    "make_evaluator",
     "make_logger",
     "make_optimizer",
     "make_replay",
@@ -180,6 +181,18 @@ def make_replay(cfg: DictConfig, *, frame_stacks: bool = False):
     workers = collector_workers(cfg)
     per_env = r.capacity // (workers * num_envs)
     return FrameStackReplayBuffer(num_envs, per_env, T, segments, num_workers=workers)
+
+
+# the evaluation's environments are seeded apart from the training ones
+EVAL_SEED_OFFSET = 10_000
+
+
+def make_evaluator(cfg: DictConfig, make_env, actor) -> GreedyEvaluator:
+    """The greedy evaluation of ``actor``: ``eval.episodes`` environments of
+    ``make_env(num_envs, seed=...)`` (one episode each, seeded from ``seed`` +
+    :data:`EVAL_SEED_OFFSET`), for at most ``eval.max_steps`` steps."""
+    env = make_env(cfg.eval.episodes, seed=cfg.seed + EVAL_SEED_OFFSET)
+    return GreedyEvaluator(env, actor, max_steps=cfg.eval.max_steps)
 
 
 def quiet_torchrl_info() -> None:
