@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -36,7 +36,9 @@ __all__ = [
     "ACERTrainerConfig",
     "CategoricalActorConfig",
     "Check",
+    "ExampleConfig",
     "VectorGymEnvConfig",
+    "check_example_config",
     "check_values",
     "checked",
     "register_configs",
@@ -341,8 +343,6 @@ def _text(expect: str, null: str | None = None) -> Check:
 
 def _list_of(expect: str, test, null: str | None = None) -> Check:
     # a YAML list reaches the check as an omegaconf ListConfig: a Sequence
-    from collections.abc import Sequence
-
     return Check(
         expect,
         lambda v: isinstance(v, Sequence) and not isinstance(v, str) and test(v),

@@ -4,8 +4,9 @@ Each example (``examples/acer_*.py``) builds its environment, networks, loss,
 optimizer, collector, replay, evaluator and logger in the open and hands them to
 :func:`make_trainer`, which wires :class:`~torchrl_acer.trainers.ACERTrainer` with
 the hooks the run settings ask for. What is the same for all of them lives here:
-the config checks, the device, the run directory, the collector and optimizer
-choices, the trainer's hooks, resume, and the summary printed at the end.
+the start (:func:`setup`: the config checks, the device, the run directory), the
+loss, collector, optimizer, replay and evaluation choices, the trainer's hooks,
+resume, and the summary printed at the end.
 """
 
 from __future__ import annotations
