@@ -360,7 +360,9 @@ class _EnvSettings:
     num_envs: int = checked(integer(1))
     parallel: bool = checked(BOOL)
     max_episode_steps: int = checked(integer(1, null="the env's own time limit"))
-    repeat_action_probability: float = checked(finite("in [0, 1]", lambda v: v <= 1))
+    repeat_action_probability: float = checked(
+        finite("in [0, 1]", lambda v: 0 <= v <= 1)
+    )
     num_threads: int = checked(integer(0))  # the ALE's; 0: its own choice
     reward_scale: float = checked(ABOVE_0)
     observation_indices: list = checked(
