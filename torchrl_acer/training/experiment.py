@@ -914,8 +914,9 @@ def train(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
         f"max {last['reward_max']:.1f})"
     )
     if cfg.logger.backend == "csv":
-        from torchrl_acer.training.plot import plot_runs
+        from torchrl_acer.training.plot import plot_groups
 
-        plot = plot_runs([run_dir], run_dir / "eval_reward.png", title=cfg.env.name)
+        out = run_dir / "eval_reward.png"
+        plot = plot_groups({"ACER": [run_dir]}, out, title=cfg.env.name)
         print(f"logs: {run_dir / 'logs'}\nplot: {plot}")
     print(f"checkpoint: {checkpoint}")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterator
 
 import gymnasium as gym
@@ -61,17 +61,6 @@ class NotReproducedError(Refusal, ValueError):
 
 _USE_COLLECTOR = "use TorchRL's Collector (collector.backend=single) for it"
 _DONE_KEYS = ["done", "terminated", "truncated"]
-# what each step adds to a batch, kept as arrays until the batch is built
-_STEP_ARRAYS = (
-    "obs",
-    "next_obs",
-    "reward",
-    "terminated",
-    "truncated",
-    "traj_ids",
-    "return",
-    "next_return",
-)
 
 
 def _transforms(env: EnvBase) -> tuple[EnvBase, list]:
@@ -413,7 +402,8 @@ class GymVectorCollector(BaseCollector):
         """One ``[num_envs, T]`` batch."""
         vector, spec = self._vector, self._action_spec
         policy_out: dict[object, list] = {}
-        steps = {k: [] for k in _STEP_ARRAYS}
+        # what each step adds to the batch, kept as arrays until it is built
+        steps = defaultdict(list)
         with set_exploration_type(ExplorationType.RANDOM):
             for _ in range(self.frames_per_batch):
                 obs = self._obs
