@@ -68,7 +68,7 @@ learner, the smaller of the collectors' rate and the learner's. It is a
 prediction from the measured costs, not a measurement.
 
 Atari replay: the example's frame-lean ``FrameStackReplayBuffer``
-(``utils_atari.make_replay``), one ring per environment of each worker, built
+(``experiment.make_replay(cfg, frame_stacks=True)``), one ring per environment of each worker, built
 for the configuration's number of workers as the example builds it. A
 collection-only window stores nothing, so each worker's first batch after it
 continues nothing stored and serves as frame history only (the buffer warns and
@@ -137,6 +137,7 @@ from torchrl_acer.training.experiment import (  # noqa: E402
     make_loss,
     make_optimizer,
 )
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer  # noqa: E402
 
 # name -> (collector.backend, collector.num_workers, collector.sync, threads):
 # threads None is the example's default (torch's own count, lowered by TorchRL's
@@ -208,8 +209,13 @@ def make_trainer(task: str, cfg, pieces: dict | None = None) -> ACERTrainer:
     T, num_envs = cfg.collector.T, cfg.env.num_envs
     segments = cfg.replay.batch_segments or num_envs
     if task == "atari":
-        replay = utils.make_replay(
-            num_envs, REPLAY_STEPS, T, segments, collector_workers(cfg)
+        workers = collector_workers(cfg)
+        replay = FrameStackReplayBuffer(
+            num_envs,
+            REPLAY_STEPS // (workers * num_envs),
+            T,
+            segments,
+            num_workers=workers,
         )
     else:
         replay = make_segment_replay_buffer(cfg.replay.capacity, T, segments)

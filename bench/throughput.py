@@ -61,7 +61,7 @@ from _common import (  # noqa: E402
     train_on_batch,
     updates,
 )
-from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay  # noqa: E402
+from utils_atari import TRAINING_KEYS, make_env, make_models  # noqa: E402
 
 from torchrl_acer.trainers import ACERTrainer  # noqa: E402
 from torchrl_acer.training.experiment import (  # noqa: E402
@@ -69,6 +69,7 @@ from torchrl_acer.training.experiment import (  # noqa: E402
     make_loss,
     make_optimizer,
 )
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer  # noqa: E402
 
 
 def make_trainer(game, num_envs, T, device="cpu", check_health=None) -> ACERTrainer:
@@ -98,7 +99,7 @@ def make_trainer(game, num_envs, T, device="cpu", check_health=None) -> ACERTrai
         collector=collector,
         loss=loss,
         optimizer=make_optimizer(cfg.optim, loss.parameters()),
-        replay=make_replay(num_envs, 50 * num_envs * T, T, num_envs),
+        replay=FrameStackReplayBuffer(num_envs, 50 * T, T, num_envs),
     )
 
 

@@ -23,22 +23,18 @@ logs as trainer hooks; the run directory, resume and the final summary) is
 import functools
 
 import hydra
-import torch
 from omegaconf import DictConfig
-from utils_atari import TRAINING_KEYS, make_env, make_models, make_replay
+from utils_atari import TRAINING_KEYS, make_env, make_models
 
-from torchrl_acer.trainers import GreedyEvaluator
 from torchrl_acer.training.experiment import (
-    check_config,
-    collector_workers,
-    get_device,
     make_collector,
+    make_evaluator,
     make_logger,
     make_loss,
     make_optimizer,
+    make_replay,
     make_trainer,
-    quiet_torchrl_info,
-    run_dir_for,
+    setup,
     train,
 )
 from torchrl_acer.training.refusal import report_refusals
@@ -47,16 +43,10 @@ from torchrl_acer.training.refusal import report_refusals
 @hydra.main(config_path=".", config_name="config_atari", version_base="1.3")
 @report_refusals  # a refusal ends with its message alone (HYDRA_FULL_ERROR=1: traceback)
 def main(cfg: DictConfig) -> None:
-    # -- config: refuse values that cannot work, naming the setting ------------------
-    quiet_torchrl_info()  # TorchRL's INFO lines off (RL_LOGGING_LEVEL=INFO: on)
-    check_config(cfg)
-    run_dir = run_dir_for(cfg)  # logs, checkpoints, config.yaml, summary.json
-
-    # -- device, seeds, threads ------------------------------------------------------
-    device = get_device(cfg.device)  # networks, loss and optimizer; envs on the CPU
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
+    # -- config checked (refusing values that cannot work, naming the setting), run
+    # directory (logs, checkpoints, config.yaml, summary.json), device (networks,
+    # loss, optimizer; envs on the CPU), threads and seed
+    run_dir, device = setup(cfg)
 
     # -- environment: num_envs games, with the training signals the loss reads -------
     env = make_env(cfg, cfg.env.num_envs, seed=cfg.seed)
@@ -81,26 +71,12 @@ def main(cfg: DictConfig) -> None:
         cfg, functools.partial(make_env, cfg), actor, device=device, env=env
     )
 
-    # -- replay: segments of T steps, each frame stored once -------------------------
-    # one ring per env of each worker: a stack is rebuilt from the frames of the
-    # previous segment of its env (batches name their worker: "worker_index")
-    replay = None
-    if cfg.replay.ratio > 0:
-        replay = make_replay(
-            cfg.env.num_envs,
-            cfg.replay.capacity,
-            cfg.collector.T,
-            cfg.replay.batch_segments or cfg.env.num_envs,
-            num_workers=collector_workers(cfg),
-        )
+    # -- replay: segments of T steps, each frame stored once (replay.ratio 0: none) -
+    replay = make_replay(cfg, frame_stacks=True)
 
     # -- evaluator (greedy policy, one real game per env) and logger -----------------
-    evaluator = GreedyEvaluator(
-        make_env(
-            cfg, cfg.eval.episodes, seed=cfg.seed + 10_000, training_signals=False
-        ),
-        actor,
-        max_steps=cfg.eval.max_steps,
+    evaluator = make_evaluator(
+        cfg, functools.partial(make_env, cfg, training_signals=False), actor
     )
     logger = make_logger(cfg.logger.backend, run_dir)  # csv: step,value rows
 

@@ -1,4 +1,4 @@
-"""Environments, networks and replay for ``acer_atari.py``."""
+"""Environments and networks for ``acer_atari.py``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from omegaconf import DictConfig
 
 from torchrl_acer.modules.models import atari_actor_critic
 from torchrl_acer.training.atari import make_atari_env
-from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
 
 # The loss trains on rewards clipped to their sign, with a lost life ending the
 # training episode (entries written by the environment's AtariTrainingSignals).
@@ -35,22 +34,3 @@ def make_models(env):
     """``(actor, critic)``: the DQN conv trunk shared by a policy head and a Q head."""
     action_spec = env.action_spec[0]
     return atari_actor_critic(action_spec.shape[-1], action_spec=action_spec)
-
-
-def make_replay(
-    num_envs: int,
-    capacity_steps: int,
-    T: int,
-    batch_segments: int,
-    num_workers: int = 1,
-):
-    """Replay of ``T``-step segments that stores each 84x84 frame once, for
-    ``num_workers`` collector workers of ``num_envs`` envs each; the capacity is
-    shared by all of their envs."""
-    return FrameStackReplayBuffer(
-        num_envs,
-        capacity_steps // (num_workers * num_envs),
-        T,
-        batch_segments,
-        num_workers=num_workers,
-    )

@@ -651,7 +651,6 @@ def small_trainer(run_dir, cfg=None, **overrides):
     ``cfg``): the new ``ACERTrainer`` with the run settings' hooks
     (``experiment.make_trainer``), writing to ``run_dir``. The example's own
     builders (``examples/utils_gym.py``) make the environments and networks."""
-    from torchrl_acer.trainers import GreedyEvaluator, make_segment_replay_buffer
     from torchrl_acer.training import experiment
 
     cfg = small_gym_config(**overrides) if cfg is None else cfg
@@ -661,13 +660,6 @@ def small_trainer(run_dir, cfg=None, **overrides):
     env = utils_gym.make_env(cfg, cfg.env.num_envs, seed=cfg.seed)
     actor, critic = utils_gym.make_models(cfg, env)
     loss = experiment.make_loss(cfg.loss, actor, critic)
-    replay = None
-    if cfg.replay.ratio > 0:
-        replay = make_segment_replay_buffer(
-            cfg.replay.capacity,
-            cfg.collector.T,
-            cfg.replay.batch_segments or cfg.env.num_envs,
-        )
     run_dir = Path(run_dir)
     return experiment.make_trainer(
         cfg,
@@ -681,11 +673,9 @@ def small_trainer(run_dir, cfg=None, **overrides):
         ),
         loss=loss,
         optimizer=experiment.make_optimizer(cfg.optim, loss.parameters()),
-        replay=replay,
-        evaluator=GreedyEvaluator(
-            utils_gym.make_env(cfg, cfg.eval.episodes, seed=cfg.seed + 10_000),
-            actor,
-            max_steps=cfg.eval.max_steps,
+        replay=experiment.make_replay(cfg),
+        evaluator=experiment.make_evaluator(
+            cfg, functools.partial(utils_gym.make_env, cfg), actor
         ),
         logger=experiment.make_logger(cfg.logger.backend, run_dir),
     )

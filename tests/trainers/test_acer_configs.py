@@ -65,8 +65,8 @@ def test_example_script_is_short():
         ),
         ("entropy_coeff", math.nan, "entropy_coeff=nan must be a finite number"),
         ("critic_coeff", -0.5, "critic_coeff=-0.5"),
-        ("gamma", 1.5, r"gamma=1.5 must be in \(0, 1\]"),
-        ("burn_in", 2.5, "burn_in=2.5 must be an int >= 0"),
+        ("gamma", 1.5, r"gamma=1.5 must be a finite number in \(0, 1\]"),
+        ("burn_in", 2.5, "burn_in=2.5 must be an integer >= 0"),
         ("check_values", "yes", "check_values='yes' must be true or false"),
     ],
 )
@@ -80,7 +80,7 @@ def test_loss_config_refuses_values_naming_the_field(field, value, match):
     [
         ({"replay_ratio": math.inf}, "replay_ratio=inf must be a finite number"),
         ({"replay_start": -1}, "replay_start=-1"),
-        ({"alpha": 1.0}, r"alpha=1.0 must be in \[0, 1\)"),
+        ({"alpha": 1.0}, r"alpha=1.0 must be a finite number in \[0, 1\)"),
         (
             {"replay_ratio": 0.0, "on_policy_updates": False},
             "on_policy_updates=false must be true",

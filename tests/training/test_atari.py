@@ -19,8 +19,9 @@ from torchrl_acer.training.experiment import (  # noqa: E402
     make_loss,
     make_optimizer,
 )
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer  # noqa: E402
 
-# the example's own builders (its networks, replay and training keys)
+# the example's own builders (its networks and training keys)
 EXAMPLES = Path(__file__).parents[2] / "examples"
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
@@ -142,7 +143,7 @@ def test_two_async_worker_processes_train_with_the_frame_replay(tmp_path):
         optimizer=make_optimizer(cfg.optim, loss.parameters()),
         total_frames=6 * workers * N * T,  # 6 batches per worker
         # 40 steps per env: 5 slots of T, the oldest overwritten by the sixth
-        replay_buffer=utils_atari.make_replay(N, 40 * workers * N, T, N, workers),
+        replay_buffer=FrameStackReplayBuffer(N, 40, T, N, num_workers=workers),
         replay_ratio=cfg.replay.ratio,
         replay_start=0,
         progress_bar=False,

@@ -10,15 +10,21 @@ next to TorchRL's own groups, so that a config file composes them with TorchRL's
 checks its values when built: a value of the wrong type or out of range fails at
 start, naming the field, its value and what it must be.
 
+A field's check is a :class:`Check` in its metadata (:func:`checked`), so that
+:func:`check_values` also checks plain mappings against a config's fields: the
+example scripts check their config files' sections with it.
+
 Upstream these join ``torchrl/trainers/algorithms/configs/objectives.py``,
 ``trainers.py`` and ``modules.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from torchrl.trainers.algorithms.configs.envs import EnvConfig
 from torchrl.trainers.algorithms.configs.modules import ModelConfig
@@ -29,36 +35,100 @@ __all__ = [
     "ACERLossConfig",
     "ACERTrainerConfig",
     "CategoricalActorConfig",
+    "Check",
+    "ExampleConfig",
     "VectorGymEnvConfig",
+    "check_example_config",
+    "check_values",
+    "checked",
     "register_configs",
 ]
 
 
-def _check(config, name: str, ok: bool, expect: str) -> None:
-    if not ok:
-        value = getattr(config, name)
-        shown = str(value).lower() if isinstance(value, bool) else repr(value)
-        raise ValueError(f"{type(config).__name__}: {name}={shown} must be {expect}")
+class Check(NamedTuple):
+    """What a config field must hold."""
+
+    expect: str  # as the refusal says it: "an integer >= 1"
+    test: Callable[[Any], bool]  # the whole test, type included (bools are no numbers)
+    null: str | None = None  # what null means, where null is allowed
 
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _finite(value) -> bool:
-    return _number(value) and math.isfinite(value)
-
-
 def _int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _none_or(value, test) -> bool:
-    return value is None or test(value)
+def integer(low: int, null: str | None = None) -> Check:
+    return Check(f"an integer >= {low}", lambda v: _int(v) and v >= low, null)
+
+
+def finite(expect: str, test, null: str | None = None) -> Check:
+    return Check(
+        f"a finite number {expect}",
+        lambda v: _number(v) and math.isfinite(v) and test(v),
+        null,
+    )
+
+
+def positive(expect: str = "a number > 0", null: str | None = None) -> Check:
+    """A number above 0, infinity included."""
+    return Check(expect, lambda v: _number(v) and v > 0, null)
+
+
+def one_of(*choices, null: str | None = None) -> Check:
+    names = [repr(c) for c in choices]
+    expect = " or ".join([", ".join(names[:-1]), names[-1]])
+    return Check(expect, lambda v: v in choices, null)
+
+
+BOOL = Check("true or false", lambda v: isinstance(v, bool))
+
+
+def checked(check: Check, default: Any = dataclasses.MISSING, **kwargs):
+    """A dataclass field whose values :func:`check_values` checks with ``check``."""
+    return field(default=default, metadata={"check": check}, **kwargs)
+
+
+def check_values(config: type, values: Mapping, prefix: str = "") -> None:
+    """Raises ``ValueError`` for the first entry of ``values`` its field of the
+    dataclass ``config`` refuses, naming ``prefix`` + the field, the value and what
+    it must be; entries ``values`` lacks are skipped."""
+    for f in dataclasses.fields(config):
+        check = f.metadata.get("check")
+        if check is None or f.name not in values:
+            continue
+        value, key = values[f.name], prefix + f.name
+        if value is None:
+            if check.null is None:
+                raise ValueError(f"{key}=null must be {check.expect}")
+            continue
+        if not check.test(value):
+            shown = str(value).lower() if isinstance(value, bool) else repr(value)
+            or_null = f", or null ({check.null})" if check.null else ""
+            raise ValueError(f"{key}={shown} must be {check.expect}{or_null}")
+
+
+class _Checked:
+    """Checks a config dataclass's fields when it is built."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_values(type(self), vars(self), prefix=f"{type(self).__name__}: ")
+
+
+# checks the library configs share with the example scripts' config files
+GAMMA = finite("in (0, 1]", lambda v: 0 < v <= 1)
+ALPHA = finite("in [0, 1)", lambda v: 0 <= v < 1)
+AT_LEAST_0 = finite(">= 0", lambda v: v >= 0)
+ABOVE_0 = finite("> 0", lambda v: v > 0)
+CLIP_NORM = positive(null="no clipping")
 
 
 @dataclass
-class CategoricalActorConfig(ModelConfig):
+class CategoricalActorConfig(_Checked, ModelConfig):
     """A categorical policy: a :class:`~torchrl.modules.ProbabilisticActor` over
     the ``logits`` a network writes, with the log-probability of its action; the
     action an index, or one-hot (``one_hot``, as TorchRL's gym envs take it).
@@ -73,16 +143,21 @@ class CategoricalActorConfig(ModelConfig):
         'ProbabilisticActor'
     """
 
-    network: Any = None
+    network: Any = checked(Check("a network config", lambda v: True), None)
     in_keys: Any = field(default_factory=lambda: ["observation"])
-    one_hot: bool = False
-    return_log_prob: bool = True
+    one_hot: bool = checked(BOOL, False)
+    return_log_prob: bool = checked(BOOL, True)
     _target_: str = "torchrl_acer.trainers.configs._make_categorical_actor"
     _partial_: bool = False
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(self, "network", self.network is not None, "a network config")
+
+def _built(node):
+    """``node`` built, if it is a config node Hydra left unbuilt."""
+    if hasattr(node, "_target_"):
+        from hydra.utils import instantiate
+
+        return instantiate(node)
+    return node
 
 
 def _make_categorical_actor(*, network, in_keys, one_hot, return_log_prob, **kwargs):
@@ -90,14 +165,10 @@ def _make_categorical_actor(*, network, in_keys, one_hot, return_log_prob, **kwa
     from tensordict.nn import TensorDictModule
     from torchrl.modules import ProbabilisticActor
 
-    if hasattr(network, "_target_"):  # a config node Hydra left unbuilt
-        from hydra.utils import instantiate
-
-        network = instantiate(network)
     kwargs.pop("out_keys", None)  # the action, the log-probability: fixed
     shared = kwargs.pop("shared", False)
     actor = ProbabilisticActor(
-        TensorDictModule(network, list(in_keys), ["logits"]),
+        TensorDictModule(_built(network), list(in_keys), ["logits"]),
         in_keys=["logits"],
         distribution_class=(
             torch.distributions.OneHotCategorical
@@ -112,7 +183,7 @@ def _make_categorical_actor(*, network, in_keys, one_hot, return_log_prob, **kwa
 
 
 @dataclass
-class VectorGymEnvConfig(EnvConfig):
+class VectorGymEnvConfig(_Checked, EnvConfig):
     """``num_envs`` copies of a gymnasium task stepped together, in this process
     unless ``parallel``: :func:`torchrl_acer.training.envs.make_env`, with each
     episode's return under ``("next", "episode_reward")``. TorchRL's ``GymEnv``
@@ -121,21 +192,17 @@ class VectorGymEnvConfig(EnvConfig):
     """
 
     env_id: str = "CartPole-v1"
-    num_envs: int = 8
-    parallel: bool = False
-    seed: int | None = None
-    max_episode_steps: int | None = None
+    num_envs: int = checked(integer(1), 8)
+    parallel: bool = checked(BOOL, False)
+    seed: int | None = checked(integer(0, null="unseeded"), None)
+    max_episode_steps: int | None = checked(
+        integer(1, null="the env's own time limit"), None
+    )
     _target_: str = "torchrl_acer.training.envs.make_env"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(
-            self, "num_envs", _int(self.num_envs) and self.num_envs >= 1, "an int >= 1"
-        )
 
 
 @dataclass
-class ACERLossConfig(LossConfig):
+class ACERLossConfig(_Checked, LossConfig):
     """Hydra configuration for :class:`~torchrl_acer.ACERLoss` and its estimator.
 
     Every argument of ``ACERLoss.__init__`` is a field; ``gamma``, ``lmbda``,
@@ -145,106 +212,44 @@ class ACERLossConfig(LossConfig):
 
     actor_network: Any = None
     critic_network: Any = None
-    ratio_clip: float = 10.0
-    trust_region_delta: float | None = 1.0
-    trust_region_space: str = "logits"
-    entropy_coeff: float = 0.01
-    critic_coeff: float | None = 0.25
-    loss_critic_type: str = "l2"
-    separate_losses: bool = False
-    reduction: str | None = None
-    recurrent_state: str = "stored"
-    burn_in: int = 0
-    gamma: float = 0.99
-    lmbda: float = 1.0
-    c_thresh: float = 1.0
-    check_values: bool = True
+    ratio_clip: float = checked(positive("a number > 0 (inf: no truncation)"), 10.0)
+    trust_region_delta: float | None = checked(positive(null="no trust region"), 1.0)
+    trust_region_space: str = checked(one_of("logits", "log_probs", "probs"), "logits")
+    entropy_coeff: float = checked(AT_LEAST_0, 0.01)
+    critic_coeff: float | None = checked(
+        finite(">= 0", lambda v: v >= 0, null="no critic term"), 0.25
+    )
+    loss_critic_type: str = checked(one_of("l1", "l2", "smooth_l1"), "l2")
+    separate_losses: bool = checked(BOOL, False)
+    reduction: str | None = checked(one_of("none", "mean", "sum", null="mean"), None)
+    recurrent_state: str = checked(one_of("stored", "zero"), "stored")
+    burn_in: int = checked(integer(0), 0)
+    gamma: float = checked(GAMMA, 0.99)
+    lmbda: float = checked(GAMMA, 1.0)
+    c_thresh: float = checked(ABOVE_0, 1.0)
+    check_values: bool = checked(BOOL, True)
     _target_: str = "torchrl_acer.trainers.configs._make_acer_loss"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(
-            self,
-            "ratio_clip",
-            _number(self.ratio_clip) and self.ratio_clip > 0,
-            "a number > 0 (inf: no truncation)",
-        )
-        _check(
-            self,
-            "trust_region_delta",
-            _none_or(self.trust_region_delta, lambda v: _number(v) and v > 0),
-            "a number > 0, or None (no trust region)",
-        )
-        _check(
-            self,
-            "trust_region_space",
-            self.trust_region_space in ("logits", "log_probs", "probs"),
-            "'logits', 'log_probs' or 'probs'",
-        )
-        _check(
-            self,
-            "entropy_coeff",
-            _finite(self.entropy_coeff) and self.entropy_coeff >= 0,
-            "a finite number >= 0",
-        )
-        _check(
-            self,
-            "critic_coeff",
-            _none_or(self.critic_coeff, lambda v: _finite(v) and v >= 0),
-            "a finite number >= 0, or None (no critic term)",
-        )
-        _check(
-            self,
-            "loss_critic_type",
-            self.loss_critic_type in ("l1", "l2", "smooth_l1"),
-            "'l1', 'l2' or 'smooth_l1'",
-        )
-        _check(
-            self,
-            "reduction",
-            self.reduction in (None, "none", "mean", "sum"),
-            "'none', 'mean', 'sum' or None (mean)",
-        )
-        _check(
-            self,
-            "recurrent_state",
-            self.recurrent_state in ("stored", "zero"),
-            "'stored' or 'zero'",
-        )
-        _check(self, "burn_in", _int(self.burn_in) and self.burn_in >= 0, "an int >= 0")
-        for name in ("gamma", "lmbda"):
-            value = getattr(self, name)
-            _check(self, name, _finite(value) and 0 < value <= 1, "in (0, 1]")
-        _check(
-            self,
-            "c_thresh",
-            _finite(self.c_thresh) and self.c_thresh > 0,
-            "a finite number > 0",
-        )
-        for name in ("separate_losses", "check_values"):
-            _check(self, name, isinstance(getattr(self, name), bool), "true or false")
+
+# the arguments of ACERLoss.make_value_estimator among ACERLossConfig's fields
+_ESTIMATOR_FIELDS = ("gamma", "lmbda", "c_thresh", "check_values")
 
 
 def _make_acer_loss(**kwargs):
     from torchrl_acer.objectives import ACERLoss
 
-    estimator = {
-        name: kwargs.pop(name)
-        for name in ("gamma", "lmbda", "c_thresh", "check_values")
-    }
+    estimator = {name: kwargs.pop(name) for name in _ESTIMATOR_FIELDS}
     kwargs.pop("_partial_", None)
+    kwargs.pop("_target_", None)  # a config's own fields (make_loss passes them)
     for name in ("actor_network", "critic_network"):
-        if hasattr(kwargs[name], "_target_"):
-            from hydra.utils import instantiate
-
-            kwargs[name] = instantiate(kwargs[name])
+        kwargs[name] = _built(kwargs[name])
     loss = ACERLoss(**kwargs)
     loss.make_value_estimator(**estimator)
     return loss
 
 
 @dataclass
-class ACERTrainerConfig(TrainerConfig):
+class ACERTrainerConfig(_Checked, TrainerConfig):
     """Hydra configuration for :class:`~torchrl_acer.trainers.ACERTrainer`.
 
     Every argument of ``ACERTrainer.__init__`` is a field, and ``hooks``: a list
@@ -253,86 +258,39 @@ class ACERTrainerConfig(TrainerConfig):
     """
 
     collector: Any = None
-    total_frames: int | None = None
+    total_frames: int | None = checked(integer(1, null="the collector's"), None)
     loss_module: Any = None
     optimizer: Any = None
     replay_buffer: Any = None
-    replay_ratio: float = 4.0
-    replay_start: int = 0
-    on_policy_updates: bool = True
-    alpha: float = 0.99
+    replay_ratio: float = checked(AT_LEAST_0, 4.0)
+    replay_start: int = checked(integer(0), 0)
+    on_policy_updates: bool = checked(BOOL, True)
+    alpha: float = checked(ALPHA, 0.99)
     target_net_updater: Any = None
-    weight_update_interval: int = 1
+    weight_update_interval: int = checked(integer(1), 1)
     logger: Any = None
-    clip_grad_norm: bool = True
-    clip_norm: float | None = 10.0
-    progress_bar: bool = True
-    seed: int | None = None
-    save_trainer_interval: int = 10000
-    log_interval: int = 10000
+    clip_grad_norm: bool = checked(BOOL, True)
+    clip_norm: float | None = checked(CLIP_NORM, 10.0)
+    progress_bar: bool = checked(BOOL, True)
+    seed: int | None = checked(integer(0, null="unseeded"), None)
+    save_trainer_interval: int = checked(integer(1), 10000)
+    log_interval: int = checked(integer(1), 10000)
     save_trainer_file: Any = None
     checkpoint: Any = None
     checkpoint_rotation: Any = None
     log_timings: bool = False
     auto_log_optim_steps: bool = True
-    frame_skip: int = 1
+    frame_skip: int = checked(integer(1), 1)
     hooks: list[Any] | None = None
     _target_: str = "torchrl_acer.trainers.configs._make_acer_trainer"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(
-            self,
-            "total_frames",
-            _none_or(self.total_frames, lambda v: _int(v) and v >= 1),
-            "an int >= 1, or None (the collector's)",
-        )
-        _check(
-            self,
-            "replay_ratio",
-            _finite(self.replay_ratio) and self.replay_ratio >= 0,
-            "a finite number >= 0",
-        )
-        _check(
-            self,
-            "replay_start",
-            _int(self.replay_start) and self.replay_start >= 0,
-            "an int >= 0",
-        )
-        _check(
-            self,
-            "on_policy_updates",
-            isinstance(self.on_policy_updates, bool),
-            "true or false",
-        )
-        _check(
-            self,
-            "on_policy_updates",
-            self.on_policy_updates or self.replay_ratio > 0,
-            "true when replay_ratio is 0 (nothing would train)",
-        )
-        _check(self, "alpha", _finite(self.alpha) and 0 <= self.alpha < 1, "in [0, 1)")
-        _check(
-            self,
-            "weight_update_interval",
-            _int(self.weight_update_interval) and self.weight_update_interval >= 1,
-            "an int >= 1",
-        )
-        _check(
-            self,
-            "clip_norm",
-            _none_or(self.clip_norm, lambda v: _number(v) and v > 0),
-            "a number > 0, or None (no clipping)",
-        )
-        _check(
-            self,
-            "seed",
-            _none_or(self.seed, lambda v: _int(v) and v >= 0),
-            "an int >= 0",
-        )
-        for name in ("save_trainer_interval", "log_interval", "frame_skip"):
-            value = getattr(self, name)
-            _check(self, name, _int(value) and value >= 1, "an int >= 1")
+        if not (self.on_policy_updates or self.replay_ratio > 0):
+            raise ValueError(
+                "ACERTrainerConfig: on_policy_updates=false must be true when "
+                "replay_ratio is 0 (nothing would train)"
+            )
 
 
 def _make_acer_trainer(**kwargs):
@@ -372,3 +330,188 @@ def register_configs() -> None:
     cs.store(group="trainer", name="acer", node=ACERTrainerConfig)
     cs.store(group="model", name="categorical_actor", node=CategoricalActorConfig)
     cs.store(group="env", name="gym_vector", node=VectorGymEnvConfig)
+
+
+# -- the example scripts' config files ------------------------------------------------
+# examples/config_*.yaml (with run/default.yaml): a section per dataclass, checked by
+# check_example_config; a key a file lacks is skipped (each example has its own).
+
+
+def _text(expect: str, null: str | None = None) -> Check:
+    return Check(expect, lambda v: isinstance(v, str), null)
+
+
+def _list_of(expect: str, test, null: str | None = None) -> Check:
+    # a YAML list reaches the check as an omegaconf ListConfig: a Sequence
+    return Check(
+        expect,
+        lambda v: isinstance(v, Sequence) and not isinstance(v, str) and test(v),
+        null,
+    )
+
+
+def _distinct_indices(v) -> bool:
+    return len(v) > 0 and all(_int(i) and i >= 0 for i in v) and len(set(v)) == len(v)
+
+
+@dataclass
+class _EnvSettings:
+    name: str = checked(_text("a gymnasium id (a string)"))
+    num_envs: int = checked(integer(1))
+    parallel: bool = checked(BOOL)
+    max_episode_steps: int = checked(integer(1, null="the env's own time limit"))
+    repeat_action_probability: float = checked(
+        finite("in [0, 1]", lambda v: 0 <= v <= 1)
+    )
+    num_threads: int = checked(integer(0))  # the ALE's; 0: its own choice
+    reward_scale: float = checked(ABOVE_0)
+    observation_indices: list = checked(
+        _list_of(
+            "a list of distinct integers >= 0",
+            _distinct_indices,
+            null="the whole observation",
+        )
+    )
+
+
+@dataclass
+class _CollectorSettings:
+    T: int = checked(integer(1))
+    total_frames: int = checked(integer(1))
+    backend: str = checked(one_of("auto", "single", "lean", "multiprocess", "ray"))
+    num_workers: int = checked(integer(1))
+    sync: bool = checked(BOOL)
+    weight_update_interval: int = checked(integer(1))
+    max_policy_lag: int = checked(integer(0, null="no bound"))
+    worker_start_timeout: float = checked(ABOVE_0)
+
+
+@dataclass
+class _RaySettings:
+    address: str = checked(
+        _text(
+            "a Ray address (a string: auto, host:port, ray://...)",
+            null="a local Ray started by the run",
+        )
+    )
+    num_cpus: int = checked(integer(1, null="all of this machine's"))
+
+
+@dataclass
+class _ModelSettings:
+    num_cells: list = checked(
+        _list_of(
+            "a list of integers >= 1", lambda v: all(_int(n) and n >= 1 for n in v)
+        )
+    )
+    activation: str = checked(one_of("relu", "tanh"))
+    shared: bool = checked(BOOL)
+    fixed_scale: float = checked(finite("> 0", lambda v: v > 0, null="a learned scale"))
+    initial_scale: float = checked(ABOVE_0)
+    num_samples: int = checked(integer(1))
+    bound_mean: bool = checked(BOOL)
+    dueling: bool = checked(BOOL)
+    recurrent: str = checked(one_of("lstm", "gru", null="feed-forward"))
+    recurrent_size: int = checked(integer(1))
+
+
+@dataclass
+class _LossSettings(ACERLossConfig):
+    alpha: float = checked(ALPHA, 0.99)  # the trainer's averaged policy
+
+
+@dataclass
+class _OptimSettings:
+    name: str = checked(one_of("adam", "rmsprop"))
+    lr: float = checked(ABOVE_0)
+    eps: float = checked(AT_LEAST_0)
+    decay: float = checked(finite("in [0, 1)", lambda v: 0 <= v < 1))
+    max_grad_norm: float = checked(CLIP_NORM)
+
+
+@dataclass
+class _ReplaySettings:
+    ratio: float = checked(AT_LEAST_0)
+    on_policy_updates: bool = checked(BOOL)
+    start: int = checked(integer(0))
+    capacity: int = checked(integer(1))
+    batch_segments: int = checked(integer(1, null="env.num_envs segments"))
+
+
+@dataclass
+class _EvalSettings:
+    interval: int = checked(integer(1, null="evaluate at the end only"))
+    episodes: int = checked(integer(1))
+    max_steps: int = checked(integer(1))
+
+
+@dataclass
+class _LoggerSettings:
+    backend: str = checked(
+        Check(
+            "csv, tensorboard or wandb",
+            lambda v: v in ("csv", "tensorboard", "wandb", ""),
+            null="no logger",
+        )
+    )
+    run_dir: str = checked(_text("a path", null="runs/<env>/seed<seed>-<time>"))
+    log_interval: int = checked(integer(1))
+    progress_bar: bool = checked(BOOL)
+
+
+@dataclass
+class _CheckpointSettings:
+    interval: int = checked(integer(1, null="at the end only"))
+    every_minutes: float = checked(finite("> 0", lambda v: v > 0, null="none"))
+
+
+@dataclass
+class _HealthSettings:
+    check: bool = checked(BOOL)
+    max_nonfinite_in_a_row: int = checked(integer(1))
+
+
+def _section(settings: type):
+    return field(default=None, metadata={"section": settings})
+
+
+@dataclass
+class ExampleConfig:
+    """The settings of the example scripts' config files, each with its check."""
+
+    env: _EnvSettings = _section(_EnvSettings)
+    collector: _CollectorSettings = _section(_CollectorSettings)
+    ray: _RaySettings = _section(_RaySettings)
+    model: _ModelSettings = _section(_ModelSettings)
+    loss: _LossSettings = _section(_LossSettings)
+    optim: _OptimSettings = _section(_OptimSettings)
+    replay: _ReplaySettings = _section(_ReplaySettings)
+    eval: _EvalSettings = _section(_EvalSettings)
+    logger: _LoggerSettings = _section(_LoggerSettings)
+    checkpoint: _CheckpointSettings = _section(_CheckpointSettings)
+    health: _HealthSettings = _section(_HealthSettings)
+    resume: str = checked(_text("a checkpoint path", null="a new run"), None)
+    resume_allow_config_change: list = checked(
+        _list_of(
+            "a list of settings (dotted keys or patterns)",
+            lambda v: all(isinstance(k, str) for k in v),
+            null="none",
+        ),
+        None,
+    )
+    resume_force: bool = checked(BOOL, False)
+    seed: int = checked(integer(0), 0)
+    threads: int = checked(integer(1, null="torch's default"), None)
+    device: str = checked(_text("cpu, cuda, cuda:N or auto"), "cpu")
+    compile: bool = checked(BOOL, False)
+
+
+def check_example_config(cfg: Mapping) -> None:
+    """Checks an example script's config (:class:`ExampleConfig`), raising
+    ``ValueError`` naming the first setting refused (``loss.gamma``), its value
+    and what it must be."""
+    for f in dataclasses.fields(ExampleConfig):
+        settings = f.metadata.get("section")
+        if settings is not None and cfg.get(f.name) is not None:
+            check_values(settings, cfg[f.name], prefix=f"{f.name}.")
+    check_values(ExampleConfig, cfg)

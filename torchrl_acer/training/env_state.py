@@ -27,7 +27,6 @@ import torch
 from torchrl.envs import EnvBase
 
 from torchrl_acer.training.envs import forget_saved_step
-from torchrl_acer.training.gym_collector import GymVectorCollector
 
 __all__ = [
     "CollectorState",
@@ -141,17 +140,12 @@ def load_env_state_dict(env: EnvBase, state: dict) -> None:
 
 def collector_state_dict(collector) -> dict:
     """The state of a TorchRL ``Collector`` (or a
-    :class:`~torchrl_acer.training.gym_collector.GymVectorCollector`) between two
-    batches: its environment's (:func:`env_state_dict`), the tensordict it carries
-    to the next step, its frame and trajectory counters. Both collectors save the
-    same entries, so a run may resume with the other. ``{"saved": False,
-    "reason": ...}`` where the environment cannot be saved or the collector is
-    another kind."""
-    if isinstance(collector, GymVectorCollector):
-        state = env_state_dict(collector.env)
-        if state["saved"]:
-            state.update(collector.state_dict())
-        return state
+    :class:`~torchrl_acer.training.gym_collector.GymVectorCollector`, which
+    carries the same) between two batches: its environment's
+    (:func:`env_state_dict`), the tensordict it carries to the next step, its
+    frame and trajectory counters, so a run may resume with the other.
+    ``{"saved": False, "reason": ...}`` where the environment cannot be saved or
+    the collector is another kind."""
     env = getattr(collector, "env", None)
     carrier = getattr(collector, "_carrier", None)
     if env is None or carrier is None:
@@ -173,9 +167,6 @@ def collector_state_dict(collector) -> dict:
 def load_collector_state_dict(collector, state: dict) -> None:
     """Restores what :func:`collector_state_dict` saved into a fresh collector."""
     load_env_state_dict(collector.env, state)
-    if isinstance(collector, GymVectorCollector):
-        collector.load_state_dict(state)
-        return
     current = collector._carrier
     carrier = state["carrier"].clone()
     if current.device is None:

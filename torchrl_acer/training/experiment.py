@@ -4,8 +4,9 @@ Each example (``examples/acer_*.py``) builds its environment, networks, loss,
 optimizer, collector, replay, evaluator and logger in the open and hands them to
 :func:`make_trainer`, which wires :class:`~torchrl_acer.trainers.ACERTrainer` with
 the hooks the run settings ask for. What is the same for all of them lives here:
-the config checks, the device, the run directory, the collector and optimizer
-choices, the trainer's hooks, resume, and the summary printed at the end.
+the start (:func:`setup`: the config checks, the device, the run directory), the
+loss, collector, optimizer, replay and evaluation choices, the trainer's hooks,
+resume, and the summary printed at the end.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from torchrl.checkpoint import GlobalRNGState
 from torchrl.collectors import MultiAsyncCollector
 from torchrl.data import ReplayBuffer, Unbounded
@@ -33,7 +32,7 @@ from torchrl.record.loggers import CSVLogger
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
-from torchrl_acer.trainers.acer import ACERTrainer
+from torchrl_acer.trainers.acer import ACERTrainer, make_segment_replay_buffer
 from torchrl_acer.trainers.checkpoint import (
     ACERCheckpoint,
     ACERCheckpointError,
@@ -42,9 +41,12 @@ from torchrl_acer.trainers.checkpoint import (
     SaveEvery,
     _missing_message,
 )
-from torchrl_acer.trainers.configs import _finite as _finite_number
-from torchrl_acer.trainers.configs import _int, _number
-from torchrl_acer.trainers.evaluation import Evaluation
+from torchrl_acer.trainers.configs import (
+    ACERLossConfig,
+    _make_acer_loss,
+    check_example_config,
+)
+from torchrl_acer.trainers.evaluation import Evaluation, GreedyEvaluator
 from torchrl_acer.trainers.hooks import (
     STOP_SIGNALS,
     FailureCheckpoint,
@@ -58,6 +60,7 @@ from torchrl_acer.trainers.hooks import (
 )
 from torchrl_acer.trainers.progress import TrainingLog
 from torchrl_acer.training.env_state import CollectorState
+from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
 from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproducedError
 from torchrl_acer.training.refusal import ConfigError
 
@@ -70,12 +73,15 @@ __all__ = [
     "frames_to_run",
     "get_device",
     "make_collector",
+    "make_evaluator",
     "make_logger",
     "make_optimizer",
+    "make_replay",
     "make_trainer",
     "quiet_torchrl_info",
     "resume",
     "run_dir_for",
+    "setup",
     "train",
 ]
 
@@ -96,167 +102,21 @@ def get_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-class _Setting(NamedTuple):
-    """What one config key must hold."""
-
-    expect: str  # as the refusal says it: "an integer >= 1"
-    test: Callable[[Any], bool]  # the whole test, type included (bools are no numbers)
-    null: str | None = None  # what null means, where null is allowed
-
-
-def _int_at_least(low: int, null: str | None = None) -> _Setting:
-    return _Setting(f"an integer >= {low}", lambda v: _int(v) and v >= low, null)
-
-
-def _finite(expect: str, test, null: str | None = None) -> _Setting:
-    return _Setting(
-        f"a finite number {expect}", lambda v: _finite_number(v) and test(v), null
-    )
-
-
-def _one_of(*choices: str) -> _Setting:
-    names = [repr(c) for c in choices]
-    return _Setting(
-        " or ".join([", ".join(names[:-1]), names[-1]]), lambda v: v in choices
-    )
-
-
-_BOOL = _Setting("true or false", lambda v: isinstance(v, bool))
-
-# Every setting of the three example configs; a key a config lacks is skipped (each
-# example has its own). Numbers are finite unless inf means "no limit".
-_SETTINGS: dict[str, _Setting] = {
-    "env.name": _Setting("a gymnasium id (a string)", lambda v: isinstance(v, str)),
-    "env.num_envs": _int_at_least(1),
-    "env.parallel": _BOOL,
-    "env.max_episode_steps": _int_at_least(1, null="the env's own time limit"),
-    "env.repeat_action_probability": _finite("in [0, 1]", lambda v: 0 <= v <= 1),
-    "env.num_threads": _int_at_least(0),  # the ALE's; 0: its own choice
-    "env.reward_scale": _finite("> 0", lambda v: v > 0),
-    "collector.T": _int_at_least(1),
-    "collector.total_frames": _int_at_least(1),
-    "collector.backend": _one_of("auto", "single", "lean", "multiprocess", "ray"),
-    "collector.num_workers": _int_at_least(1),
-    "collector.sync": _BOOL,
-    "collector.weight_update_interval": _int_at_least(1),
-    "collector.max_policy_lag": _int_at_least(0, null="no bound"),
-    "collector.worker_start_timeout": _finite("> 0", lambda v: v > 0),
-    "ray.address": _Setting(
-        "a Ray address (a string: auto, host:port, ray://...)",
-        lambda v: isinstance(v, str),
-        null="a local Ray started by the run",
-    ),
-    "ray.num_cpus": _int_at_least(1, null="all of this machine's"),
-    "model.num_cells": _Setting(
-        "a list of integers >= 1",
-        lambda v: (
-            isinstance(v, (list, ListConfig)) and all(_int(n) and n >= 1 for n in v)
-        ),
-    ),
-    "model.activation": _one_of("relu", "tanh"),
-    "model.shared": _BOOL,
-    "model.fixed_scale": _finite("> 0", lambda v: v > 0, null="a learned scale"),
-    "model.initial_scale": _finite("> 0", lambda v: v > 0),
-    "model.num_samples": _int_at_least(1),
-    "model.bound_mean": _BOOL,
-    "model.dueling": _BOOL,
-    "model.recurrent": _Setting(
-        "'lstm' or 'gru'", lambda v: v in ("lstm", "gru"), null="feed-forward"
-    ),
-    "model.recurrent_size": _int_at_least(1),
-    "env.observation_indices": _Setting(
-        "a list of distinct integers >= 0",
-        lambda v: (
-            isinstance(v, (list, ListConfig))
-            and len(v) > 0
-            and all(_int(i) and i >= 0 for i in v)
-            and len(set(v)) == len(v)
-        ),
-        null="the whole observation",
-    ),
-    "loss.recurrent_state": _one_of("stored", "zero"),
-    "loss.burn_in": _int_at_least(0),
-    "loss.gamma": _finite("in (0, 1]", lambda v: 0 < v <= 1),
-    "loss.ratio_clip": _Setting(
-        "a number > 0 (inf: no truncation)", lambda v: _number(v) and v > 0
-    ),
-    "loss.trust_region_delta": _Setting(
-        "a number > 0", lambda v: _number(v) and v > 0, null="no trust region"
-    ),
-    "loss.trust_region_space": _one_of("logits", "log_probs", "probs"),
-    "loss.entropy_coeff": _finite(">= 0", lambda v: v >= 0),
-    "loss.critic_coeff": _finite(">= 0", lambda v: v >= 0, null="no critic term"),
-    "loss.alpha": _finite("in [0, 1)", lambda v: 0 <= v < 1),
-    "loss.check_values": _BOOL,
-    "optim.name": _one_of("adam", "rmsprop"),
-    "optim.lr": _finite("> 0", lambda v: v > 0),
-    "optim.eps": _finite(">= 0", lambda v: v >= 0),
-    "optim.decay": _finite("in [0, 1)", lambda v: 0 <= v < 1),
-    "optim.max_grad_norm": _Setting(
-        "a number > 0", lambda v: _number(v) and v > 0, null="no clipping"
-    ),
-    "replay.ratio": _finite(">= 0", lambda v: v >= 0),
-    "replay.on_policy_updates": _BOOL,
-    "replay.start": _int_at_least(0),
-    "replay.capacity": _int_at_least(1),
-    "replay.batch_segments": _int_at_least(1, null="env.num_envs segments"),
-    "eval.interval": _int_at_least(1, null="evaluate at the end only"),
-    "eval.episodes": _int_at_least(1),
-    "eval.max_steps": _int_at_least(1),
-    "logger.backend": _Setting(
-        "csv, tensorboard or wandb",
-        lambda v: v in ("csv", "tensorboard", "wandb", ""),
-        null="no logger",
-    ),
-    "logger.run_dir": _Setting(
-        "a path", lambda v: isinstance(v, str), null="runs/<env>/seed<seed>-<time>"
-    ),
-    "logger.log_interval": _int_at_least(1),
-    "logger.progress_bar": _BOOL,
-    "checkpoint.interval": _int_at_least(1, null="at the end only"),
-    "checkpoint.every_minutes": _finite("> 0", lambda v: v > 0, null="none"),
-    "health.check": _BOOL,
-    "health.max_nonfinite_in_a_row": _int_at_least(1),
-    "resume": _Setting(
-        "a checkpoint path", lambda v: isinstance(v, str), null="a new run"
-    ),
-    "resume_allow_config_change": _Setting(
-        "a list of settings (dotted keys or patterns)",
-        lambda v: (
-            isinstance(v, (list, ListConfig)) and all(isinstance(k, str) for k in v)
-        ),
-        null="none",
-    ),
-    "resume_force": _BOOL,
-    "seed": _int_at_least(0),
-    "threads": _int_at_least(1, null="torch's default"),
-    "device": _Setting("cpu, cuda, cuda:N or auto", lambda v: isinstance(v, str)),
-    "compile": _BOOL,
-}
-
-_ABSENT = object()
-
-
 def check_config(cfg: DictConfig) -> None:
     """Fails at start, naming the setting, its value and what it must be, for values
     that cannot work: a value of the wrong type (a string, or a bool, for a number),
-    out of range or not finite, or settings that contradict each other."""
+    out of range or not finite (the checks of
+    :class:`~torchrl_acer.trainers.configs.ExampleConfig`), or settings that
+    contradict each other."""
 
     def need(condition, message):
         if not condition:
             raise ConfigError(f"bad config: {message}")
 
-    for key, setting in _SETTINGS.items():
-        value = OmegaConf.select(cfg, key, default=_ABSENT)
-        if value is _ABSENT:
-            continue
-        if value is None:
-            need(setting.null is not None, f"{key}=null must be {setting.expect}")
-            continue
-        shown = str(value).lower() if isinstance(value, bool) else repr(value)
-        or_null = f", or null ({setting.null})" if setting.null else ""
-        need(setting.test(value), f"{key}={shown} must be {setting.expect}{or_null}")
-
+    try:
+        check_example_config(cfg)
+    except ValueError as err:
+        raise ConfigError(f"bad config: {err}") from None
     get_device(cfg.device)
     burn_in = OmegaConf.select(cfg, "loss.burn_in", default=0)
     need(
@@ -283,6 +143,57 @@ def check_config(cfg: DictConfig) -> None:
             f"replay.start={cfg.replay.start} exceeds replay.capacity="
             f"{cfg.replay.capacity}: replay would never start",
         )
+
+
+def setup(cfg: DictConfig) -> tuple[Path, torch.device]:
+    """What an example does before it builds anything: TorchRL's INFO lines off
+    (:func:`quiet_torchrl_info`), the config checked (:func:`check_config`),
+    torch's threads (``threads``) and seed set. Returns the run directory
+    (:func:`run_dir_for`) and the device of the networks, loss and optimizer
+    (:func:`get_device`; the environments stay on the CPU)."""
+    quiet_torchrl_info()
+    check_config(cfg)
+    run_dir = run_dir_for(cfg)
+    device = get_device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    return run_dir, device
+
+
+def make_replay(cfg: DictConfig, *, frame_stacks: bool = False):
+    """The replay the ``replay`` section asks for, or ``None`` when
+    ``replay.ratio`` is 0: segments of ``collector.T`` steps,
+    ``replay.capacity`` steps of all environments together,
+    ``replay.batch_segments`` (or ``env.num_envs``) segments per replayed batch.
+
+    ``frame_stacks`` (Atari): each frame stored once
+    (:class:`~torchrl_acer.training.frame_replay.FrameStackReplayBuffer`), one
+    ring per environment of each collector worker, which rebuilds a segment's
+    stacks from the previous segment of its environment (batches name their
+    worker: ``"worker_index"``)."""
+    r = cfg.replay
+    if not r.ratio > 0:
+        return None
+    T, num_envs = cfg.collector.T, cfg.env.num_envs
+    segments = r.batch_segments or num_envs
+    if not frame_stacks:
+        return make_segment_replay_buffer(r.capacity, T, segments)
+    workers = collector_workers(cfg)
+    per_env = r.capacity // (workers * num_envs)
+    return FrameStackReplayBuffer(num_envs, per_env, T, segments, num_workers=workers)
+
+
+# the evaluation's environments are seeded apart from the training ones
+EVAL_SEED_OFFSET = 10_000
+
+
+def make_evaluator(cfg: DictConfig, make_env, actor) -> GreedyEvaluator:
+    """The greedy evaluation of ``actor``: ``eval.episodes`` environments of
+    ``make_env(num_envs, seed=...)`` (one episode each, seeded from ``seed`` +
+    :data:`EVAL_SEED_OFFSET`), for at most ``eval.max_steps`` steps."""
+    env = make_env(cfg.eval.episodes, seed=cfg.seed + EVAL_SEED_OFFSET)
+    return GreedyEvaluator(env, actor, max_steps=cfg.eval.max_steps)
 
 
 def quiet_torchrl_info() -> None:
@@ -426,28 +337,14 @@ def _csv_step(line: str) -> float:
 
 
 def make_loss(loss: DictConfig, actor, critic) -> ACERLoss:
-    """:class:`~torchrl_acer.ACERLoss` from a config's ``loss`` section, with ACER's
-    Retrace estimator (:math:`\\lambda = 1`, :math:`\bar c = 1`); its value checks
-    unless ``loss.check_values`` is false."""
-    module = ACERLoss(
-        actor,
-        critic,
-        ratio_clip=loss.ratio_clip,
-        trust_region_delta=loss.trust_region_delta,
-        trust_region_space=loss.trust_region_space,
-        entropy_coeff=loss.entropy_coeff,
-        critic_coeff=loss.critic_coeff,
-        # recurrent networks only (the gym example's model.recurrent)
-        recurrent_state=loss.get("recurrent_state", "stored"),
-        burn_in=loss.get("burn_in", 0),
+    """:class:`~torchrl_acer.ACERLoss` from a config's ``loss`` section
+    (:class:`~torchrl_acer.trainers.configs.ACERLossConfig`'s fields; ``alpha``
+    is the trainer's), with ACER's Retrace estimator (:math:`\\lambda = 1`,
+    :math:`\\bar c = 1`)."""
+    config = ACERLossConfig(**{k: v for k, v in loss.items() if k != "alpha"})
+    return _make_acer_loss(
+        **{**vars(config), "actor_network": actor, "critic_network": critic}
     )
-    module.make_value_estimator(
-        gamma=loss.gamma,
-        lmbda=1.0,
-        c_thresh=1.0,
-        check_values=loss.get("check_values", True),
-    )
-    return module
 
 
 # collector.backend -> the backend of TorchRL's Collector(backend=...)
@@ -1017,8 +914,9 @@ def train(trainer: ACERTrainer, cfg: DictConfig, run_dir: Path) -> None:
         f"max {last['reward_max']:.1f})"
     )
     if cfg.logger.backend == "csv":
-        from torchrl_acer.training.plot import plot_runs
+        from torchrl_acer.training.plot import plot_groups
 
-        plot = plot_runs([run_dir], run_dir / "eval_reward.png", title=cfg.env.name)
+        out = run_dir / "eval_reward.png"
+        plot = plot_groups({"ACER": [run_dir]}, out, title=cfg.env.name)
         print(f"logs: {run_dir / 'logs'}\nplot: {plot}")
     print(f"checkpoint: {checkpoint}")

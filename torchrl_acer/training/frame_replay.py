@@ -37,7 +37,7 @@ import warnings
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 
 from torchrl_acer.training.refusal import ConfigError
 
@@ -111,14 +111,7 @@ class FrameStackReplayBuffer:
         self.batch_segments = batch_segments
         self.worker_key = worker_key
         self.pixels_key = pixels_key
-        self.done_key = (
-            ("next", done_key)
-            if isinstance(done_key, str)
-            else (
-                "next",
-                *done_key,
-            )
-        )
+        self.done_key = unravel_key(("next", done_key))
         self.max_episode_ends = max_episode_ends or max(capacity_per_env // 64, 8)
         self.generator = generator
         self._initialized = False

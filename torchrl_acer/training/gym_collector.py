@@ -15,9 +15,10 @@ one TensorDict per batch.
 It is a drop-in for the environments it accepts: from the same environment state,
 the same policy and the same torch random state, its batches equal the
 ``Collector``'s bit for bit, key for key (``tests/training/test_gym_collector.py``), and
-its checkpoint state is the ``Collector``'s
-(:func:`~torchrl_acer.training.env_state.collector_state_dict`), so a run may
-switch between the two on resume. What it cannot reproduce it refuses, naming
+it carries its state between batches as the ``Collector`` does (``_carrier``,
+``_frames``, ``_iter``, TorchRL's ``_traj_pool``), so that
+:func:`~torchrl_acer.training.env_state.collector_state_dict` saves both alike
+and a run may switch between the two on resume. What it cannot reproduce it refuses, naming
 it: other environments, transforms other than ``RewardSum``, ``DoubleToFloat``
 and ``RewardScaling``, and policies reading more than the observation (recurrent
 states, ``is_init``).
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterator
 
 import gymnasium as gym
@@ -36,6 +37,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torchrl.collectors import BaseCollector
+from torchrl.collectors.utils import _TrajectoryPool
 from torchrl.envs import (
     DoubleToFloat,
     EnvBase,
@@ -59,17 +61,6 @@ class NotReproducedError(Refusal, ValueError):
 
 _USE_COLLECTOR = "use TorchRL's Collector (collector.backend=single) for it"
 _DONE_KEYS = ["done", "terminated", "truncated"]
-# what each step adds to a batch, kept as arrays until the batch is built
-_STEP_ARRAYS = (
-    "obs",
-    "next_obs",
-    "reward",
-    "terminated",
-    "truncated",
-    "traj_ids",
-    "return",
-    "next_return",
-)
 
 
 def _transforms(env: EnvBase) -> tuple[EnvBase, list]:
@@ -195,7 +186,7 @@ class GymVectorCollector(BaseCollector):
         self.closed = False
         self._frames = 0
         self._iter = -1
-        self._next_traj_id = 0
+        self._traj_pool = _TrajectoryPool()  # TorchRL's, as its Collector keeps ids
         self._policy_keys: list | None = None
         self._start_episodes()
         if self._torchrl_probes_policy(env, policy):
@@ -371,10 +362,7 @@ class GymVectorCollector(BaseCollector):
         obs, _ = self._vector.reset()
         self._obs = self._as_obs(np.array(obs, copy=True))
         self._return = np.zeros(self.n_env, dtype=self._np_reward_dtype)
-        self._traj_ids = np.arange(
-            self._next_traj_id, self._next_traj_id + self.n_env, dtype=np.int64
-        )
-        self._next_traj_id += self.n_env
+        self._traj_ids = self._traj_pool.get_traj_and_increment(self.n_env).numpy()
 
     def _as_obs(self, obs: np.ndarray) -> torch.Tensor:
         # TorchRL reads gymnasium's array into its spec's dtype; ``obs`` is a copy
@@ -414,7 +402,8 @@ class GymVectorCollector(BaseCollector):
         """One ``[num_envs, T]`` batch."""
         vector, spec = self._vector, self._action_spec
         policy_out: dict[object, list] = {}
-        steps = {k: [] for k in _STEP_ARRAYS}
+        # what each step adds to the batch, kept as arrays until it is built
+        steps = defaultdict(list)
         with set_exploration_type(ExplorationType.RANDOM):
             for _ in range(self.frames_per_batch):
                 obs = self._obs
@@ -455,10 +444,7 @@ class GymVectorCollector(BaseCollector):
                 if n_done:
                     # new ids in the order of the copies, from one counter
                     ids = self._traj_ids.copy()
-                    ids[done] = np.arange(
-                        self._next_traj_id, self._next_traj_id + n_done
-                    )
-                    self._next_traj_id += n_done
+                    ids[done] = self._traj_pool.get_traj_and_increment(n_done)
                     self._traj_ids = ids
         return self._batch(policy_out, steps)
 
@@ -568,10 +554,12 @@ class GymVectorCollector(BaseCollector):
             if raise_on_error:
                 raise
 
-    def carrier(self) -> TensorDictBase:
-        """What the next step starts from, as TorchRL's ``Collector`` carries it
-        (``_carrier``): the observation, the done flags, the running return and
-        the trajectory ids of the ``[num_envs]`` copies."""
+    @property
+    def _carrier(self) -> TensorDictBase:
+        """What the next step starts from, as TorchRL's ``Collector`` carries it:
+        the observation, the done flags, the running return and the trajectory
+        ids of the ``[num_envs]`` copies. Set, the collector continues from it
+        (a ``Collector``'s, or this one's)."""
         not_done = torch.zeros(self.n_env, 1, dtype=torch.bool)
         carrier = TensorDict(
             {
@@ -584,14 +572,12 @@ class GymVectorCollector(BaseCollector):
             batch_size=[self.n_env],
         )
         if self._return_key is not None:
-            carrier[self._return_key] = torch.from_numpy(self._return.copy()).unsqueeze(
-                -1
-            )
+            ret = torch.from_numpy(self._return.copy())
+            carrier[self._return_key] = ret.unsqueeze(-1)
         return carrier
 
-    def load_carrier(self, carrier: TensorDictBase) -> None:
-        """Continues from ``carrier`` (:meth:`carrier`'s, or a TorchRL
-        ``Collector``'s ``_carrier``)."""
+    @_carrier.setter
+    def _carrier(self, carrier: TensorDictBase) -> None:
         if tuple(carrier.batch_size) != (self.n_env,):
             raise ValueError(
                 f"the carrier has batch size {tuple(carrier.batch_size)}, this "
@@ -604,22 +590,14 @@ class GymVectorCollector(BaseCollector):
             self._return = ret.numpy().astype(self._np_reward_dtype)
 
     def state_dict(self) -> OrderedDict:
-        """The counters and the carrier, under the keys
-        :func:`~torchrl_acer.training.env_state.collector_state_dict` stores a
-        TorchRL ``Collector``'s with (the environments' state is its business)."""
+        """The counters, as TorchRL's ``Collector.state_dict`` has them."""
         return OrderedDict(
-            carrier=self.carrier(),
-            frames=self._frames,
-            iter=self._iter,
-            traj_pool={"traj_id": torch.tensor(self._next_traj_id, dtype=torch.int)},
+            frames=self._frames, iter=self._iter, traj_pool=self._traj_pool.state_dict()
         )
 
     def load_state_dict(self, state_dict: OrderedDict) -> None:
-        self.load_carrier(state_dict["carrier"])
-        self._frames = state_dict["frames"]
-        self._iter = state_dict["iter"]
-        if "traj_pool" in state_dict:
-            self._next_traj_id = int(state_dict["traj_pool"]["traj_id"])
+        self._frames, self._iter = state_dict["frames"], state_dict["iter"]
+        self._traj_pool.load_state_dict(state_dict["traj_pool"])
 
     def __repr__(self) -> str:
         return (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["read_scalar", "aggregate", "plot_runs", "plot_groups"]
+__all__ = ["read_scalar", "aggregate", "plot_groups"]
 
 
 def read_scalar(run_dir, metric="eval/reward"):
@@ -91,11 +91,6 @@ def save_figure(fig, out) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
-
-
-def plot_runs(runs, out, *, metric="eval/reward", title=None, label="ACER"):
-    """One curve (median and range) over the runs given."""
-    return plot_groups({label: list(runs)}, out, metric=metric, title=title)
 
 
 def main(argv=None):
