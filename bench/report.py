@@ -62,26 +62,6 @@ def fmt_range(stats, scale=1.0, unit="", missing="not reached"):
     )
 
 
-def learning_row(name, label):
-    path, r = newest(f"learning-{name}")
-    if r is None:
-        return None
-    n = len(r["runs"])
-    if r["threshold"] is not None:
-        steps = fmt_range(r["steps_to_threshold"], 1000, "k")
-        reached = f"{r['reached']}/{n}"
-    else:
-        steps, reached = "", ""
-    final = fmt_range(r["final_eval"])
-    train = fmt_range(r.get("final_train_reward"), missing="-")
-    wall = r["wall_s_per_run"]
-    wall = f"{wall['median'] / 60:.0f}" if wall else "?"
-    return (
-        f"| {label} | {n} | {steps} | {reached} | {final} | {train} | {wall} "
-        f"| `{path.name}` |"
-    )
-
-
 def pct(fraction):
     return f"{fraction * 100:.2g}%"
 
@@ -100,17 +80,6 @@ def trust_region_shares(name):
             continue
         shares.append(float(values.mean()))
     return shares
-
-
-def late_eval_means(name, window=100_000):
-    """Each run's mean greedy evaluation over its last ``window`` env steps:
-    steadier than the single final evaluation."""
-    _, r = newest(f"learning-{name}")
-    if r is None:
-        return []
-    return [
-        late_mean(run["eval_steps"], run["eval_reward"], window) for run in r["runs"]
-    ]
 
 
 def late_mean(steps, values, window=100_000):
@@ -481,50 +450,6 @@ LEARNING_RUNS = [
 ]
 
 
-def learning_table():
-    """One row per learning run (its newest file), then each file's command."""
-    print(
-        "| run | seeds | env steps to threshold, median (range) | reached "
-        "| final greedy eval, median (range) | final training return, median (range) "
-        "| min/run | data |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    commands = []
-    for name, label in LEARNING_RUNS:
-        row = learning_row(name, label)
-        if row:
-            print(row)
-            path, r = newest(f"learning-{name}")
-            commands.append((path, r))
-    print()
-    print("Each run's protocol and the command that re-runs it:")
-    print()
-    for path, r in commands:
-        print(f"- `{path.name}`: {r['protocol']}; `{command_of(r)}`")
-    print()
-
-
-def late_evals():
-    print_over_seeds(
-        (
-            "halfcheetah_scale01_delta2",
-            "halfcheetah_scale01_delta2_no_sdn",
-            "halfcheetah_scale01_no_trust_region",
-            "halfcheetah_learned_scale",
-            "halfcheetah_scale01",
-            "halfcheetah_scale01_ratio8",
-            "cartpole_pomdp_lstm_burn_in",
-            "cartpole_pomdp_lstm_stored",
-            "cartpole_pomdp_lstm_zero",
-            "cartpole_pomdp_feedforward",
-        ),
-        late_eval_means,
-        "greedy evaluation averaged over the last 100k env steps {}",
-        lambda value: f"{value:.0f}",
-    )
-    print()
-
-
 def trust_region():
     """Needs the runs' CSV logs (bench/runs/, not in the repository): stdout only."""
     print_over_seeds(
@@ -707,9 +632,14 @@ def per_run(value, digits=1):
 # A learning table's columns: (header, what a result file gives the cell).
 STEPS = (
     "env steps to {threshold}, median (range)",
-    lambda r: fmt_range(r["steps_to_threshold"], 1000, "k"),
+    lambda r: (
+        "-" if r["threshold"] is None else fmt_range(r["steps_to_threshold"], 1000, "k")
+    ),
 )
-REACHED = ("reached", lambda r: f"{r['reached']}/{len(r['runs'])}")
+REACHED = (
+    "reached",
+    lambda r: "-" if r["threshold"] is None else f"{r['reached']}/{len(r['runs'])}",
+)
 FINAL = ("final greedy eval, median (range)", lambda r: fmt_range(r["final_eval"]))
 BEST = ("best greedy eval, median (range)", lambda r: fmt_range(r["best_eval"]))
 TRAIN = (
@@ -733,9 +663,8 @@ def runs_table(rows, columns):
     file's protocol and the command that re-runs it."""
     if not rows:
         return
-    threshold = next(
-        (f"{r['threshold']:g}" for *_, r in rows if r["threshold"] is not None), ""
-    )
+    thresholds = {r["threshold"] for *_, r in rows if r["threshold"] is not None}
+    threshold = f"{thresholds.pop():g}" if len(thresholds) == 1 else "the threshold"
     headers = [header.format(threshold=threshold) for header, _ in columns]
     print("| run | " + " | ".join(headers) + " | data |")
     print("|---" * (len(columns) + 2) + "|")
@@ -757,6 +686,14 @@ def newest_runs(names):
         for name in names
         if newest(f"learning-{name}")[1] is not None
     ]
+
+
+def learning_table():
+    """Every learning run, its newest file."""
+    runs_table(
+        newest_runs([name for name, _ in LEARNING_RUNS]),
+        [STEPS, REACHED, FINAL, TRAIN, MINUTES],
+    )
 
 
 def recurrent_cartpole():
@@ -1481,9 +1418,6 @@ def pages():
                 "## LunarLander against DI-engine",
                 "",
                 captured(lunar_lander),
-                "## Steadier than the last evaluation",
-                "",
-                captured(late_evals),
                 "## Figures",
                 "",
                 *[
@@ -1524,7 +1458,6 @@ def main(argv=None):
         lunar_lander()
         learning_table()
         trust_region()
-        late_evals()
         for name, section in BLOCKS.items():
             print(f"<!-- report: {name} -->")
             section()
