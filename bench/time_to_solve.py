@@ -30,9 +30,9 @@ Candidates:
   hook's ``evaluate`` (``experiment.make_trainer`` wrapped to put them on the
   trainer the example builds); a run that reached the threshold stops with
   ``trainer.request_stop``.
-- ``sb3_ppo``, ``sb3_a2c``: Stable-Baselines3 with rl-baselines3-zoo's tuned
-  hyperparameters (``ZOO``, from rl_zoo3 2.9.2's ``hyperparams/ppo.yml`` and
-  ``a2c.yml``), in ``.venv-bench``. A learning-rate or clip schedule runs over the
+- ``sb3_ppo``, ``sb3_a2c``, ``sb3_dqn``: Stable-Baselines3 with rl-baselines3-zoo's tuned
+  hyperparameters (``ZOO``, from rl_zoo3 2.9.2's ``hyperparams/ppo.yml``,
+  ``a2c.yml`` and ``dqn.yml``), in ``.venv-bench``. A learning-rate or clip schedule runs over the
   zoo's ``n_timesteps``, which also ends a run if it is below the budget.
 - ``di_acer``: DI-engine 0.5.3's ACER with dizoo's CartPole config
   (``dizoo/classic_control/cartpole/config/cartpole_acer_config.py``), its serial
@@ -67,7 +67,7 @@ ROOT = Path(__file__).parents[1]
 RUNS = ROOT / "bench" / "runs" / "time_to_solve"
 
 THRESHOLDS = {"CartPole-v1": 500.0, "Acrobot-v1": -100.0}
-CANDIDATES = ("ours", "sb3_ppo", "sb3_a2c", "di_acer")
+CANDIDATES = ("ours", "sb3_ppo", "sb3_a2c", "sb3_dqn", "di_acer")
 PROTOCOL = {
     # env steps between greedy evaluations; Acrobot's first episodes run 500 steps
     # each, so its evaluations cost more
@@ -114,6 +114,36 @@ ZOO = {
         "n_timesteps": 500_000,
         "ent_coef": 0.0,
     },
+}
+
+# rl_zoo3 2.9.2's hyperparams/dqn.yml: one env (SB3's default)
+ZOO[("sb3_dqn", "CartPole-v1")] = {
+    "n_timesteps": 50_000,
+    "learning_rate": 2.3e-3,
+    "batch_size": 64,
+    "buffer_size": 100_000,
+    "learning_starts": 1000,
+    "gamma": 0.99,
+    "target_update_interval": 10,
+    "train_freq": 256,
+    "gradient_steps": 128,
+    "exploration_fraction": 0.16,
+    "exploration_final_eps": 0.04,
+    "policy_kwargs": {"net_arch": [256, 256]},
+}
+ZOO[("sb3_dqn", "Acrobot-v1")] = {
+    "n_timesteps": 100_000,
+    "learning_rate": 6.3e-4,
+    "batch_size": 128,
+    "buffer_size": 50_000,
+    "learning_starts": 0,
+    "gamma": 0.99,
+    "target_update_interval": 250,
+    "train_freq": 4,
+    "gradient_steps": -1,
+    "exploration_fraction": 0.12,
+    "exploration_final_eps": 0.1,
+    "policy_kwargs": {"net_arch": [256, 256]},
 }
 
 # DI-engine's ACER: what dizoo's cartpole_acer_config.py sets (the rest is
@@ -343,19 +373,19 @@ def _schedule(value):
 
 def run_sb3(algo, task, seed, budget, max_minutes, run_dir):
     import stable_baselines3
-    from stable_baselines3 import A2C, PPO
+    from stable_baselines3 import A2C, DQN, PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
     hp = dict(ZOO[(algo, task)])
-    n_envs, n_timesteps = hp.pop("n_envs"), hp.pop("n_timesteps")
+    n_envs, n_timesteps = hp.pop("n_envs", 1), hp.pop("n_timesteps")
     normalize = hp.pop("normalize", False)
     env = make_vec_env(task, n_envs=n_envs, seed=seed)
     if normalize:
         env = VecNormalize(env, gamma=hp.get("gamma", 0.99))
     kwargs = {key: _schedule(value) for key, value in hp.items()}
-    cls = {"sb3_ppo": PPO, "sb3_a2c": A2C}[algo]
+    cls = {"sb3_ppo": PPO, "sb3_a2c": A2C, "sb3_dqn": DQN}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
     rec = recorder(task, budget, max_minutes)
     envs = eval_envs(task)
@@ -739,6 +769,7 @@ def main():
                 "ours": run_ours,
                 "sb3_ppo": functools.partial(run_sb3, "sb3_ppo"),
                 "sb3_a2c": functools.partial(run_sb3, "sb3_a2c"),
+                "sb3_dqn": functools.partial(run_sb3, "sb3_dqn"),
                 "di_acer": run_di_acer,
             },
         )
@@ -804,7 +835,7 @@ def main():
                 f"in an order shuffled by random.Random({args.order_seed})",
                 "zoo": {f"{a} {t}": hp for (a, t), hp in ZOO.items()},
                 "zoo_source": "rl_zoo3 2.9.2 (rl-baselines3-zoo), rl_zoo3/hyperparams/"
-                "ppo.yml and a2c.yml",
+                "ppo.yml, a2c.yml and dqn.yml",
                 "di_acer": DI_ACER,
                 "di_acer_source": "DI-engine 0.5.3, dizoo/classic_control/cartpole/"
                 "config/cartpole_acer_config.py; Acrobot-v1: the same with obs_shape 6, "

@@ -1,0 +1,400 @@
+"""Tuning the way users tune: an Optuna study of the gym example's settings.
+
+    pip install -e ".[tune]"                               # Optuna
+    nice -n 19 python bench/tune.py --task CartPole-v1 --trials 60
+    python bench/tune.py --task CartPole-v1 --export       # the study as data, no runs
+
+Each trial samples ACER's settings (``SPACE``: T, number of envs, replay ratio and
+start, replayed segments per batch, learning rate, entropy, δ, c, α, γ, critic
+weight, network width, gradient clip) and trains ``examples/acer_gym.py`` with them
+once per tuning seed (100 and up, kept apart from the seeds results are reported
+on, 0-9), each seed in a process of its own on one thread, with the protocol of
+``bench/time_to_solve.py`` (a greedy evaluation of ``episodes`` environment copies
+every ``interval`` env steps). A run stops ``settle`` env steps after its first
+evaluation at the threshold, or at the budget.
+
+What a trial is worth (lower is better): the mean over its seeds of the CPU
+seconds of the training loop until the threshold was first reached (evaluation
+excluded; CPU time of the one-thread run, so that other work on the machine does not
+stretch it), where a seed counts as solved only if it is still solved when it
+stops (the mean of its last ``late`` evaluations at or above the threshold); an
+unsolved seed counts twice its CPU seconds at the budget. So the study looks for
+settings that solve soon in both samples and compute, and stay solved.
+
+The study lives in ``bench/runs/tune/<task>.db`` (SQLite; the study resumes from
+it: run the same command again), and after every trial it is exported to
+``bench/results/tune-<task>.json``: the commit, the machine, the space, every trial
+with its settings, per-seed results and value, and the best trial's settings as
+overrides of ``examples/acer_gym.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import git_commit, machine  # noqa: E402
+from time_to_solve import (  # noqa: E402
+    PROTOCOL,
+    ROOT,
+    THRESHOLDS,
+    Recorder,
+    train_ours,
+)
+
+RUNS = ROOT / "bench" / "runs" / "tune"
+RESULTS = ROOT / "bench" / "results"
+TUNING_SEEDS = (100, 101, 102)
+
+# name: (config key, kind, choices or (low, high)); categorical where the values
+# are few and meaningful, log-uniform for rates
+SPACE = {
+    "T": ("collector.T", "cat", [5, 10, 20, 40]),
+    "num_envs": ("env.num_envs", "cat", [4, 8, 16]),
+    "replay_ratio": ("replay.ratio", "cat", [0.0, 1.0, 2.0, 4.0, 8.0]),
+    "replay_start": ("replay.start", "cat", [0, 500, 1000, 2000]),
+    "batch_segments": ("replay.batch_segments", "cat", [8, 16, 32]),
+    "lr": ("optim.lr", "log", (1e-4, 5e-3)),
+    "entropy": ("loss.entropy_coeff", "log", (1e-4, 5e-2)),
+    "delta": ("loss.trust_region_delta", "cat", [0.1, 0.3, 1.0, 3.0, None]),
+    "c": ("loss.ratio_clip", "cat", [1.0, 3.0, 10.0]),
+    "alpha": ("loss.alpha", "cat", [0.9, 0.95, 0.99, 0.995]),
+    "gamma": ("loss.gamma", "cat", [0.98, 0.99, 0.995]),
+    "critic": ("loss.critic_coeff", "cat", [0.25, 0.5, 1.0]),
+    "width": ("model.num_cells", "cat", [32, 64, 128]),
+    "grad_clip": ("optim.max_grad_norm", "cat", [0.5, 10.0, None]),
+}
+
+
+# examples/config_gym.yaml's values of SPACE
+DEFAULTS = {
+    "T": 20,
+    "num_envs": 8,
+    "replay_ratio": 4.0,
+    "replay_start": 1000,
+    "batch_segments": 32,
+    "lr": 1e-3,
+    "entropy": 1e-2,
+    "delta": 1.0,
+    "c": 10.0,
+    "alpha": 0.99,
+    "gamma": 0.99,
+    "critic": 0.25,
+    "width": 64,
+    "grad_clip": 10.0,
+}
+
+
+def override(key: str, value) -> str:
+    if key == "model.num_cells":
+        return f"{key}=[{value},{value}]"
+    return f"{key}={'null' if value is None else value}"
+
+
+def sample(trial) -> dict:
+    params = {}
+    for name, (_, kind, values) in SPACE.items():
+        if kind == "log":
+            params[name] = trial.suggest_float(name, *values, log=True)
+        else:  # optuna stores None as a choice as is
+            params[name] = trial.suggest_categorical(name, values)
+    return params
+
+
+def overrides_of(params: dict) -> list[str]:
+    return [override(SPACE[name][0], value) for name, value in params.items()]
+
+
+class CPURecorder(Recorder):
+    """``Recorder`` on the process's CPU clock, continuing ``settle`` env steps past
+    the first evaluation at the threshold (so that a collapse right after shows)."""
+
+    def __init__(self, *args, settle: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.settle = settle
+
+    def begin(self):
+        self.start = time.process_time()
+
+    def evaluate(self, steps, fn):
+        tick = time.process_time()
+        value = float(fn())
+        tock = time.process_time()
+        self.evals.append(
+            {
+                "env_steps": int(steps),
+                "return": value,
+                "train_s": tick - self.start - self.eval_s,
+                "eval_s": tock - tick,
+            }
+        )
+        self.eval_s += tock - tick
+        if self.reached is None and value >= self.threshold:
+            self.reached = self.evals[-1]
+        return value
+
+    def stop_reason(self, steps):
+        if (
+            self.reached is not None
+            and steps >= self.reached["env_steps"] + self.settle
+        ):
+            return "settled"
+        return "budget" if steps >= self.budget else None
+
+
+def run_seed(task, seed, budget, settle, late, params, run_dir):
+    """One run of ``examples/acer_gym.py`` with ``params`` (in this process)."""
+    rec = CPURecorder(
+        THRESHOLDS[task], PROTOCOL["interval"][task], budget, settle=settle
+    )
+    overrides = [
+        f"env.name={task}",
+        f"seed={seed}",
+        "threads=1",
+        f"collector.total_frames={budget}",
+        f"eval.interval={PROTOCOL['interval'][task]}",
+        f"eval.episodes={PROTOCOL['episodes']}",
+        f"eval.max_steps={PROTOCOL['max_steps']}",
+        "logger.progress_bar=false",
+        f"logger.run_dir={run_dir}",
+        "checkpoint.every_minutes=null",
+        *overrides_of(params),
+    ]
+    train_ours(overrides, rec)
+    last = [e["return"] for e in rec.evals[-late:]]
+    late_mean = statistics.fmean(last) if last else None
+    reached = rec.reached
+    return {
+        "seed": seed,
+        "reached": reached is not None,
+        "env_steps_to_threshold": reached["env_steps"] if reached else None,
+        "cpu_s_to_threshold": reached["train_s"] if reached else None,
+        "late_mean": late_mean,
+        "stable": late_mean is not None and late_mean >= THRESHOLDS[task],
+        "final_env_steps": rec.evals[-1]["env_steps"] if rec.evals else 0,
+        "cpu_s_total": rec.evals[-1]["train_s"] if rec.evals else None,
+        "evals": [[e["env_steps"], round(e["return"], 2)] for e in rec.evals],
+    }
+
+
+def seed_value(run: dict) -> float:
+    if run["reached"] and run["stable"]:
+        return run["cpu_s_to_threshold"]
+    return 2 * (run["cpu_s_total"] or math.inf)
+
+
+def run_in_process(task, seed, args, params, run_dir) -> dict:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONHASHSEED": str(seed),
+    }
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--task",
+        task,
+        "--seed",
+        str(seed),
+        "--budget",
+        str(args.budget),
+        "--settle",
+        str(args.settle),
+        "--late",
+        str(args.late),
+        "--params",
+        json.dumps(params),
+        "--run-dir",
+        str(run_dir),
+        "--out",
+        str(out),
+    ]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "log.txt", "a") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        out.unlink(missing_ok=True)
+        return {"seed": seed, "error": f"failed: see {run_dir / 'log.txt'}"}
+    result = json.loads(out.read_text())
+    out.unlink()
+    return result
+
+
+def results_path(task: str) -> Path:
+    return RESULTS / f"tune-{task.lower().replace('-', '_')}.json"
+
+
+def distributions() -> dict:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    return {
+        name: FloatDistribution(*values, log=True)
+        if kind == "log"
+        else CategoricalDistribution(values)
+        for name, (_, kind, values) in SPACE.items()
+    }
+
+
+def restore(study, path: Path) -> None:
+    """The committed export's finished trials into a new study, so that a study
+    goes on in a fresh checkout (the SQLite file is not committed)."""
+    import optuna
+
+    if not path.exists():
+        return
+    for t in json.loads(path.read_text())["trials"]:
+        if t["state"] == "COMPLETE":
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params=t["params"],
+                    distributions=distributions(),
+                    value=t["value"],
+                    user_attrs={"runs": t["runs"]},
+                )
+            )
+    print(f"restored {len(study.trials)} trials from {path}", flush=True)
+
+
+def export(study, task, args) -> Path:
+    import optuna
+
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    best = min(done, key=lambda t: t.value) if done else None
+    payload = {
+        "benchmark": "tune",
+        "command": f"nice -n 19 python bench/tune.py --task {task} "
+        f"--trials {args.trials} --budget {args.budget} --settle {args.settle}",
+        "commit": git_commit(),
+        "machine": machine(),
+        "task": task,
+        "threshold": THRESHOLDS[task],
+        "protocol": PROTOCOL,
+        "settings": {
+            "budget": args.budget,
+            "settle": args.settle,
+            "late": args.late,
+            "seeds": list(args.seeds),
+            "sampler": "TPESampler(seed=0)",
+        },
+        "objective": "mean over seeds of CPU seconds to a stable solve; "
+        "unsolved or collapsed: 2 x CPU seconds at stop",
+        "space": {k: [v[0], v[1], v[2]] for k, v in SPACE.items()},
+        "trials": [
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "value": t.value,
+                "params": t.params,
+                "runs": t.user_attrs.get("runs"),
+            }
+            for t in study.trials
+        ],
+        "best": None
+        if best is None
+        else {
+            "number": best.number,
+            "value": best.value,
+            "params": best.params,
+            "overrides": overrides_of(best.params),
+        },
+    }
+    path = results_path(task)
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="CartPole-v1", choices=list(THRESHOLDS))
+    parser.add_argument(
+        "--trials", type=int, default=60, help="in all, resumed ones too"
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(TUNING_SEEDS))
+    parser.add_argument("--budget", type=int, default=30_000, help="env steps per run")
+    parser.add_argument(
+        "--settle", type=int, default=10_000, help="env steps run past the threshold"
+    )
+    parser.add_argument("--late", type=int, default=5, help="evaluations in late_mean")
+    parser.add_argument("--export", action="store_true", help="only write the JSON")
+    # one run, in a process of its own (the driver's child)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--params", help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker:
+        import torch
+
+        torch.set_num_threads(1)
+        result = run_seed(
+            args.task,
+            args.seed,
+            args.budget,
+            args.settle,
+            args.late,
+            json.loads(args.params),
+            Path(args.run_dir),
+        )
+        Path(args.out).write_text(json.dumps(result) + "\n")
+        return
+
+    import optuna
+
+    RUNS.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(
+        study_name=f"acer-{args.task}",
+        storage=f"sqlite:///{RUNS / args.task}.db",
+        sampler=optuna.samplers.TPESampler(seed=0),
+        direction="minimize",
+        load_if_exists=True,
+    )
+    if args.export:
+        print(export(study, args.task, args))
+        return
+    if not study.trials:
+        restore(study, results_path(args.task))
+    if not study.trials:  # the example's defaults first: the baseline to beat
+        study.enqueue_trial(DEFAULTS)
+
+    def objective(trial):
+        params = sample(trial)
+        runs = []
+        for seed in args.seeds:
+            run_dir = RUNS / args.task / f"trial{trial.number}-seed{seed}"
+            runs.append(run_in_process(args.task, seed, args, params, run_dir))
+            trial.set_user_attr("runs", runs)
+            if "error" in runs[-1]:
+                raise RuntimeError(runs[-1]["error"])
+        return statistics.fmean(seed_value(r) for r in runs)
+
+    def after(study, trial):
+        path = export(study, args.task, args)
+        print(f"trial {trial.number}: {trial.value} -> {path}", flush=True)
+
+    finished = len([t for t in study.trials if t.state.is_finished()])
+    study.optimize(
+        objective,
+        n_trials=max(0, args.trials - finished),
+        callbacks=[after],
+        catch=(RuntimeError,),
+    )
+    export(study, args.task, args)
+
+
+if __name__ == "__main__":
+    main()
