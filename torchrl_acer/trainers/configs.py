@@ -93,9 +93,11 @@ def checked(check: Check, default: Any = dataclasses.MISSING, **kwargs):
 
 
 def check_values(config: type, values: Mapping, prefix: str = "") -> None:
-    """Raises ``ValueError`` for the first entry of ``values`` its field of the
-    dataclass ``config`` refuses, naming ``prefix`` + the field, the value and what
-    it must be; entries ``values`` lacks are skipped."""
+    """Check ``values`` against the fields of the dataclass ``config``.
+
+    Raises ``ValueError`` for the first entry its field refuses, naming ``prefix`` +
+    the field, the value and what it must be; entries ``values`` lacks are skipped.
+    """
     for f in dataclasses.fields(config):
         check = f.metadata.get("check")
         if check is None or f.name not in values:
