@@ -4,6 +4,7 @@ collectors feeding the trainer, policy versions and lag, a dead worker."""
 import os
 import queue
 import signal
+import sys
 import time
 
 import pytest
@@ -274,17 +275,36 @@ def test_ray_collectors_train_the_gym_example(tmp_path):
 
 
 def test_workers_wait_for_weights_sent_late(tmp_path, monkeypatch):
-    """The learner sends the workers' first weights 25 s after starting them (as
-    on a loaded machine, where a run died at its start with a worker's
-    ``_queue.Empty``: TorchRL's transport waits 10 s). Workers wait up to
+    """The learner sends the workers' first weights late (as on a loaded
+    machine, where a run died at its start with a worker's ``_queue.Empty``:
+    TorchRL's transport waits 10 s). Workers wait up to
     ``collector.worker_start_timeout``: with 3 s they give up and the collector
-    fails to start; with the default the run trains."""
+    fails to start; with the default the run trains.
+
+    The order is made certain, not raced against the clock: for the impatient
+    workers the learner sends only once every worker has reported its failure
+    (a worker slow to start, on a loaded machine, would otherwise find weights
+    sent 25 s after its start already waiting, and not fail); for the patient
+    ones it sends after 25 s, more than TorchRL's 10, unless a worker reported
+    (failed) before."""
     from torchrl.weight_update import MultiProcessWeightSyncScheme
 
     send = MultiProcessWeightSyncScheme._setup_connection_and_weights_on_sender_impl
 
     def late(self, *args, **kwargs):
-        time.sleep(25)
+        # the collector starting the workers (its _run_processes, further up the
+        # stack) holds the pipes each worker reports on: "instantiated", or the
+        # error it failed with
+        frame = sys._getframe(1)
+        while not hasattr(frame.f_locals.get("self"), "pipes"):
+            frame = frame.f_back
+        pipes = frame.f_locals["self"].pipes
+        if self.start_timeout < 10:  # impatient: until every worker gave up
+            assert all(pipe.poll(timeout=600) for pipe in pipes)
+        else:  # patient: 25 s, or until a worker reported (failed)
+            deadline = time.monotonic() + 25
+            for pipe in pipes:
+                pipe.poll(timeout=max(0.0, deadline - time.monotonic()))
         return send(self, *args, **kwargs)
 
     # the learner's side only: the spawned workers import the original

@@ -363,23 +363,6 @@ class FrameStackReplayBuffer:
 
     # -- checkpoints ---------------------------------------------------------------
 
-    # the storage, as attributes
-    _STATE = (
-        "_frames",
-        "_last_next",
-        "_ends",
-        "_end_slot",
-        "_end_owner",
-        "_end_cursor",
-        "_has_history",
-        "_history_only",
-        "_slot_id",
-        "_data",
-        "_cursor",
-        "_written",
-        "stack",
-    )
-
     # per row and slot (``_slot_id``: per worker and slot), per row and side-ring
     # entry (all along dimension 1), and what a slot or an entry not yet written
     # holds
@@ -392,7 +375,11 @@ class FrameStackReplayBuffer:
         "_data",
     )
     _PER_END = ("_ends", "_end_owner")
+    # per row (``_end_cursor``) or worker: saved whole
+    _CURSORS = ("_end_cursor", "_cursor", "_written")
     _BLANK = {"_end_slot": -1, "_end_owner": -1, "_slot_id": -1}
+    # the storage, as attributes
+    _STATE = (*_PER_SLOT, *_PER_END, "_slot_id", *_CURSORS, "stack")
 
     def state_dict(self) -> dict:
         """The written slots and side-ring entries only (the storage is allocated
@@ -421,7 +408,7 @@ class FrameStackReplayBuffer:
             },
             **{k: getattr(self, k)[:, :ends].clone() for k in self._PER_END},
         }
-        for key in ("_end_cursor", "_cursor", "_written"):
+        for key in self._CURSORS:
             state[key] = getattr(self, key).clone()
         state["stack"] = self.stack
         return state
@@ -469,7 +456,7 @@ class FrameStackReplayBuffer:
             setattr(self, key, full(key, S, state[key]))
         for key in self._PER_END:
             setattr(self, key, full(key, E, state[key]))
-        for key in ("_end_cursor", "_cursor", "_written"):
+        for key in self._CURSORS:
             setattr(self, key, state[key].clone())
         self.stack = state["stack"]
         self.history_only_segments = state["history_only_segments"]
