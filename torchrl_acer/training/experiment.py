@@ -734,8 +734,6 @@ def make_trainer(
         # since the last save: checkpoint.interval frames apart is interval - 1
         save_trainer_interval=(cfg.checkpoint.interval or 2**62) - 1,
         checkpoint=checkpoint,
-        # a batch dropped for its policy lag is not stored in replay either
-        accept=() if policy_version is None else [lambda _: policy_version.batch_ok],
     )
     trainer.environments = environments
     try:
