@@ -93,6 +93,7 @@ __all__ = [
     "RunDirectoryOwnedError",
     "STOP_SIGNALS",
     "VersionedPolicy",
+    "batch_accepted",
     "lock_run_dir",
 ]
 
