@@ -28,7 +28,7 @@ from torchrl.trainers.trainers import (
     UpdateWeights,
 )
 
-from torchrl_acer.trainers.hooks import NonFiniteGuard
+from torchrl_acer.trainers.hooks import NonFiniteGuard, batch_accepted
 
 __all__ = ["ACERTrainer", "ACERUpdateSchedule", "make_segment_replay_buffer"]
 
@@ -125,7 +125,9 @@ class ACERUpdateSchedule(TrainerHookBase):
             what replay keeps of a batch; ``None`` keeps everything.
         accept (sequence of callables): each takes the fresh batch and says
             whether to train on it; a batch one refuses gets no on-policy update
-            and is not stored (its replayed updates still happen).
+            and is not stored (its replayed updates still happen); nor is one
+            the trainer's guards refuse
+            (:func:`~torchrl_acer.trainers.hooks.batch_accepted`).
         device (torch.device, optional): where batches are handed out.
         seed (int): seeds the Poisson draws (the hook's own generator, in its
             state dict). Defaults to 0.
@@ -182,7 +184,9 @@ class ACERUpdateSchedule(TrainerHookBase):
         batch = as_segments(batch)
         if self.segment_length is None:
             self.segment_length = batch.shape[-1]
-        accepted = all(accept(batch) for accept in self.accept)
+        accepted = all(accept(batch) for accept in self.accept) and (
+            self._trainer is None or batch_accepted(self._trainer)
+        )
         self._pending = []
         if self.on_policy_updates and accepted:
             self._pending.append(batch)
@@ -250,7 +254,7 @@ class ACERTrainer(Trainer):
       \alpha) \theta` after every optimizer step
       (:class:`~torchrl.objectives.SoftUpdate`);
     - :class:`~torchrl_acer.trainers.hooks.NonFiniteGuard` as the optimization
-      stepper (``check_health``); a batch it refuses is not stored either;
+      stepper (``check_health``); a batch a guard refuses is not stored either;
     - :class:`~torchrl.trainers.UpdateWeights` (``post_steps``): the policy's
       weights to the collector every ``weight_update_interval`` batches.
 
@@ -267,8 +271,8 @@ class ACERTrainer(Trainer):
         total_frames (int): environment steps to collect.
         loss_module (ACERLoss): the loss; its actor is the collector's policy.
         optimizer (optim.Optimizer): over ``loss_module.parameters()``.
-        replay_buffer, replay_ratio, replay_start, on_policy_updates, accept: as
-            :class:`ACERUpdateSchedule` (``accept``: e.g. a policy-lag bound's).
+        replay_buffer, replay_ratio, replay_start, on_policy_updates: as
+            :class:`ACERUpdateSchedule`.
         target_net_updater (TargetNetUpdater, optional): the averaged-policy
             update; defaults to ``SoftUpdate(loss_module, eps=alpha)``.
         alpha (float): the averaged policy's decay. Defaults to 0.99.
@@ -325,7 +329,6 @@ class ACERTrainer(Trainer):
         on_policy_updates: bool = True,
         target_net_updater: TargetNetUpdater | None = None,
         alpha: float = 0.99,
-        accept: Sequence[Callable[[TensorDictBase], bool]] = (),
         weight_update_interval: int = 1,
         check_health: bool = True,
         max_nonfinite_in_a_row: int = 10,
@@ -352,9 +355,6 @@ class ACERTrainer(Trainer):
                 f"guard would too: pass check_health=False (or register a "
                 f"NonFiniteGuard subclass as the stepper)"
             )
-        if isinstance(optimization_stepper, NonFiniteGuard):
-            # a batch the guard finds non-finite is not stored in replay either
-            accept = (*accept, lambda batch: optimization_stepper.batch_ok)
         # built (and its settings refused) before any of the pieces is touched
         self.schedule = ACERUpdateSchedule(
             replay_buffer,
@@ -362,7 +362,6 @@ class ACERTrainer(Trainer):
             replay_start=replay_start,
             on_policy_updates=on_policy_updates,
             replay_keys=partial(replay_keys, loss_module, replay_buffer),
-            accept=accept,
             device=module_device(loss_module),
             seed=kwargs.get("seed") or 0,
         )

@@ -93,6 +93,7 @@ __all__ = [
     "RunDirectoryOwnedError",
     "STOP_SIGNALS",
     "VersionedPolicy",
+    "batch_accepted",
     "lock_run_dir",
 ]
 
@@ -294,17 +295,27 @@ def _around(trainer: Trainer, name: str, around: Callable) -> None:
 
 
 def _train_only_accepted(trainer: Trainer, hook) -> None:
-    """Skips the trainer's ``optim_steps`` for a batch ``hook`` refused.
+    """Gives ``hook`` a say in whether the trainer trains on a collected batch.
 
-    A batch is refused when ``hook.batch_ok`` is false: no updates on it, and no
-    replay storage at ``pre_epoch``.
+    A batch is refused when the ``batch_ok`` of any hook registered here is false
+    after ``batch_process``: the trainer's ``optim_steps`` is skipped (no updates
+    on it, no replay storage at ``pre_epoch``), and a hook storing at
+    ``batch_process`` (ACER's schedule) asks :func:`batch_accepted`.
     """
+    checks = trainer.__dict__.setdefault("_batch_checks", [])
+    if not checks:
 
-    def optim_steps(inner, batch):
-        if hook.batch_ok:
-            inner(batch)
+        def optim_steps(inner, batch):
+            if batch_accepted(trainer):
+                inner(batch)
 
-    _around(trainer, "optim_steps", optim_steps)
+        _around(trainer, "optim_steps", optim_steps)
+    checks.append(hook)
+
+
+def batch_accepted(trainer: Trainer) -> bool:
+    """Whether every hook judging the last collected batch accepted it."""
+    return all(hook.batch_ok for hook in trainer.__dict__.get("_batch_checks", ()))
 
 
 def _updates(trainer: Trainer) -> int:
@@ -541,7 +552,7 @@ class PolicyVersion(TrainerHookBase):
     ``batch_process`` the batch's lag is measured, logged at
     ``pre_steps_log`` (``collector/policy_lag``), and a batch beyond
     ``max_policy_lag`` is neither trained on nor stored (a replay storing at
-    ``batch_process`` asks :attr:`batch_ok`) and counted
+    ``batch_process`` asks :func:`batch_accepted`) and counted
     (``collector/dropped_batches``). The importance ratios of the update on
     the fresh batch, when the stepper's output has them, are logged by lag
     (``collector/rho_mean_lag<a-b>``, ``collector/rho_clip_fraction_lag<a-b>``,

@@ -27,8 +27,9 @@ class TrainingLog(TrainerHookBase):
       this batch, once any episode has finished (no ``nan`` before);
     - ``time/fps``: frames per second of wall-clock time since the previous batch,
       or since ``train`` started for its first batch (collection and updates
-      together), so that a resumed run logs it where the uninterrupted one did;
-    - ``train/updates``: the optimizer steps so far.
+      together), so that a resumed run logs it where the uninterrupted one did.
+
+    The updates so far are TorchRL's own ``optim_steps`` entry.
 
     Args:
         window (int): finished episodes averaged in ``train/reward``. Defaults to
@@ -62,7 +63,7 @@ class TrainingLog(TrainerHookBase):
         trainer, now = self._trainer, time.perf_counter()
         then, frames = self._last
         self._last = (now, trainer.collected_frames)
-        out = {"train/updates": trainer._optim_count}
+        out = {}
         ends = batch.get(self.done_key, None)
         if ends is not None:
             out["train/episodes"] = int(ends.sum())

@@ -41,11 +41,7 @@ from torchrl_acer.trainers.checkpoint import (
     SaveEvery,
     _missing_message,
 )
-from torchrl_acer.trainers.configs import (
-    ACERLossConfig,
-    _make_acer_loss,
-    check_example_config,
-)
+from torchrl_acer.trainers.configs import ACERLossConfig, _make_acer_loss
 from torchrl_acer.trainers.evaluation import Evaluation, GreedyEvaluator
 from torchrl_acer.trainers.hooks import (
     STOP_SIGNALS,
@@ -60,6 +56,7 @@ from torchrl_acer.trainers.hooks import (
 )
 from torchrl_acer.trainers.progress import TrainingLog
 from torchrl_acer.training.env_state import CollectorState
+from torchrl_acer.training.example_config import check_example_config
 from torchrl_acer.training.frame_replay import FrameStackReplayBuffer
 from torchrl_acer.training.gym_collector import GymVectorCollector, NotReproducedError
 from torchrl_acer.training.refusal import ConfigError
@@ -106,7 +103,7 @@ def check_config(cfg: DictConfig) -> None:
     """Fails at start, naming the setting, its value and what it must be, for values
     that cannot work: a value of the wrong type (a string, or a bool, for a number),
     out of range or not finite (the checks of
-    :class:`~torchrl_acer.trainers.configs.ExampleConfig`), or settings that
+    :class:`~torchrl_acer.training.example_config.ExampleConfig`), or settings that
     contradict each other."""
 
     def need(condition, message):
@@ -734,8 +731,6 @@ def make_trainer(
         # since the last save: checkpoint.interval frames apart is interval - 1
         save_trainer_interval=(cfg.checkpoint.interval or 2**62) - 1,
         checkpoint=checkpoint,
-        # a batch dropped for its policy lag is not stored in replay either
-        accept=() if policy_version is None else [lambda _: policy_version.batch_ok],
     )
     trainer.environments = environments
     try:
