@@ -19,7 +19,6 @@ from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import (
     _GAMMA_LMBDA_DEPREC_ERROR,
     _get_default_device,
-    default_value_kwargs,
     dispatch_value_estimator,
     distance_loss,
 )
@@ -223,21 +222,12 @@ class ACERLoss(LossModule):
     class _AcceptedKeys(RetraceEstimator._AcceptedKeys):
         """Configurable tensordict keys (``set_keys(name=key)``, nested keys allowed).
 
-        The first ten are the value estimator's, forwarded to it (see
-        :class:`~torchrl_acer.RetraceEstimator`); ``action`` and ``sample_log_prob``
-        default to the actor's keys.
+        The value estimator's keys (see ``RetraceEstimator._AcceptedKeys`` in
+        :class:`~torchrl_acer.RetraceEstimator`), forwarded to it, ``action`` and
+        ``sample_log_prob`` defaulting to the actor's keys, and the behaviour
+        policy's statistics:
 
         Attributes:
-            advantage (NestedKey): written, :math:`G_t - V(s_t)`.
-            value_target (NestedKey): written, :math:`G_t`.
-            value (NestedKey): written, :math:`V(s_t)`.
-            action_value (NestedKey): the critic's output, one value per action.
-            action (NestedKey): the stored action.
-            reward (NestedKey): read under ``"next"``.
-            done (NestedKey): read under ``"next"``.
-            terminated (NestedKey): read under ``"next"``.
-            sample_log_prob (NestedKey): the behaviour log-probability of the action.
-            value_target_opc (NestedKey): written for Gaussian policies, :math:`Q_{opc}`.
             behavior_logits (NestedKey): the behaviour policy's logits stored with
                 each step (categorical policies). Defaults to the actor's logits key
                 (``"logits"``), where collectors store them.
@@ -359,11 +349,6 @@ class ACERLoss(LossModule):
         )
 
     @property
-    def functional(self):
-        # the averaged policy lives in the actor's target parameters
-        return True
-
-    @property
     def in_keys(self):
         # the behaviour policy's statistics: behavior_logits, or _loc and _scale
         names = self.value_estimator.evaluator.dist_param_keys
@@ -394,38 +379,32 @@ class ACERLoss(LossModule):
         """Builds the Retrace estimator (the only one ACER supports).
 
         ``value_type`` is ``ValueEstimators.Retrace`` (the default; ``"retrace"``
-        too), a :class:`RetraceEstimator` instance or a subclass of it.
+        too), built with the loss's ``recurrent_state`` and ``burn_in``; a
+        :class:`RetraceEstimator` instance or subclass is taken as every TorchRL
+        loss takes one.
         """
-        recurrent = {"recurrent_state": self.recurrent_state, "burn_in": self.burn_in}
-        for name in recurrent.keys() & hyperparams.keys():
-            raise TypeError(
-                f"{name} is an option of ACERLoss(...), which passes it to its "
-                f"estimator; do not pass it to make_value_estimator"
-            )
-        hp = {"device": _get_default_device(self), **hyperparams, **recurrent}
-        if isinstance(value_type, RetraceEstimator):
-            theirs = {name: getattr(value_type, name) for name in recurrent}
-            if theirs != recurrent:
-                raise ValueError(
-                    f"the estimator's {theirs} differ from the loss's {recurrent}"
+        if isinstance(value_type, (ValueEstimatorBase, type)):
+            super().make_value_estimator(value_type, **hyperparams)
+            if not isinstance(self._value_estimator, RetraceEstimator):
+                raise NotImplementedError(
+                    f"ACERLoss needs a RetraceEstimator, got {value_type}"
                 )
-            self._value_estimator, self.value_type = value_type, type(value_type)
-        elif isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
-            # the base class would call it without the networks: the registry's
-            # way (for_loss), with the defaults of ValueEstimators.Retrace
-            hp = {**default_value_kwargs(ValueEstimators.Retrace), **hp}
-            self._value_estimator = value_type.for_loss(self, **hp)
-            self.value_type = value_type
-        elif isinstance(value_type, (ValueEstimatorBase, type)):
-            raise NotImplementedError(
-                f"ACERLoss needs a RetraceEstimator, got {value_type}"
-            )
         else:
+            recurrent = {
+                "recurrent_state": self.recurrent_state,
+                "burn_in": self.burn_in,
+            }
+            for name in recurrent.keys() & hyperparams.keys():
+                raise TypeError(
+                    f"{name} is an option of ACERLoss(...), which passes it to its "
+                    f"estimator; do not pass it to make_value_estimator"
+                )
             dispatch_value_estimator(
                 self,
                 self.default_value_estimator if value_type is None else value_type,
                 supported=self.SUPPORTED_VALUE_ESTIMATORS,
-                **hp,
+                **{"device": _get_default_device(self), **hyperparams},
+                **recurrent,
             )
         self._forward_value_estimator_keys()
         return self

@@ -196,10 +196,9 @@ class RetraceEstimator(ValueEstimatorBase):
 
     @classmethod
     def for_loss(cls, loss_module, **hyperparams):
-        """Builds the estimator on a loss's ``actor_network`` and ``critic_network``."""
+        """TorchRL's, with the loss's ``actor_network`` too."""
         hyperparams.setdefault("actor_network", loss_module.actor_network)
-        hyperparams.setdefault("value_network", loss_module.critic_network)
-        return cls(**hyperparams)
+        return super().for_loss(loss_module, **hyperparams)
 
     def __init__(
         self,
@@ -619,18 +618,11 @@ def check_gaussian(action, loc, scale, batch_shape, check_values):
         )
 
 
-class MissingKeyError(KeyError):
-    """A ``KeyError`` whose message prints as written (``KeyError`` quotes it)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
 def get_entry(tensordict: TensorDictBase, key: NestedKey, what: str) -> torch.Tensor:
     """Reads ``key``, raising a ``KeyError`` that names it and says what it should hold."""
     value = tensordict.get(key, None)
     if value is None:
-        raise MissingKeyError(
+        raise KeyError(
             f"the input tensordict has no entry {key!r}, expected {what}. Its keys "
             f"are {sorted(map(str, tensordict.keys(True, True)))}; use "
             f"set_keys(...) if the entry has another name."
@@ -900,8 +892,9 @@ class PolicyCriticEvaluator:
     all of it (a stochastic dueling network's value head).
     """
 
-    #: whether the networks run over sequences (:class:`RecurrentEvaluator`)
-    recurrent = False
+    #: whether the networks run over sequences (:class:`RecurrentEvaluator`), and
+    #: the steps of each segment that only warm their state
+    recurrent, burn_in = False, 0
 
     def __init__(self, actor_network, critic_network, dist_params, critic_head=None):
         self.actor_network = actor_network
@@ -963,9 +956,21 @@ class PolicyCriticEvaluator:
             _next(keys.terminated),
         ]
 
-    def split_burn_in(self, data):
-        """``(burn-in steps, the others)`` of a segment: no burn-in here."""
-        return None, data
+    def split_burn_in(self, data: TensorDictBase):
+        """``(steps 0 .. k-1, steps k .. T-1)`` of a segment (time last), ``k`` the burn-in.
+
+        ``(None, data)`` without burn-in.
+        """
+        k = self.burn_in
+        if not k:
+            return None, data
+        T = data.batch_size[-1]
+        if k >= T:
+            raise ValueError(
+                f"burn_in={k} leaves no step to learn from in segments of {T} steps; "
+                f"sample segments longer than the burn-in"
+            )
+        return data[..., :k], data[..., k:]
 
     def __call__(
         self,
@@ -1239,22 +1244,6 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
         """The transitions, ``is_init`` and, with ``"stored"``, each hidden state."""
         stored = list(self.states) if self.recurrent_state == "stored" else []
         return [*super().transition_in_keys(keys), *stored, IS_INIT]
-
-    def split_burn_in(self, data: TensorDictBase):
-        """``(steps 0 .. k-1, steps k .. T-1)`` of a segment (time last), ``k`` the burn-in.
-
-        ``(None, data)`` without burn-in.
-        """
-        k = self.burn_in
-        if not k:
-            return None, data
-        T = data.batch_size[-1]
-        if k >= T:
-            raise ValueError(
-                f"burn_in={k} leaves no step to learn from in segments of {T} steps; "
-                f"sample segments longer than the burn-in"
-            )
-        return data[..., :k], data[..., k:]
 
     def resets(self, data, done, done_before=None) -> torch.Tensor:
         """The steps whose incoming state is zero, ``[*B, T]`` booleans.
