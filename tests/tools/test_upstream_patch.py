@@ -104,6 +104,14 @@ def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
     generated = [p for p in out.rglob("*.py") if "_edits" not in p.parts]
     for path in generated:  # every reference to this project was rewritten
         assert "torchrl_acer" not in path.read_text(), path
+    # each helper is defined once, in the shared module the tests import
+    defined = {}
+    for path in (*GENERATED_TESTS, tool.TEST_COMMON):
+        for node in ast.parse((out / path).read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.setdefault(node.name, []).append(path)
+    repeated = {name: paths for name, paths in defined.items() if len(paths) > 1}
+    assert not repeated, repeated
     harness = tmp_path / "harness"
     harness.mkdir()
     (harness / "acer_upstream_harness.py").write_text(HARNESS)
@@ -111,9 +119,11 @@ def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
     # TorchRL's test base (test/objectives/_objectives_common.py) is not in its
     # wheel: the generated tests import this project's stand-in for it here
     stand_in = Path(__file__).parents[1] / "upstream"
+    # the shared helpers, imported as TorchRL's tests import _objectives_common
+    common = (out / tool.TEST_COMMON).parent
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(harness), str(stand_in)]),
+        "PYTHONPATH": os.pathsep.join([str(harness), str(stand_in), str(common)]),
         "ACER_UPSTREAM_OUT": str(out),
     }
     run_generated_tests(

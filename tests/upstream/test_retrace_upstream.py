@@ -14,8 +14,9 @@ import math
 import pytest
 import torch
 
-# Self-contained but for the helpers below, which tools/upstream_patch.py inlines
-# into the upstream copy of this module (and drops this comment with the imports).
+# Self-contained but for the helpers below, which tools/upstream_patch.py gathers
+# into test/objectives/_acer_common.py upstream (and drops this comment with the
+# imports, importing them from there).
 from builders import (
     discrete_actor_critic,
     gaussian_table_batch,

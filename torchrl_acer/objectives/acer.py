@@ -222,12 +222,21 @@ class ACERLoss(LossModule):
     class _AcceptedKeys(RetraceEstimator._AcceptedKeys):
         """Configurable tensordict keys (``set_keys(name=key)``, nested keys allowed).
 
-        The value estimator's keys (see ``RetraceEstimator._AcceptedKeys`` in
-        :class:`~torchrl_acer.RetraceEstimator`), forwarded to it, ``action`` and
-        ``sample_log_prob`` defaulting to the actor's keys, and the behaviour
-        policy's statistics:
+        The first ten are the value estimator's, forwarded to it (see
+        :class:`~torchrl_acer.RetraceEstimator`); ``action`` and ``sample_log_prob``
+        default to the actor's keys.
 
         Attributes:
+            advantage (NestedKey): written, :math:`G_t - V(s_t)`.
+            value_target (NestedKey): written, :math:`G_t`.
+            value (NestedKey): written, :math:`V(s_t)`.
+            action_value (NestedKey): the critic's output, one value per action.
+            action (NestedKey): the stored action.
+            reward (NestedKey): read under ``"next"``.
+            done (NestedKey): read under ``"next"``.
+            terminated (NestedKey): read under ``"next"``.
+            sample_log_prob (NestedKey): the behaviour log-probability of the action.
+            value_target_opc (NestedKey): written for Gaussian policies, :math:`Q_{opc}`.
             behavior_logits (NestedKey): the behaviour policy's logits stored with
                 each step (categorical policies). Defaults to the actor's logits key
                 (``"logits"``), where collectors store them.

@@ -618,11 +618,18 @@ def check_gaussian(action, loc, scale, batch_shape, check_values):
         )
 
 
+class MissingKeyError(KeyError):
+    """A ``KeyError`` whose message prints as written (``KeyError`` quotes it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def get_entry(tensordict: TensorDictBase, key: NestedKey, what: str) -> torch.Tensor:
     """Reads ``key``, raising a ``KeyError`` that names it and says what it should hold."""
     value = tensordict.get(key, None)
     if value is None:
-        raise KeyError(
+        raise MissingKeyError(
             f"the input tensordict has no entry {key!r}, expected {what}. Its keys "
             f"are {sorted(map(str, tensordict.keys(True, True)))}; use "
             f"set_keys(...) if the entry has another name."
