@@ -196,8 +196,12 @@ VALUE_ESTIMATOR_EDIT = {
 # Tests: this project's self-contained upstream modules -> TorchRL's test layout.
 TEST_TARGETS = {
     "tests/upstream/test_acer_upstream.py": "test/objectives/test_acer.py",
-    "tests/upstream/test_retrace_upstream.py": "test/objectives/test_retrace.py",
+    "tests/upstream/test_retrace_upstream.py": "test/objectives/test_values.py",
 }
+# targets that are TorchRL's own test modules: the tests (less their module
+# docstring) are appended to it, with the imports they need, as TorchRL's value
+# estimators' cases sit in test_values.py
+TEST_APPENDED = ("test/objectives/test_values.py",)
 # tests/<name>.py: the helpers the tests import from them (and what those use) are
 # gathered into one module beside TorchRL's own _objectives_common.py, imported as
 # TorchRL's tests import that one
@@ -258,7 +262,7 @@ SERIES = (
     ),
 )
 TEST_PARTS = {
-    "test/objectives/test_retrace.py": 1,
+    "test/objectives/test_values.py": 1,
     "test/objectives/test_acer.py": 2,
 }
 
@@ -1029,7 +1033,19 @@ def add_import_statement(text: str, statement: str) -> str:
     if set(bound_names(node)) <= _bound_at_top(tree):
         return text
     lines = text.splitlines()
-    last = _top_imports(tree)[-1]
+    imports = _top_imports(tree)
+    last = imports[-1]
+    if isinstance(node, ast.Import):
+        # after the last plain import that sorts before it (usort's place; a run
+        # of imports holding a comment is not re-sorted afterwards)
+        key = (_import_category(node.names[0].name.split(".")[0]), node.names[0].name)
+        before = [
+            n
+            for n in imports
+            if isinstance(n, ast.Import)
+            and (_import_category(n.names[0].name.split(".")[0]), n.names[0].name) < key
+        ]
+        last = before[-1] if before else last
     lines[last.end_lineno : last.end_lineno] = [statement]
     return "\n".join(lines) + "\n"
 
@@ -1385,12 +1401,21 @@ def generate() -> Generated:
         _definitions(ast.parse(early_common))
     )
     for target, text in tests.items():
-        out.new_files[target] = text
-        out.parts[target] = part = TEST_PARTS[target]
+        part = TEST_PARTS[target]
         # the tests that need a later part's names (directly or through a shared
         # helper) come with that part
         later = later_than(part) | (held_back if part == first else set())
         early = without_tests_of(text, later)
+        if target in TEST_APPENDED:
+            if early != text:
+                raise GenerationError(
+                    f"{target}: the tests appended to it need names of a later "
+                    f"--series part; move them to a test module of that part"
+                )
+            out.edits.append(appended_test_edit(target, text, part))
+            continue
+        out.new_files[target] = text
+        out.parts[target] = part
         if early != text:
             out.early[target] = [(part, early)]
     sota, sota_edits = sota_files(project)
@@ -1638,6 +1663,41 @@ def _first_line(lines: list[str], node: ast.stmt) -> int:
 
 def _segment(lines: list[str], node: ast.stmt) -> str:
     return "\n".join(lines[_first_line(lines, node) - 1 : node.end_lineno])
+
+
+def appended_test_edit(target: str, text: str, part: int) -> PyEdit:
+    """The tests of ``text``, less its docstring and imports, for the end of
+    TorchRL's test module ``target``; their imports join the module's. Its
+    fragment (``--out``) is the tests with their imports, a test module of its own."""
+    tree = ast.parse(text)
+    body = [n for n in tree.body if not _is_header(n)]
+    lines = text.splitlines()
+    imports, statements = [], []
+    for node in _top_imports(tree):
+        if isinstance(node, ast.ImportFrom):
+            imports.append((_from_text(node), [alias_text(a) for a in node.names]))
+        else:
+            statements.append(ast.unparse(node))
+    edit = PyEdit(
+        path=target,
+        module=target.removesuffix(".py").replace("/", "."),
+        imports=imports,
+        block="\n".join(lines[_first_line(lines, body[0]) - 1 :]) + "\n",
+        block_imports=statements,
+        part=part,
+    )
+    edit.kind = "test"  # not a module of the installed torchrl to run it in
+    return edit
+
+
+def test_nodes(target: str) -> list[str]:
+    """What pytest runs of a generated test module ``target``: all of a new one,
+    the appended classes of one of TorchRL's (:data:`TEST_APPENDED`)."""
+    if target not in TEST_APPENDED:
+        return [target]
+    source = next(s for s, t in TEST_TARGETS.items() if t == target)
+    tree = ast.parse((ROOT / source).read_text())
+    return [f"{target}::{n.name}" for n in tree.body if isinstance(n, ast.ClassDef)]
 
 
 def take_helper_imports(text: str, where: str) -> tuple[str, dict[str, list[str]]]:
