@@ -205,7 +205,7 @@ class RetraceEstimator(ValueEstimatorBase):
         *,
         gamma: float | torch.Tensor,
         actor_network,
-        value_network=None,
+        value_network,
         lmbda: float | torch.Tensor = 1.0,
         c_thresh: float | torch.Tensor = 1.0,
         differentiable: bool = False,
@@ -217,11 +217,6 @@ class RetraceEstimator(ValueEstimatorBase):
         recurrent_state: str = "stored",
         burn_in: int = 0,
     ):
-        if value_network is None:
-            raise TypeError(
-                "RetraceEstimator needs value_network=: the critic (a Q network, "
-                "or a StochasticDuelingNetwork for a Gaussian policy)"
-            )
         super().__init__(
             value_network=value_network,
             differentiable=differentiable,
