@@ -17,7 +17,6 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import (
-    _GAMMA_LMBDA_DEPREC_ERROR,
     _get_default_device,
     dispatch_value_estimator,
     distance_loss,
@@ -283,10 +282,7 @@ class ACERLoss(LossModule):
         reduction: str | None = None,
         recurrent_state: str = "stored",
         burn_in: int = 0,
-        gamma: float | None = None,
     ):
-        if gamma is not None:
-            raise TypeError(_GAMMA_LMBDA_DEPREC_ERROR)
         reduction = "mean" if reduction is None else reduction
         for name, value, choices in (
             ("trust_region_space", trust_region_space, TRUST_REGION_SPACES),
