@@ -1,7 +1,7 @@
 """Small networks, batches and losses the tests build on.
 
-``tools/upstream_patch.py`` inlines what ``tests/upstream/`` imports from here (and
-what that uses) into the upstream copies of those tests.
+``tools/upstream_patch.py`` gathers what ``tests/upstream/`` imports from here (and
+what that uses) into the one helper module the upstream copies of those tests import.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Everything is read from this project at run time: the core modules (those that t
 ``__all__`` of ``torchrl_acer/objectives``, ``objectives/value`` and ``modules``
 reach, with every module they import), the upstream tests in ``tests/upstream/``
 (with the helpers they import from ``tests/builders.py`` and ``tests/reference.py``
-inlined) and the example scripts, their configs and local modules for
+gathered into one module they import, ``test/objectives/_acer_common.py``) and the example scripts, their configs and local modules for
 ``sota-implementations/acer/``. Imports and dotted references to ``torchrl_acer``
 are rewritten to TorchRL's paths; a reference the mapping cannot place is an error.
 
@@ -196,9 +196,22 @@ VALUE_ESTIMATOR_EDIT = {
 # Tests: this project's self-contained upstream modules -> TorchRL's test layout.
 TEST_TARGETS = {
     "tests/upstream/test_acer_upstream.py": "test/objectives/test_acer.py",
-    "tests/upstream/test_retrace_upstream.py": "test/objectives/test_retrace.py",
+    "tests/upstream/test_retrace_upstream.py": "test/objectives/test_values.py",
 }
-TEST_HELPERS = ("builders", "reference")  # tests/<name>.py, inlined where imported
+# targets that are TorchRL's own test modules: the tests (less their module
+# docstring) are appended to it, with the imports they need, as TorchRL's value
+# estimators' cases sit in test_values.py
+TEST_APPENDED = ("test/objectives/test_values.py",)
+# tests/<name>.py: the helpers the tests import from them (and what those use) are
+# gathered into one module beside TorchRL's own _objectives_common.py, imported as
+# TorchRL's tests import that one
+TEST_HELPERS = ("builders", "reference")
+TEST_COMMON = "test/objectives/_acer_common.py"
+TEST_COMMON_DOC = (
+    '"""Helpers of the ACER and Retrace tests: small networks, batches and losses, '
+    "and\nplain references written from the equations.\n"
+    '"""'
+)
 
 # sota-implementations/acer: the hand-written folder upstream/sota-implementations/acer
 # (scripts on TorchRL's primitives and the contributed names, in a2c's shape), its
@@ -249,7 +262,7 @@ SERIES = (
     ),
 )
 TEST_PARTS = {
-    "test/objectives/test_retrace.py": 1,
+    "test/objectives/test_values.py": 1,
     "test/objectives/test_acer.py": 2,
 }
 
@@ -1020,7 +1033,19 @@ def add_import_statement(text: str, statement: str) -> str:
     if set(bound_names(node)) <= _bound_at_top(tree):
         return text
     lines = text.splitlines()
-    last = _top_imports(tree)[-1]
+    imports = _top_imports(tree)
+    last = imports[-1]
+    if isinstance(node, ast.Import):
+        # after the last plain import that sorts before it (usort's place; a run
+        # of imports holding a comment is not re-sorted afterwards)
+        key = (_import_category(node.names[0].name.split(".")[0]), node.names[0].name)
+        before = [
+            n
+            for n in imports
+            if isinstance(n, ast.Import)
+            and (_import_category(n.names[0].name.split(".")[0]), n.names[0].name) < key
+        ]
+        last = before[-1] if before else last
     lines[last.end_lineno : last.end_lineno] = [statement]
     return "\n".join(lines) + "\n"
 
@@ -1355,18 +1380,42 @@ def generate() -> Generated:
     out.edits += doc_edits(project, out.warnings)
     out.edits += config_store_edits(project)
 
-    for source, target in TEST_TARGETS.items():
-        text = sort_imports(test_module(project, source), keep_blank_lines=False)
-        out.new_files[target] = text
-        out.parts[target] = part = TEST_PARTS[target]
-        # the tests that need a later part's names (a loss built on the
-        # estimator, say) come with that part
-        later = {
+    tests, common = test_modules(project)
+
+    def later_than(part: int) -> set[str]:
+        return {
             name
             for name, module in project.exports.items()
             if project.part(module) > part
         }
+
+    # the shared helpers come with the first part whose tests use them; those
+    # that need a later part's names (a loss built on the estimator) with it
+    first = min(TEST_PARTS.values())
+    out.new_files[TEST_COMMON] = common
+    out.parts[TEST_COMMON] = first
+    early_common = without_tests_of(common, later_than(first))
+    if early_common != common:
+        out.early[TEST_COMMON] = [(first, early_common)]
+    held_back = set(_definitions(ast.parse(common))) - set(
+        _definitions(ast.parse(early_common))
+    )
+    for target, text in tests.items():
+        part = TEST_PARTS[target]
+        # the tests that need a later part's names (directly or through a shared
+        # helper) come with that part
+        later = later_than(part) | (held_back if part == first else set())
         early = without_tests_of(text, later)
+        if target in TEST_APPENDED:
+            if early != text:
+                raise GenerationError(
+                    f"{target}: the tests appended to it need names of a later "
+                    f"--series part; move them to a test module of that part"
+                )
+            out.edits.append(appended_test_edit(target, text, part))
+            continue
+        out.new_files[target] = text
+        out.parts[target] = part
         if early != text:
             out.early[target] = [(part, early)]
     sota, sota_edits = sota_files(project)
@@ -1567,11 +1616,25 @@ def doc_edits(project: Project, warnings: list[str]) -> list[RstEdit]:
     return [edits[key] for key in sorted(edits, key=lambda key: key[1])]
 
 
-def test_module(project: Project, source: str) -> str:
-    text = inline_helpers((ROOT / source).read_text(), source)
+def test_modules(project: Project) -> tuple[dict[str, str], str]:
+    """``({target: test module}, shared helper module)``: the tests with their
+    helper imports pointed at :data:`TEST_COMMON`, which holds every helper they
+    import, once."""
+    tests, requested = {}, {}
+    for source, target in TEST_TARGETS.items():
+        text, names = take_helper_imports((ROOT / source).read_text(), source)
+        for helper, helper_names in names.items():
+            requested.setdefault(helper, []).extend(helper_names)
+        tests[target] = text
     rewriter = Rewriter(project, "test")
-    text = merge_imports(rewriter.imports(text, None, source))
-    return rewriter.references(text, source)
+    for target, text in tests.items():
+        text = merge_imports(rewriter.imports(text, None, target))
+        text = rewriter.references(text, target)
+        tests[target] = sort_imports(text, keep_blank_lines=False)
+    common = helper_module(requested)
+    common = merge_imports(rewriter.imports(common, None, TEST_COMMON))
+    common = rewriter.references(common, TEST_COMMON)
+    return tests, sort_imports(common, keep_blank_lines=False)
 
 
 def _definitions(tree: ast.Module) -> dict[str, ast.stmt]:
@@ -1602,10 +1665,46 @@ def _segment(lines: list[str], node: ast.stmt) -> str:
     return "\n".join(lines[_first_line(lines, node) - 1 : node.end_lineno])
 
 
-def inline_helpers(text: str, where: str) -> str:
-    """Replaces ``from builders import ...`` and ``from reference import ...`` with
-    the definitions they name (and those these use), and the imports those need."""
-    tree = ast.parse(text, where)
+def appended_test_edit(target: str, text: str, part: int) -> PyEdit:
+    """The tests of ``text``, less its docstring and imports, for the end of
+    TorchRL's test module ``target``; their imports join the module's. Its
+    fragment (``--out``) is the tests with their imports, a test module of its own."""
+    tree = ast.parse(text)
+    body = [n for n in tree.body if not _is_header(n)]
+    lines = text.splitlines()
+    imports, statements = [], []
+    for node in _top_imports(tree):
+        if isinstance(node, ast.ImportFrom):
+            imports.append((_from_text(node), [alias_text(a) for a in node.names]))
+        else:
+            statements.append(ast.unparse(node))
+    edit = PyEdit(
+        path=target,
+        module=target.removesuffix(".py").replace("/", "."),
+        imports=imports,
+        block="\n".join(lines[_first_line(lines, body[0]) - 1 :]) + "\n",
+        block_imports=statements,
+        part=part,
+    )
+    edit.kind = "test"  # not a module of the installed torchrl to run it in
+    return edit
+
+
+def test_nodes(target: str) -> list[str]:
+    """What pytest runs of a generated test module ``target``: all of a new one,
+    the appended classes of one of TorchRL's (:data:`TEST_APPENDED`)."""
+    if target not in TEST_APPENDED:
+        return [target]
+    source = next(s for s, t in TEST_TARGETS.items() if t == target)
+    tree = ast.parse((ROOT / source).read_text())
+    return [f"{target}::{n.name}" for n in tree.body if isinstance(n, ast.ClassDef)]
+
+
+def take_helper_imports(text: str, where: str) -> tuple[str, dict[str, list[str]]]:
+    """``text`` with its ``from builders import ...`` and ``from reference import
+    ...`` replaced by one import of those names from :data:`TEST_COMMON`, and the
+    names by helper module."""
+    tree = ast.parse(text)
     requested: dict[str, list[str]] = {}
     removed = []
     lines = text.splitlines()
@@ -1630,15 +1729,25 @@ def inline_helpers(text: str, where: str) -> str:
         # the import goes, with the comment lines right above it
         removed.append((_first_line(lines, node), node.end_lineno))
     if not requested:
-        return text
-    local = set(_definitions(tree)) | {
-        name
-        for node in _top_imports(tree)
-        if getattr(node, "module", None) not in TEST_HELPERS
-        for name in bound_names(node)
-    }
+        return text, requested
+    clash = set(_definitions(tree)) & {n for names in requested.values() for n in names}
+    if clash:
+        raise GenerationError(f"{where} defines {sorted(clash)} that it imports")
+    for start, end in sorted(removed, reverse=True):
+        del lines[start - 1 : end]
+    names = sorted({n for names in requested.values() for n in names}, key=_key)
+    module = posixpath.basename(TEST_COMMON).removesuffix(".py")
+    return add_import("\n".join(lines) + "\n", module, names), requested
+
+
+def helper_module(requested: dict[str, list[str]]) -> str:
+    """The text of :data:`TEST_COMMON`: the definitions ``requested`` by helper
+    module (and those these use), in their modules' order, with their imports."""
     sections, needed = [], []
-    for helper, names in requested.items():
+    for helper in TEST_HELPERS:
+        names = requested.get(helper)
+        if not names:
+            continue
         path = ROOT / "tests" / f"{helper}.py"
         source = path.read_text()
         htree = ast.parse(source, str(path))
@@ -1653,18 +1762,13 @@ def inline_helpers(text: str, where: str) -> str:
             if name in chosen:
                 continue
             if name not in defs:
-                raise GenerationError(f"{where}: tests/{helper}.py has no {name}")
+                raise GenerationError(f"tests/{helper}.py has no {name}")
             chosen.add(name)
             for used in {n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name)}:
                 if used in defs and used not in chosen:
                     todo.append(used)
                 elif used in imports and imports[used] not in needed:
                     needed.append(imports[used])
-        clash = chosen & local
-        if clash:
-            raise GenerationError(
-                f"{where} defines {sorted(clash)} as tests/{helper}.py does"
-            )
         hlines = source.splitlines()
         nodes = sorted(
             {id(defs[n]): defs[n] for n in chosen}.values(), key=lambda n: n.lineno
@@ -1677,22 +1781,14 @@ def inline_helpers(text: str, where: str) -> str:
             else:
                 sections.append(segment)
             previous = node
-    for start, end in sorted(removed, reverse=True):
-        del lines[start - 1 : end]
-    text = "\n".join(lines) + "\n"
+    statements = ["from __future__ import annotations"]
     for node, alias in needed:
         if isinstance(node, ast.Import):
-            statement = f"import {alias_text(alias)}"
-            text = add_import_statement(text, statement)
-        elif (alias.asname or alias.name) not in _bound_at_top(ast.parse(text)):
-            text = add_import(text, _from_text(node), [alias_text(alias)])
-    lines = text.splitlines()
-    last = _top_imports(ast.parse(text))[-1].end_lineno
-    while last < len(lines) and not lines[last].strip():
-        del lines[last]
-    helpers = "\n\n\n".join(sections)
-    lines[last:last] = ["", "", helpers, "", ""]
-    return "\n".join(lines) + "\n"
+            statements.append(f"import {alias_text(alias)}")
+        else:
+            statements.append(f"from {_from_text(node)} import {alias_text(alias)}")
+    head = "\n".join([TEST_COMMON_DOC, "", *statements])
+    return "\n\n\n".join([head, *sections]) + "\n"
 
 
 def sota_files(project: Project) -> tuple[dict[str, str], list]:

@@ -36,22 +36,6 @@ def test_float64_end_to_end_precision(B, T):
     assert (retrace(0.99, 1.0, x) - expected).abs().max() < 1e-13
 
 
-def test_blocked_and_plain_scans_agree():
-    from torchrl_acer.objectives.value.functional import (
-        _blocked_scan,
-        _hillis_steele_scan,
-    )
-
-    g = torch.Generator().manual_seed(0)
-    for T in (64, 65, 99, 100, 257):
-        delta = torch.randn(T, 3, generator=g, dtype=torch.float64)
-        decay = torch.rand(T, 3, generator=g, dtype=torch.float64)
-        decay[torch.rand(T, 3, generator=g) < 0.1] = 0.0
-        torch.testing.assert_close(
-            _blocked_scan(delta, decay), _hillis_steele_scan(delta, decay)
-        )
-
-
 def test_reverse_scan_handles_zero_decay_exactly():
     delta = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
     decay = torch.tensor([0.5, 0.0, 2.0, 0.5, 7.0], dtype=torch.float64)

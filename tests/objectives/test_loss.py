@@ -44,7 +44,7 @@ def test_infinite_delta_equals_no_trust_region():
 def test_project_closed_form():
     g = torch.tensor([[1.0, 2.0], [0.5, -1.0], [3.0, 0.0]], dtype=torch.float64)
     k = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
-    z, coef = project(g, k, 1.0)
+    z, coef, *_ = project(g, k, 1.0)
     # row 0: k.g = 3 > 1: z = g - (2 / 2) k; row 1: k.g = .5 <= 1; row 2: k = 0
     expected = torch.tensor([[0.0, 1.0], [0.5, -1.0], [3.0, 0.0]], dtype=torch.float64)
     torch.testing.assert_close(z, expected)

@@ -20,7 +20,6 @@ from torchrl.objectives import SoftUpdate
 from torchrl_acer import ACERLoss
 from torchrl_acer.objectives.value import retrace as _window
 from torchrl_acer.objectives.value.functional import (
-    _blocked_scan,
     _hillis_steele_scan,
     _matrix_scan,
 )
@@ -130,8 +129,6 @@ def test_matrix_scan_equals_sequential_loop(T):
     expected = sequential_scan(delta, decay)
     torch.testing.assert_close(_matrix_scan(delta, decay), expected)
     torch.testing.assert_close(_hillis_steele_scan(delta, decay), expected)
-    if T > 1:
-        torch.testing.assert_close(_blocked_scan(delta, decay), expected)
 
 
 def test_matrix_scan_keeps_non_finite_values_to_their_past():

@@ -29,6 +29,11 @@ TOOL = ROOT / "tools" / "upstream_patch.py"
 
 tool = load_script("tools/upstream_patch.py")
 GENERATED_TESTS = sorted(tool.TEST_TARGETS.values())
+# what pytest runs of them: the new modules, and the classes appended to TorchRL's
+TEST_NODES = [node for target in GENERATED_TESTS for node in tool.test_nodes(target)]
+# with --out: the new modules, and the appended tests as their fragments (the tests
+# with the imports they need, a module of their own)
+OUT_TESTS = [f"_edits/{t}" if t in tool.TEST_APPENDED else t for t in GENERATED_TESTS]
 
 # A pytest plugin for the subprocess: makes the generated files part of the
 # installed torchrl (their folders join the packages' __path__, and each fragment
@@ -98,12 +103,21 @@ def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
         "torchrl/objectives/acer.py",
         "torchrl/objectives/value/retrace.py",
         "sota-implementations/acer/README.md",
-        *GENERATED_TESTS,
+        *OUT_TESTS,
     ):
         assert (out / path).is_file(), path
     generated = [p for p in out.rglob("*.py") if "_edits" not in p.parts]
+    generated += [out / t for t in OUT_TESTS if t.startswith("_edits")]
     for path in generated:  # every reference to this project was rewritten
         assert "torchrl_acer" not in path.read_text(), path
+    # each helper is defined once, in the shared module the tests import
+    defined = {}
+    for path in (*OUT_TESTS, tool.TEST_COMMON):
+        for node in ast.parse((out / path).read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.setdefault(node.name, []).append(path)
+    repeated = {name: paths for name, paths in defined.items() if len(paths) > 1}
+    assert not repeated, repeated
     harness = tmp_path / "harness"
     harness.mkdir()
     (harness / "acer_upstream_harness.py").write_text(HARNESS)
@@ -111,9 +125,11 @@ def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
     # TorchRL's test base (test/objectives/_objectives_common.py) is not in its
     # wheel: the generated tests import this project's stand-in for it here
     stand_in = Path(__file__).parents[1] / "upstream"
+    # the shared helpers, imported as TorchRL's tests import _objectives_common
+    common = (out / tool.TEST_COMMON).parent
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(harness), str(stand_in)]),
+        "PYTHONPATH": os.pathsep.join([str(harness), str(stand_in), str(common)]),
         "ACER_UPSTREAM_OUT": str(out),
     }
     run_generated_tests(
@@ -122,7 +138,7 @@ def test_generated_tests_pass_against_the_installed_torchrl(tmp_path):
         "-c",
         str(tmp_path / "pytest.ini"),
         "--import-mode=importlib",
-        *(str(out / t) for t in GENERATED_TESTS),
+        *(str(out / t) for t in OUT_TESTS),
         cwd=tmp_path,
         env=env,
     )
@@ -156,7 +172,7 @@ def test_patch_applies_to_a_clean_pinned_checkout(tmp_path):
     assert tree_hash(clean) == tree_hash(work)
     # the generated tests, on the patched checkout's own torchrl
     env = {**os.environ, "PYTHONPATH": str(work)}
-    run_generated_tests(*GENERATED_TESTS, cwd=work, env=env)
+    run_generated_tests(*TEST_NODES, cwd=work, env=env)
 
 
 def test_imports_are_sorted_as_torchrls_usort_does():
@@ -294,7 +310,12 @@ def test_series_applies_in_order_and_each_part_passes_its_tests(tmp_path):
             "--keep-non-patch",
             str(patch),
         )
-        tests += [t for t, p in tool.TEST_PARTS.items() if p == part]
+        tests += [
+            node
+            for t, p in tool.TEST_PARTS.items()
+            if p == part
+            for node in tool.test_nodes(t)
+        ]
         if part < len(patches):
             result = subprocess.run(
                 [

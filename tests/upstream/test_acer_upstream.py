@@ -11,8 +11,9 @@ import pytest
 import torch
 from _objectives_common import LossModuleTestBase
 
-# Self-contained but for the helpers below, which tools/upstream_patch.py inlines
-# into the upstream copy of this module (and drops this comment with the imports).
+# Self-contained but for the helpers below, which tools/upstream_patch.py gathers
+# into test/objectives/_acer_common.py upstream (and drops this comment with the
+# imports, importing them from there).
 from builders import (
     BANDIT_MU_LOGITS,
     BANDIT_PI_LOGITS,

@@ -14,8 +14,9 @@ import math
 import pytest
 import torch
 
-# Self-contained but for the helpers below, which tools/upstream_patch.py inlines
-# into the upstream copy of this module (and drops this comment with the imports).
+# Self-contained but for the helpers below, which tools/upstream_patch.py gathers
+# into test/objectives/_acer_common.py upstream (and drops this comment with the
+# imports, importing them from there).
 from builders import (
     discrete_actor_critic,
     gaussian_table_batch,
@@ -49,7 +50,7 @@ class TestRetraceFunctional:
         got = retrace(0.9, lmbda, x, c_thresh=c_thresh)
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
-    # 300 x T >= 2**17 elements: the long-sequence form of the scan
+    # T > 32: the scan form (and, with 300 rows, large batches)
     @pytest.mark.parametrize(
         "B, T",
         [
@@ -148,7 +149,7 @@ class TestRetraceFunctional:
             retrace(gamma, lmbda, x), expected, rtol=1e-12, atol=1e-12
         )
 
-    # (700, 200) and (2048, 64) take the long-sequence form of the scan
+    # (700, 200) and (2048, 64) take the scan form, not the matrix one
     @pytest.mark.parametrize("B, T", [(2, 13), (700, 200), (2048, 64)])
     def test_gradients_flow_like_the_loop(self, B, T):
         x = retrace_inputs(B, T, 1, seed=12)

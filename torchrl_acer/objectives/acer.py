@@ -17,9 +17,7 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import (
-    _GAMMA_LMBDA_DEPREC_ERROR,
     _get_default_device,
-    default_value_kwargs,
     dispatch_value_estimator,
     distance_loss,
 )
@@ -284,10 +282,7 @@ class ACERLoss(LossModule):
         reduction: str | None = None,
         recurrent_state: str = "stored",
         burn_in: int = 0,
-        gamma: float | None = None,
     ):
-        if gamma is not None:
-            raise TypeError(_GAMMA_LMBDA_DEPREC_ERROR)
         reduction = "mean" if reduction is None else reduction
         for name, value, choices in (
             ("trust_region_space", trust_region_space, TRUST_REGION_SPACES),
@@ -359,11 +354,6 @@ class ACERLoss(LossModule):
         )
 
     @property
-    def functional(self):
-        # the averaged policy lives in the actor's target parameters
-        return True
-
-    @property
     def in_keys(self):
         # the behaviour policy's statistics: behavior_logits, or _loc and _scale
         names = self.value_estimator.evaluator.dist_param_keys
@@ -394,38 +384,32 @@ class ACERLoss(LossModule):
         """Builds the Retrace estimator (the only one ACER supports).
 
         ``value_type`` is ``ValueEstimators.Retrace`` (the default; ``"retrace"``
-        too), a :class:`RetraceEstimator` instance or a subclass of it.
+        too), built with the loss's ``recurrent_state`` and ``burn_in``; a
+        :class:`RetraceEstimator` instance or subclass is taken as every TorchRL
+        loss takes one.
         """
-        recurrent = {"recurrent_state": self.recurrent_state, "burn_in": self.burn_in}
-        for name in recurrent.keys() & hyperparams.keys():
-            raise TypeError(
-                f"{name} is an option of ACERLoss(...), which passes it to its "
-                f"estimator; do not pass it to make_value_estimator"
-            )
-        hp = {"device": _get_default_device(self), **hyperparams, **recurrent}
-        if isinstance(value_type, RetraceEstimator):
-            theirs = {name: getattr(value_type, name) for name in recurrent}
-            if theirs != recurrent:
-                raise ValueError(
-                    f"the estimator's {theirs} differ from the loss's {recurrent}"
+        if isinstance(value_type, (ValueEstimatorBase, type)):
+            super().make_value_estimator(value_type, **hyperparams)
+            if not isinstance(self._value_estimator, RetraceEstimator):
+                raise NotImplementedError(
+                    f"ACERLoss needs a RetraceEstimator, got {value_type}"
                 )
-            self._value_estimator, self.value_type = value_type, type(value_type)
-        elif isinstance(value_type, type) and issubclass(value_type, RetraceEstimator):
-            # the base class would call it without the networks: the registry's
-            # way (for_loss), with the defaults of ValueEstimators.Retrace
-            hp = {**default_value_kwargs(ValueEstimators.Retrace), **hp}
-            self._value_estimator = value_type.for_loss(self, **hp)
-            self.value_type = value_type
-        elif isinstance(value_type, (ValueEstimatorBase, type)):
-            raise NotImplementedError(
-                f"ACERLoss needs a RetraceEstimator, got {value_type}"
-            )
         else:
+            recurrent = {
+                "recurrent_state": self.recurrent_state,
+                "burn_in": self.burn_in,
+            }
+            for name in recurrent.keys() & hyperparams.keys():
+                raise TypeError(
+                    f"{name} is an option of ACERLoss(...), which passes it to its "
+                    f"estimator; do not pass it to make_value_estimator"
+                )
             dispatch_value_estimator(
                 self,
                 self.default_value_estimator if value_type is None else value_type,
                 supported=self.SUPPORTED_VALUE_ESTIMATORS,
-                **hp,
+                **{"device": _get_default_device(self), **hyperparams},
+                **recurrent,
             )
         self._forward_value_estimator_keys()
         return self

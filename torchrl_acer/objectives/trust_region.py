@@ -33,18 +33,12 @@ TRUST_REGION_STATS = ("active_fraction", "k_norm", "k_dot_g")
 
 
 def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
-    r"""Projects each row of ``g`` onto ``k . z <= delta``; returns ``(z, coefficient)``.
+    r"""Projects each row of ``g`` onto ``k . z <= delta``.
 
-    The coefficient is :math:`\max(0, (k \cdot g - \delta) / \|k\|^2)` (zero where
-    :math:`k = 0`), ``[..., 1]``; it is positive exactly where the constraint is
-    active.
+    Returns ``(z, coefficient, k . g, |k|^2)``, each but ``z`` ``[..., 1]``; the
+    coefficient is :math:`\max(0, (k \cdot g - \delta) / \|k\|^2)` (zero where
+    :math:`k = 0`), positive exactly where the constraint is active.
     """
-    z, coefficient, _, _ = _project(g, k, delta)
-    return z, coefficient
-
-
-def _project(g, k, delta):
-    r""":func:`project`, with :math:`k \cdot g` and :math:`\|k\|^2` too."""
     k_dot_g = (k * g).sum(-1, keepdim=True)
     k_sq = (k * k).sum(-1, keepdim=True)
     excess = (k_dot_g - delta).clamp_min(0)
@@ -81,7 +75,7 @@ class TrustRegionHook:
 
     def __call__(self, grad: torch.Tensor) -> torch.Tensor:
         g = -grad * self.scale
-        z, coefficient, k_dot_g, k_sq = _project(g, self.k, self.delta)
+        z, coefficient, k_dot_g, k_sq = project(g, self.k, self.delta)
         with torch.no_grad():
             per_step = torch.cat(
                 [(coefficient > 0).to(g.dtype), k_sq.sqrt(), k_dot_g], -1

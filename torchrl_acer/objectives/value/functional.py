@@ -6,8 +6,6 @@ are ``[*B, T, *F]`` with time at ``time_dim`` (default ``-2``).
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torchrl._utils import is_compiling
 
@@ -22,12 +20,9 @@ def _reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.
 
     Short windows (``T <= 32``, at most ``2**22`` elements in the ``[T, T, ...]``
     matrix) are one weighted sum, the products of decays from every ``t`` to every
-    ``k`` from one cumulative product. Longer sequences use a Hillis-Steele scan
-    (``ceil(log2 T)`` vectorised steps); long and large ones (``T >= 64`` and
-    ``2**17`` elements or more) run the recursion inside about ``sqrt(T)`` blocks
-    at once and that scan over the blocks, in work proportional to ``T``. No
-    division or logarithm is involved, so zeros in ``decay`` (episode ends) are
-    exact. Autograd flows through every form.
+    ``k`` from one cumulative product; longer ones a Hillis-Steele scan
+    (``ceil(log2 T)`` vectorised steps). No division or logarithm is involved, so
+    zeros in ``decay`` (episode ends) are exact. Autograd flows through both forms.
     """
     if delta.shape[0] != decay.shape[0]:
         raise ValueError(
@@ -40,10 +35,6 @@ def _reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.
     # per-call overhead, not arithmetic, is what costs there
     if T <= _MATRIX_MAX_T and T * delta.numel() <= _MATRIX_MAX_NUMEL:
         return _matrix_scan(delta, decay)
-    # blocks pay off where the scan's log T extra work outweighs the block loop's
-    # Python steps (timed: from T = 64 and 2**17 elements on)
-    if T >= 64 and delta.numel() >= 2**17:
-        return _blocked_scan(delta, decay)
     return _hillis_steele_scan(delta, decay)
 
 
@@ -92,31 +83,6 @@ def _hillis_steele_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tenso
         )
         offset *= 2
     return delta
-
-
-def _blocked_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
-    T, rest = delta.shape[0], delta.shape[1:]
-    size = math.isqrt(T - 1) + 1  # block length, about sqrt(T)
-    blocks = -(-T // size)
-    pad = blocks * size - T
-    if pad:  # trailing steps with nothing to add and nothing carried
-        delta = torch.cat([delta, delta.new_zeros(pad, *rest)])
-        decay = torch.cat([decay, decay.new_zeros(pad, *rest)])
-    d = delta.reshape(blocks, size, *rest)
-    w = decay.reshape(blocks, size, *rest)
-    # inside every block at once: A as if nothing came after the block, and the
-    # product of decays from each step to the block's end
-    local, carry = [d[:, -1]], [w[:, -1]]
-    for s in range(size - 2, -1, -1):
-        local.append(d[:, s] + w[:, s] * local[-1])
-        carry.append(w[:, s] * carry[-1])
-    local = torch.stack(local[::-1], 1)
-    carry = torch.stack(carry[::-1], 1)
-    # the value entering each block from the next: A at the next block's start
-    start = _hillis_steele_scan(local[:, 0], carry[:, 0])
-    after = torch.cat([start[1:], start.new_zeros(1, *rest)])
-    out = local + carry * after.unsqueeze(1)
-    return out.reshape(blocks * size, *rest)[:T]
 
 
 def retrace_lambda_return_estimate(

@@ -196,17 +196,16 @@ class RetraceEstimator(ValueEstimatorBase):
 
     @classmethod
     def for_loss(cls, loss_module, **hyperparams):
-        """Builds the estimator on a loss's ``actor_network`` and ``critic_network``."""
+        """TorchRL's, with the loss's ``actor_network`` too."""
         hyperparams.setdefault("actor_network", loss_module.actor_network)
-        hyperparams.setdefault("value_network", loss_module.critic_network)
-        return cls(**hyperparams)
+        return super().for_loss(loss_module, **hyperparams)
 
     def __init__(
         self,
         *,
         gamma: float | torch.Tensor,
         actor_network,
-        value_network=None,
+        value_network,
         lmbda: float | torch.Tensor = 1.0,
         c_thresh: float | torch.Tensor = 1.0,
         differentiable: bool = False,
@@ -218,11 +217,6 @@ class RetraceEstimator(ValueEstimatorBase):
         recurrent_state: str = "stored",
         burn_in: int = 0,
     ):
-        if value_network is None:
-            raise TypeError(
-                "RetraceEstimator needs value_network=: the critic (a Q network, "
-                "or a StochasticDuelingNetwork for a Gaussian policy)"
-            )
         super().__init__(
             value_network=value_network,
             differentiable=differentiable,
@@ -900,8 +894,9 @@ class PolicyCriticEvaluator:
     all of it (a stochastic dueling network's value head).
     """
 
-    #: whether the networks run over sequences (:class:`RecurrentEvaluator`)
-    recurrent = False
+    #: whether the networks run over sequences (:class:`RecurrentEvaluator`), and
+    #: the steps of each segment that only warm their state
+    recurrent, burn_in = False, 0
 
     def __init__(self, actor_network, critic_network, dist_params, critic_head=None):
         self.actor_network = actor_network
@@ -963,9 +958,21 @@ class PolicyCriticEvaluator:
             _next(keys.terminated),
         ]
 
-    def split_burn_in(self, data):
-        """``(burn-in steps, the others)`` of a segment: no burn-in here."""
-        return None, data
+    def split_burn_in(self, data: TensorDictBase):
+        """``(steps 0 .. k-1, steps k .. T-1)`` of a segment (time last), ``k`` the burn-in.
+
+        ``(None, data)`` without burn-in.
+        """
+        k = self.burn_in
+        if not k:
+            return None, data
+        T = data.batch_size[-1]
+        if k >= T:
+            raise ValueError(
+                f"burn_in={k} leaves no step to learn from in segments of {T} steps; "
+                f"sample segments longer than the burn-in"
+            )
+        return data[..., :k], data[..., k:]
 
     def __call__(
         self,
@@ -1239,22 +1246,6 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
         """The transitions, ``is_init`` and, with ``"stored"``, each hidden state."""
         stored = list(self.states) if self.recurrent_state == "stored" else []
         return [*super().transition_in_keys(keys), *stored, IS_INIT]
-
-    def split_burn_in(self, data: TensorDictBase):
-        """``(steps 0 .. k-1, steps k .. T-1)`` of a segment (time last), ``k`` the burn-in.
-
-        ``(None, data)`` without burn-in.
-        """
-        k = self.burn_in
-        if not k:
-            return None, data
-        T = data.batch_size[-1]
-        if k >= T:
-            raise ValueError(
-                f"burn_in={k} leaves no step to learn from in segments of {T} steps; "
-                f"sample segments longer than the burn-in"
-            )
-        return data[..., :k], data[..., k:]
 
     def resets(self, data, done, done_before=None) -> torch.Tensor:
         """The steps whose incoming state is zero, ``[*B, T]`` booleans.
