@@ -115,46 +115,17 @@ def overrides_of(params: dict) -> list[str]:
 
 
 class CPURecorder(Recorder):
-    """``Recorder`` on the process's CPU clock, continuing ``settle`` env steps past
-    the first evaluation at the threshold (so that a collapse right after shows)."""
+    """``Recorder`` on the process's CPU clock (so that other work on the machine
+    does not stretch it), run with ``settle`` env steps past the first evaluation at
+    the threshold (so that a collapse right after shows)."""
 
-    def __init__(self, *args, settle: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.settle = settle
-
-    def begin(self):
-        self.start = time.process_time()
-
-    def evaluate(self, steps, fn):
-        tick = time.process_time()
-        value = float(fn())
-        tock = time.process_time()
-        self.evals.append(
-            {
-                "env_steps": int(steps),
-                "return": value,
-                "train_s": tick - self.start - self.eval_s,
-                "eval_s": tock - tick,
-            }
-        )
-        self.eval_s += tock - tick
-        if self.reached is None and value >= self.threshold:
-            self.reached = self.evals[-1]
-        return value
-
-    def stop_reason(self, steps):
-        if (
-            self.reached is not None
-            and steps >= self.reached["env_steps"] + self.settle
-        ):
-            return "settled"
-        return "budget" if steps >= self.budget else None
+    clock = staticmethod(time.process_time)
 
 
 def run_seed(task, seed, budget, settle, late, params, run_dir):
     """One run of ``examples/acer_gym.py`` with ``params`` (in this process)."""
     rec = CPURecorder(
-        THRESHOLDS[task], PROTOCOL["interval"][task], budget, settle=settle
+        THRESHOLDS[task], PROTOCOL["interval"][task], budget, settle=settle, late=late
     )
     overrides = [
         f"env.name={task}",
