@@ -186,7 +186,7 @@ class Recorder:
     it has run ``settle`` env steps past it (``late_mean``: the mean of its last
     ``late`` evaluations)."""
 
-    clock = staticmethod(time.perf_counter)
+    timer = staticmethod(time.perf_counter)  # train_s's clock
 
     def __init__(
         self, threshold, interval, budget, max_minutes=None, settle=None, late=LATE
@@ -202,22 +202,27 @@ class Recorder:
         self.next_eval = self.interval
 
     def begin(self):
-        self.start = self.clock()
+        self.start = self.timer()
+        self.cpu_start, self.cpu_eval_s = time.process_time(), 0.0
 
     def due(self, steps):
         return steps >= self.next_eval
 
     def evaluate(self, steps, fn):
-        tick = self.clock()
+        tick, cpu_tick = self.timer(), time.process_time()
         value = float(fn())
-        tock = self.clock()
+        tock, cpu_tock = self.timer(), time.process_time()
         entry = {
             "env_steps": int(steps),
             "return": value,
             "train_s": tick - self.start - self.eval_s,
             "eval_s": tock - tick,
+            # the same on the process's CPU clock: a one-thread run's work, which
+            # other load on the machine does not stretch as it does train_s
+            "train_cpu_s": cpu_tick - self.cpu_start - self.cpu_eval_s,
         }
         self.eval_s += tock - tick
+        self.cpu_eval_s += cpu_tock - cpu_tick
         self.evals.append(entry)
         if self.reached is None and value >= self.threshold:
             self.reached = entry
@@ -255,6 +260,7 @@ class Recorder:
             "reached": reached is not None,
             "env_steps_to_threshold": reached["env_steps"] if reached else None,
             "train_s_to_threshold": reached["train_s"] if reached else None,
+            "train_cpu_s_to_threshold": reached["train_cpu_s"] if reached else None,
             "eval_s_before_threshold": eval_before,
             "eval_s_total": self.eval_s,
             "final_eval": self.evals[-1]["return"] if self.evals else None,
@@ -745,6 +751,10 @@ def summary(runs):
             [r["env_steps_to_threshold"] for r in done]
         )
         group["train_s_to_threshold"] = stats([r["train_s_to_threshold"] for r in done])
+        # absent from runs recorded before the CPU clock was
+        group["train_cpu_s_to_threshold"] = stats(
+            [r.get("train_cpu_s_to_threshold") for r in done]
+        )
         group["final_eval"] = stats([r["final_eval"] for r in done])
         settled = [r for r in done if r.get("late_mean") is not None]
         # None where the runs stopped at the first reach (no --settle)

@@ -119,7 +119,7 @@ class CPURecorder(Recorder):
     does not stretch it), run with ``settle`` env steps past the first evaluation at
     the threshold (so that a collapse right after shows)."""
 
-    clock = staticmethod(time.process_time)
+    timer = staticmethod(time.process_time)
 
 
 def run_seed(task, seed, budget, settle, late, params, run_dir):
