@@ -116,6 +116,7 @@ class BudgetRecorder(Recorder):
         return "budget" if steps >= self.budget else None
 
     def begin(self):
+        super().begin()  # the CPU clock (train_cpu_s) starts over on resume
         # a resumed run's clock goes on from its checkpoint's
         self.start = time.perf_counter() - self.train_s_before - self.eval_s
 

@@ -273,36 +273,123 @@ def speed_and_memory():
 
 
 TIME_TO_SOLVE_LABELS = {
+    "ours_tuned": "ours, tuned preset",
     "ours": "ours (`examples/acer_gym.py` defaults)",
     "sb3_ppo": "Stable-Baselines3 PPO (zoo)",
     "sb3_a2c": "Stable-Baselines3 A2C (zoo)",
+    "sb3_dqn": "Stable-Baselines3 DQN (zoo)",
     "di_acer": "DI-engine 0.5.3 ACER (dizoo)",
 }
+# what must agree between two time-to-solve files read side by side
+SAME_PROTOCOL = ("thresholds", "budget_env_steps", "max_minutes")
+
+
+def tts_label(candidate, settings, task):
+    if candidate == "ours_tuned":
+        preset = settings["ours_tuned_presets"][task]
+        return f"ours, `preset={preset}`"
+    return TIME_TO_SOLVE_LABELS.get(candidate, candidate)
+
+
+@functools.cache
+def side_by_side():
+    """Ours and the peers, time to solve: the newest file that ran ours (its
+    tuned preset if any file did, else the defaults) and the newest that ran the
+    peers, as ``(files, settings, groups, runs)``. Two files must share the protocol
+    (thresholds, budgets, time cap, evaluation), or this refuses to put them side by
+    side."""
+    files = every("time_to_solve")
+    if not files:
+        return None
+    ours = next(
+        (
+            (path, r)
+            for name in ("ours_tuned", "ours")
+            for path, r in reversed(files)
+            if any(g["candidate"] == name for g in r["summary"])
+        ),
+        files[-1],
+    )
+    peers = next(
+        (
+            (path, r)
+            for path, r in reversed(files)
+            if any(not g["candidate"].startswith("ours") for g in r["summary"])
+        ),
+        ours,
+    )
+    name = next(
+        (g["candidate"] for g in ours[1]["summary"] if g["candidate"] == "ours_tuned"),
+        "ours",
+    )
+    for key in SAME_PROTOCOL:
+        a, b = (f[1]["settings"].get(key) for f in (ours, peers))
+        if a != b and not (
+            key == "budget_env_steps" and all(a.get(t) == b.get(t) for t in b)
+        ):
+            raise ValueError(
+                f"{ours[0].name} and {peers[0].name} differ in settings.{key}: "
+                f"{a} against {b}"
+            )
+    proto = [
+        {k: v for k, v in f[1]["settings"]["protocol"].items() if k != "text"}
+        for f in (ours, peers)
+    ]
+    if proto[0] != proto[1]:
+        raise ValueError(
+            f"{ours[0].name} and {peers[0].name} differ in settings.protocol: "
+            f"{proto[0]} against {proto[1]}"
+        )
+    groups = [g for g in ours[1]["summary"] if g["candidate"] == name] + [
+        g for g in peers[1]["summary"] if not g["candidate"].startswith("ours")
+    ]
+    runs = [r for r in ours[1]["runs"] if r["candidate"] == name] + [
+        r for r in peers[1]["runs"] if not r["candidate"].startswith("ours")
+    ]
+    paths = [ours[0]] if ours[0] == peers[0] else [ours[0], peers[0]]
+    settings = {**peers[1]["settings"], **ours[1]["settings"]}
+    return [(path, dict(files)[path]) for path in paths], settings, groups, runs
+
+
+def solved_for_good(g):
+    """``k/n solved for good`` or ``-`` where the runs stopped at the first reach."""
+    if g.get("solved_for_good") is None:
+        return "-"
+    return f"{g['solved_for_good']}/{g['seeds']}"
 
 
 def time_to_solve():
     """Env steps and training seconds until the greedy evaluation first reached the
-    threshold, per candidate and task (medians and ranges over the seeds that did)."""
-    path, r = newest("time_to_solve")
-    if r is None:
+    threshold, per candidate and task (medians and ranges over the seeds that did),
+    and for runs that went on past it (``--settle``) how many stayed solved."""
+    found = side_by_side()
+    if found is None:
         return
-    s = r["settings"]
+    files, s, groups, runs = found
     budget = ", ".join(f"{t} {b:,}" for t, b in s["budget_env_steps"].items())
     cap = f", or {s['max_minutes']:g} min of training" if s.get("max_minutes") else ""
+    names = " and ".join(f"`{path.name}`" for path, _ in files)
     print(
-        f"Time to solve, one thread per run, runs interleaved (`{path.name}`; not "
-        f"reached: after {budget} env steps{cap}); {s['protocol']['text']}:"
+        f"Time to solve, one thread per run, runs interleaved ({names}; not "
+        f"reached: after {budget} env steps{cap}); {s['protocol']['text']}; CPU "
+        "seconds: the same on the run's CPU clock (one thread: its work, which other "
+        "load on the machine does not stretch; `-`: not recorded). "
+        "Solved for good: of the runs that went on past the first evaluation at the "
+        "threshold (`--settle`; their `settle_env_steps`), those whose mean of the last "
+        f"{s.get('late', 5)} evaluations is at or above it (late mean: that mean, "
+        "median over seeds); `-`: the runs stopped at the first reach."
     )
     print()
     print(
         "| task | candidate | reached | env steps to threshold, median (range) "
-        "| training s to threshold, median (range) | env steps per training s, "
-        "median | final greedy eval, median |"
+        "| training s to threshold, median (range) | training CPU s to threshold, "
+        "median (range) | env steps per training s, median | solved for good "
+        "| late mean, median (range) | final greedy eval, median |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     order = list(TIME_TO_SOLVE_LABELS)
     rows = sorted(
-        r["summary"],
+        groups,
         key=lambda g: (
             list(s["thresholds"]).index(g["task"]),
             order.index(g["candidate"]) if g["candidate"] in order else len(order),
@@ -314,7 +401,7 @@ def time_to_solve():
         # the pace of the training loop alone, over every finished run
         rates = [
             run["final_env_steps"] / run["evals"][-1]["train_s"]
-            for run in r["runs"]
+            for run in runs
             if (run["candidate"], run["task"]) == (g["candidate"], g["task"])
             and run["returncode"] == 0
             and run["evals"]
@@ -322,13 +409,71 @@ def time_to_solve():
         rate = f"{np.median(rates):.0f}" if rates else "-"
         print(
             f"| {g['task']} → {threshold:g} "
-            f"| {TIME_TO_SOLVE_LABELS.get(g['candidate'], g['candidate'])} "
+            f"| {tts_label(g['candidate'], s, g['task'])} "
             f"| {g['reached']}/{g['seeds']} "
             f"| {fmt_range(g['env_steps_to_threshold'], 1000, 'k')} "
-            f"| {fmt_range(g['train_s_to_threshold'], 1, ' s')} | {rate} | {final} |"
+            f"| {fmt_range(g['train_s_to_threshold'], 1, ' s')} "
+            f"| {fmt_range(g.get('train_cpu_s_to_threshold'), 1, ' s', '-')} | {rate} "
+            f"| {solved_for_good(g)} | {fmt_range(g.get('late_mean'), missing='-')} "
+            f"| {final} |"
         )
     print()
-    source(path, r)
+    for path, r in files:
+        source(path, r)
+
+
+def time_to_solve_targets():
+    """Issue #34's targets on the time-to-solve tasks, each met or missed: ours'
+    median env steps at most the best peer's, its median seconds at most the
+    fastest peer's, every seed solved, solved for good on most seeds."""
+    found = side_by_side()
+    if found is None:
+        return
+    files, s, groups, _ = found
+    print("| task | target | ours | peers | met |")
+    print("|---|---|---|---|---|")
+    for task in s["thresholds"]:
+        ours = [g for g in groups if g["task"] == task and g["candidate"].startswith("ours")]  # fmt: skip
+        peers = [g for g in groups if g["task"] == task and g not in ours]
+        if not ours or not peers:
+            continue
+        ours = ours[0]
+
+        def median(g, key):
+            return g[key]["median"] if g[key] else float("inf")
+
+        def label(g, task=task):
+            return tts_label(g["candidate"], s, task)
+
+        for key, what, unit in (
+            ("env_steps_to_threshold", "median env steps ≤ the best peer's", "k"),
+            ("train_s_to_threshold", "median seconds ≤ the fastest peer's", " s"),
+        ):
+            scale = 1000 if unit == "k" else 1
+            best = min(peers, key=lambda g: median(g, key))
+            met = median(ours, key) <= median(best, key)
+            print(
+                f"| {task} | {what} | {fmt_range(ours[key], scale, unit)} "
+                f"| {label(best)}: {fmt_range(best[key], scale, unit)} "
+                f"| {'yes' if met else 'no'} |"
+            )
+        every_peer = "; ".join(f"{label(g)} {g['reached']}/{g['seeds']}" for g in peers)
+        print(
+            f"| {task} | every seed solved | {ours['reached']}/{ours['seeds']} "
+            f"| {every_peer} "
+            f"| {'yes' if 0 < ours['reached'] == ours['seeds'] else 'no'} |"
+        )
+        good = ours.get("solved_for_good")
+        print(
+            f"| {task} | solved for good on most seeds | "
+            + ("not measured" if good is None else f"{good}/{ours['seeds']}")
+            + " | not measured (stopped at the first reach) | "
+            + ("no" if good is None or 2 * good <= ours["seeds"] else "yes")
+            + " |"
+        )
+    print()
+    for path, r in files:
+        source(path, r)
 
 
 def lunar_lander():
@@ -498,13 +643,17 @@ def headline():
     fastest), and the protocol in one line."""
     print("| task | ours | best peer, same runs | protocol | data |")
     print("|---|---|---|---|---|")
-    path, r = newest("time_to_solve")
-    if r:
-        s = r["settings"]
+    found = side_by_side()
+    if found:
+        files, s, groups, _ = found
+        names = ", ".join(f"`{path.name}`" for path, _ in files)
         for task, threshold in s["thresholds"].items():
-            groups = [g for g in r["summary"] if g["task"] == task]
-            ours = next(g for g in groups if g["candidate"] == "ours")
-            peers = [g for g in groups if g["candidate"] != "ours"]
+            ours = next(
+                (g for g in groups if g["task"] == task and g["candidate"].startswith("ours")), None
+            )  # fmt: skip
+            peers = [g for g in groups if g["task"] == task and g is not ours]
+            if ours is None or not peers:
+                continue
             best = min(
                 peers,
                 key=lambda g: (
@@ -516,17 +665,20 @@ def headline():
             )
 
             def cell(g):
+                good = solved_for_good(g)
                 return (
                     f"{k_steps(g['env_steps_to_threshold'])} env steps, "
                     f"{fmt_range(g['train_s_to_threshold'], 1, ' s')}; "
                     f"{g['reached']}/{g['seeds']}"
+                    + ("" if good == "-" else f", {good} solved for good")
                 )
 
-            label = TIME_TO_SOLVE_LABELS.get(best["candidate"], best["candidate"])
             print(
-                f"| {task} → {threshold:g} | {cell(ours)} | {label}: {cell(best)} "
+                f"| {task} → {threshold:g} "
+                f"| {tts_label(ours['candidate'], s, task)}: {cell(ours)} "
+                f"| {tts_label(best['candidate'], s, task)}: {cell(best)} "
                 f"| {ours['seeds']} seeds, to the first greedy eval at {threshold:g}, "
-                f"one thread per run | `{path.name}` |"
+                f"one thread per run | {names} |"
             )
     path, r = newest("lunar_lander")
     if r:
@@ -1134,26 +1286,32 @@ def speed_targets():
             f"| Atari loop ≥ 0.85 of its compute bound | {r['median_ratio']:.2f} "
             f"| {'yes' if r['median_ratio'] >= 0.85 else 'no'} | `{path.name}` |"
         )
-    path, r = newest("time_to_solve")
-    if r:
+    found = side_by_side()
+    if found:
+        files, s, all_groups, _ = found
         cells, met = [], True
-        for task in r["settings"]["thresholds"]:
-            groups = [g for g in r["summary"] if g["task"] == task]
+        for task in s["thresholds"]:
+            groups = [g for g in all_groups if g["task"] == task]
             times = {
                 g["candidate"]: g["train_s_to_threshold"]["median"]
                 for g in groups
                 if g["train_s_to_threshold"]
             }
+            ours = next((g["candidate"] for g in groups if g["candidate"].startswith("ours")), None)  # fmt: skip
+            if ours is None:
+                continue
             fastest = min(times, key=times.get)
-            met &= fastest == "ours"
+            met &= fastest == ours
             cells.append(
-                f"{task}: ours {times.get('ours', float('nan')):.1f} s, fastest "
-                f"{TIME_TO_SOLVE_LABELS.get(fastest, fastest)} {times[fastest]:.1f} s"
+                f"{task}: {tts_label(ours, s, task)} "
+                f"{times.get(ours, float('nan')):.1f} s, fastest "
+                f"{tts_label(fastest, s, task)} {times[fastest]:.1f} s"
             )
+        names = ", ".join(f"`{path.name}`" for path, _ in files)
         print(
             "| time to solve: ours the fastest (training seconds, median) | "
             + "; ".join(cells)
-            + f" | {'yes' if met else 'no'} | `{path.name}` |"
+            + f" | {'yes' if met else 'no'} | {names} |"
         )
     print()
 
@@ -1379,7 +1537,9 @@ def pages():
                 captured(loop_settings),
                 "## Time to solve",
                 "",
-                captured(time_to_solve),
+                "Ours against the libraries users would pick instead, with every "
+                "candidate's loop pace: [Time to solve](time-to-solve.md).",
+                "",
                 "## The trainer's overhead",
                 "",
                 captured(trainer_overhead),
@@ -1389,6 +1549,30 @@ def pages():
                 "first progress line, and one greedy evaluation.",
                 "",
                 captured(first_run),
+            ]
+        ),
+        PAGES / "time-to-solve.md": "\n".join(
+            [
+                "# Time to solve",
+                "",
+                GENERATED,
+                "",
+                "Ours (with its tuned preset, `examples/preset/` from the Optuna "
+                "study of `bench/tune.py` on tuning seeds 100 and up, where a file ran "
+                "it; else at its defaults) against the peers users would pick instead "
+                "(Stable-Baselines3 with rl-baselines3-zoo's tuned settings), from the "
+                "newest `bench/time_to_solve.py` file of each, which must share the "
+                "protocol; what the numbers mean: [the discussion](discussion.md).",
+                "",
+                "## Every candidate",
+                "",
+                captured(time_to_solve),
+                "## Targets (issue #34)",
+                "",
+                "Best peer: the lowest median env steps; fastest peer: the lowest "
+                "median training seconds, each over the seeds that reached.",
+                "",
+                captured(time_to_solve_targets),
             ]
         ),
         PAGES / "faults.md": "\n".join(
@@ -1455,6 +1639,7 @@ def main(argv=None):
     if not (args.write or args.check):
         speed_and_memory()
         time_to_solve()
+        time_to_solve_targets()
         lunar_lander()
         learning_table()
         trust_region()

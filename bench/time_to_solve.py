@@ -7,7 +7,11 @@
 Each run trains one candidate on one task from one seed, in a process of its own on
 one thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=MKL_NUM_THREADS=1``),
 until the greedy evaluation first reaches the task's threshold (CartPole-v1 500,
-Acrobot-v1 -100) or the env-step budget runs out (not reached). Runs go one at a
+Acrobot-v1 -100) or the env-step budget runs out (not reached). With ``--settle N``
+a run that reached goes on for ``N`` env steps more (or to the budget), and
+``late_mean``, the mean of its last ``--late`` evaluations, says whether it stayed
+solved (``solved_for_good``: at or above the threshold): a setting that solves once
+and collapses is no win. Runs go one at a
 time, round-robin over candidate x seed, the candidates of each round in a shuffled
 order, so that load from elsewhere on the machine hits all of them alike.
 
@@ -23,13 +27,15 @@ evaluation are excluded alike.
 
 Candidates:
 
-- ``ours``: ``examples/acer_gym.py`` at its defaults (``env.name`` switched; the
-  README documents no Acrobot setting), in the project's venv; the bench only sets
+- ``ours``: ``examples/acer_gym.py`` at its defaults (``env.name`` switched), in the
+  project's venv; the bench only sets
   the budget, the protocol, one thread, no progress bar and no mid-run checkpoints.
   Timed from wrappers around the trainer's ``train`` and its ``Evaluation``
   hook's ``evaluate`` (``experiment.make_trainer`` wrapped to put them on the
   trainer the example builds); a run that reached the threshold stops with
   ``trainer.request_stop``.
+- ``ours_tuned``: the same with the task family's preset (``PRESETS``:
+  ``preset=classic_control``, ``examples/preset/``, tuned by ``bench/tune.py``).
 - ``sb3_ppo``, ``sb3_a2c``, ``sb3_dqn``: Stable-Baselines3 with rl-baselines3-zoo's tuned
   hyperparameters (``ZOO``, from rl_zoo3 2.9.2's ``hyperparams/ppo.yml``,
   ``a2c.yml`` and ``dqn.yml``), in ``.venv-bench``. A learning-rate or clip schedule runs over the
@@ -67,7 +73,9 @@ ROOT = Path(__file__).parents[1]
 RUNS = ROOT / "bench" / "runs" / "time_to_solve"
 
 THRESHOLDS = {"CartPole-v1": 500.0, "Acrobot-v1": -100.0}
-CANDIDATES = ("ours", "sb3_ppo", "sb3_a2c", "sb3_dqn", "di_acer")
+CANDIDATES = ("ours", "ours_tuned", "sb3_ppo", "sb3_a2c", "sb3_dqn", "di_acer")
+# ours_tuned: examples/acer_gym.py with preset=PRESETS[task] (examples/preset/)
+PRESETS = {"CartPole-v1": "classic_control", "Acrobot-v1": "classic_control"}
 PROTOCOL = {
     # env steps between greedy evaluations; Acrobot's first episodes run 500 steps
     # each, so its evaluations cost more
@@ -76,6 +84,7 @@ PROTOCOL = {
     "max_steps": 500,  # both tasks' own time limit
 }
 DEFAULT_BUDGET = 500_000  # env steps per run; not reached after it
+LATE = 5  # with --settle: evaluations averaged in late_mean
 
 # rl-baselines3-zoo 2.9.2 (rl_zoo3/hyperparams/ppo.yml and a2c.yml); anything not
 # listed is SB3's default. ("linear", x): x times the remaining fraction of
@@ -172,10 +181,20 @@ DI_SIZES = {"CartPole-v1": (4, 2), "Acrobot-v1": (6, 3)}
 class Recorder:
     """Evaluations of one run with the training loop's clock: ``train_s`` of an
     evaluation is the time since training started, less every evaluation before.
-    ``interval`` schedules the evaluations of the peers (ours keeps its trainer's)."""
+    ``interval`` schedules the evaluations of the peers (ours keeps its trainer's).
+    The run stops at the first evaluation at the threshold or, with ``settle``, once
+    it has run ``settle`` env steps past it (``late_mean``: the mean of its last
+    ``late`` evaluations)."""
 
-    def __init__(self, threshold, interval, budget, max_minutes=None):
+    def timer(self):
+        """train_s's clock (looked up at each call, so that it can be faked)."""
+        return time.perf_counter()
+
+    def __init__(
+        self, threshold, interval, budget, max_minutes=None, settle=None, late=LATE
+    ):
         self.threshold, self.budget = threshold, budget
+        self.settle, self.late = settle, late
         self.max_s = None if max_minutes is None else 60 * max_minutes
         self.start = None
         self.eval_s = 0.0
@@ -185,22 +204,27 @@ class Recorder:
         self.next_eval = self.interval
 
     def begin(self):
-        self.start = time.perf_counter()
+        self.start = self.timer()
+        self.cpu_start, self.cpu_eval_s = time.process_time(), 0.0
 
     def due(self, steps):
         return steps >= self.next_eval
 
     def evaluate(self, steps, fn):
-        tick = time.perf_counter()
+        tick, cpu_tick = self.timer(), time.process_time()
         value = float(fn())
-        tock = time.perf_counter()
+        tock, cpu_tock = self.timer(), time.process_time()
         entry = {
             "env_steps": int(steps),
             "return": value,
             "train_s": tick - self.start - self.eval_s,
             "eval_s": tock - tick,
+            # the same on the process's CPU clock: a one-thread run's work, which
+            # other load on the machine does not stretch as it does train_s
+            "train_cpu_s": cpu_tick - self.cpu_start - self.cpu_eval_s,
         }
         self.eval_s += tock - tick
+        self.cpu_eval_s += cpu_tock - cpu_tick
         self.evals.append(entry)
         if self.reached is None and value >= self.threshold:
             self.reached = entry
@@ -208,8 +232,13 @@ class Recorder:
         return value
 
     def stop_reason(self, steps):
-        if self.reached is not None:
+        if self.reached is not None and self.settle is None:
             return "threshold"
+        if (
+            self.reached is not None
+            and steps >= self.reached["env_steps"] + self.settle
+        ):
+            return "settled"
         if steps >= self.budget:
             return "budget"
         if (
@@ -227,21 +256,37 @@ class Recorder:
             if reached
             else None
         )
+        late = [e["return"] for e in self.evals[-self.late :]]
+        late_mean = sum(late) / len(late) if self.settle is not None and late else None
         return {
             "reached": reached is not None,
             "env_steps_to_threshold": reached["env_steps"] if reached else None,
             "train_s_to_threshold": reached["train_s"] if reached else None,
+            "train_cpu_s_to_threshold": reached["train_cpu_s"] if reached else None,
             "eval_s_before_threshold": eval_before,
             "eval_s_total": self.eval_s,
             "final_eval": self.evals[-1]["return"] if self.evals else None,
             "final_env_steps": int(steps),
             "stopped": stopped,
+            # with settle only (None: the run stopped at the first reach)
+            "settle_env_steps": self.settle,
+            "late_mean": late_mean,
+            "solved_for_good": None
+            if late_mean is None
+            else bool(reached and late_mean >= self.threshold),
             "evals": self.evals,
         }
 
 
-def recorder(task, budget, max_minutes):
-    return Recorder(THRESHOLDS[task], PROTOCOL["interval"][task], budget, max_minutes)
+def recorder(task, budget, max_minutes, settle=None, late=LATE):
+    return Recorder(
+        THRESHOLDS[task],
+        PROTOCOL["interval"][task],
+        budget,
+        max_minutes,
+        settle=settle,
+        late=late,
+    )
 
 
 def greedy_return(envs, act, seed, first, max_steps=PROTOCOL["max_steps"]):
@@ -341,9 +386,12 @@ def train_ours(overrides, rec, tree=ROOT, patch=None):
     return torchrl.__version__
 
 
-def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
-    rec = recorder(task, budget, max_minutes)
+def run_ours(
+    task, seed, budget, max_minutes, run_dir, tree=ROOT, preset=None, settle=None
+):
+    rec = recorder(task, budget, max_minutes, settle)
     overrides = [
+        *([] if preset is None else [f"preset={preset}"]),
         f"env.name={task}",
         f"seed={seed}",
         "threads=1",
@@ -371,7 +419,7 @@ def _schedule(value):
     return value
 
 
-def run_sb3(algo, task, seed, budget, max_minutes, run_dir):
+def run_sb3(algo, task, seed, budget, max_minutes, run_dir, settle=None):
     import stable_baselines3
     from stable_baselines3 import A2C, DQN, PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -387,7 +435,7 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir):
     kwargs = {key: _schedule(value) for key, value in hp.items()}
     cls = {"sb3_ppo": PPO, "sb3_a2c": A2C, "sb3_dqn": DQN}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
-    rec = recorder(task, budget, max_minutes)
+    rec = recorder(task, budget, max_minutes, settle)
     envs = eval_envs(task)
 
     def act(obs):
@@ -516,7 +564,7 @@ def train_di_acer(
     return collector.envstep, stop, cfg
 
 
-def run_di_acer(task, seed, budget, max_minutes, run_dir):
+def run_di_acer(task, seed, budget, max_minutes, run_dir, settle=None):
     import ding
     from dizoo.classic_control.cartpole.config.cartpole_acer_config import (
         create_config,
@@ -527,7 +575,7 @@ def run_di_acer(task, seed, budget, max_minutes, run_dir):
     config.policy.model.obs_shape, config.policy.model.action_shape = DI_SIZES[task]
     # the bench's protocol replaces dizoo's evaluator; this only names the task
     config.env.stop_value = THRESHOLDS[task]
-    rec = recorder(task, budget, max_minutes)
+    rec = recorder(task, budget, max_minutes, settle)
     steps, stop, _ = train_di_acer(config, create_config, task, seed, rec)
     out = rec.result(steps, stop)
     out["settings"] = {
@@ -591,7 +639,7 @@ def worker(args, runners):
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     runner = runners[args.worker]
-    if args.worker == "ours":
+    if args.worker.startswith("ours"):
         runner = functools.partial(runner, tree=args.ours_tree or ROOT)
     out = runner(args.task, args.seed, args.budget, args.max_minutes, run_dir)
     import gymnasium
@@ -612,7 +660,7 @@ def worker(args, runners):
 
 
 def python_for(candidate, bench_venv):
-    if candidate == "ours":
+    if candidate.startswith("ours"):
         return sys.executable
     python = Path(bench_venv) / "bin" / "python"
     if not python.exists():
@@ -651,7 +699,9 @@ def run_one(candidate, task, seed, args, script=__file__, run_dir=None):
     ]
     if args.max_minutes is not None:
         cmd += ["--max-minutes", str(args.max_minutes)]
-    if candidate == "ours" and args.ours_tree:
+    if getattr(args, "settle", None) is not None:
+        cmd += ["--settle", str(args.settle)]
+    if candidate.startswith("ours") and args.ours_tree:
         cmd += ["--ours-tree", str(args.ours_tree)]
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -703,7 +753,17 @@ def summary(runs):
             [r["env_steps_to_threshold"] for r in done]
         )
         group["train_s_to_threshold"] = stats([r["train_s_to_threshold"] for r in done])
+        # absent from runs recorded before the CPU clock was
+        group["train_cpu_s_to_threshold"] = stats(
+            [r.get("train_cpu_s_to_threshold") for r in done]
+        )
         group["final_eval"] = stats([r["final_eval"] for r in done])
+        settled = [r for r in done if r.get("late_mean") is not None]
+        # None where the runs stopped at the first reach (no --settle)
+        group["solved_for_good"] = (
+            sum(r["solved_for_good"] for r in settled) if settled else None
+        )
+        group["late_mean"] = stats([r["late_mean"] for r in settled])
         group["failed"] = len(every) - len(done)
     return list(out.values())
 
@@ -753,6 +813,14 @@ def main():
         help="also stop a run (not reached) once its training loop has taken this long",
     )
     parser.add_argument(
+        "--settle",
+        type=int,
+        default=None,
+        metavar="N",
+        help="after the first evaluation at the threshold go on for N env steps (or "
+        "to the budget) and record late_mean and solved_for_good; default: stop there",
+    )
+    parser.add_argument(
         "--continue",
         dest="resume",
         default=None,
@@ -763,21 +831,26 @@ def main():
     add_worker_arguments(parser, CANDIDATES)
     args = parser.parse_args()
     if args.worker:
+        settle = {"settle": args.settle}
         return worker(
             args,
             {
-                "ours": run_ours,
-                "sb3_ppo": functools.partial(run_sb3, "sb3_ppo"),
-                "sb3_a2c": functools.partial(run_sb3, "sb3_a2c"),
-                "sb3_dqn": functools.partial(run_sb3, "sb3_dqn"),
-                "di_acer": run_di_acer,
+                "ours": functools.partial(run_ours, **settle),
+                "ours_tuned": functools.partial(
+                    run_ours, preset=PRESETS[args.task], **settle
+                ),
+                "sb3_ppo": functools.partial(run_sb3, "sb3_ppo", **settle),
+                "sb3_a2c": functools.partial(run_sb3, "sb3_a2c", **settle),
+                "sb3_dqn": functools.partial(run_sb3, "sb3_dqn", **settle),
+                "di_acer": functools.partial(run_di_acer, **settle),
             },
         )
 
     budget = args.budget
     args.budget = {task: budget for task in args.tasks}
     ours_commit = None
-    if args.ours_commit and "ours" in args.candidates:
+    has_ours = any(c.startswith("ours") for c in args.candidates)
+    if args.ours_commit and has_ours:
         ours_commit, args.ours_tree = export_commit(args.ours_commit)
     if args.resume:
         path = Path(args.resume)
@@ -794,7 +867,7 @@ def main():
         if ours_commit
         else f"working tree at {commit}"
     )
-    if payload.get("ours_code", ours_code) != ours_code and "ours" in args.candidates:
+    if payload.get("ours_code", ours_code) != ours_code and has_ours:
         raise SystemExit(
             f"--continue: the file's runs of ours are of {payload['ours_code']}, these "
             f"would be of {ours_code} (--ours-commit)"
@@ -818,6 +891,13 @@ def main():
                     **args.budget,
                 },
                 "max_minutes": args.max_minutes,
+                # per invocation of the file's commands (each run also has its own)
+                "settle_env_steps": [
+                    *payload.get("settings", {}).get("settle_env_steps", []),
+                    args.settle,
+                ],
+                "late": LATE,
+                "ours_tuned_presets": PRESETS,
                 "protocol": {
                     **PROTOCOL,
                     "text": "greedy (argmax) evaluation: mean return of "

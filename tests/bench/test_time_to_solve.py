@@ -1,0 +1,123 @@
+"""bench/time_to_solve.py: a run stops at the first evaluation at the threshold, or
+with ``settle`` that many env steps later, its late mean saying whether it stayed
+solved; the summary counts the seeds that did; bench/report.py puts two files side
+by side only if they share the protocol."""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from builders import load_script
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+time_to_solve = load_script("bench/time_to_solve.py")
+
+
+class Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    return clock
+
+
+def run(rec, clock, returns, interval=1_000):
+    """Evaluates ``returns`` in turn, 1 s of training apart, until ``rec`` stops;
+    the env steps it stopped at."""
+    rec.begin()
+    for i, value in enumerate(returns, start=1):
+        clock.now += 1.0
+        rec.evaluate(i * interval, lambda value=value: value)
+        if rec.stop_reason(i * interval):
+            return i * interval
+    raise AssertionError("the recorder never stopped")
+
+
+def test_without_settle_a_run_stops_at_the_first_reach(clock):
+    rec = time_to_solve.recorder("CartPole-v1", 100_000, None)
+    steps = run(rec, clock, [20.0, 500.0, 30.0])
+    out = rec.result(steps, rec.stop_reason(steps))
+    assert (steps, out["stopped"]) == (2_000, "threshold")
+    assert out["env_steps_to_threshold"] == 2_000
+    assert out["train_s_to_threshold"] == pytest.approx(2.0)
+    assert out["late_mean"] is None and out["solved_for_good"] is None
+
+
+@pytest.mark.parametrize(
+    "after, late_mean, good",
+    [
+        ([500.0] * 5, 500.0, True),
+        ([500.0, 500.0, 500.0, 500.0, 100.0], 420.0, False),  # collapsed at the end
+    ],
+)
+def test_with_settle_a_run_goes_on_and_its_late_mean_decides(
+    clock, after, late_mean, good
+):
+    rec = time_to_solve.recorder("CartPole-v1", 100_000, None, settle=5_000, late=5)
+    steps = run(rec, clock, [20.0, 500.0, *after, 500.0, 500.0])
+    out = rec.result(steps, rec.stop_reason(steps))
+    # reached at 2 000, settled 5 000 env steps later, not before
+    assert (steps, out["stopped"]) == (7_000, "settled")
+    assert out["env_steps_to_threshold"] == 2_000
+    assert out["late_mean"] == pytest.approx(late_mean)
+    assert out["solved_for_good"] is good
+    summary = time_to_solve.summary(
+        [{"candidate": "x", "task": "CartPole-v1", "returncode": 0, **out}]
+    )[0]
+    assert summary["solved_for_good"] == int(good)
+    assert summary["late_mean"]["median"] == pytest.approx(late_mean)
+
+
+def test_a_settled_run_that_never_reached_is_not_solved_for_good(clock):
+    rec = time_to_solve.recorder("CartPole-v1", 3_000, None, settle=5_000)
+    steps = run(rec, clock, [20.0, 30.0, 40.0])
+    out = rec.result(steps, rec.stop_reason(steps))
+    assert out["stopped"] == "budget" and out["solved_for_good"] is False
+
+
+def result_file(directory, name, candidates, max_minutes=None):
+    runs = [
+        {"candidate": c, "task": "CartPole-v1", "seed": 0, "returncode": 0}
+        for c in candidates
+    ]
+    payload = {
+        "settings": {
+            "thresholds": {"CartPole-v1": 500.0},
+            "budget_env_steps": {"CartPole-v1": 500_000},
+            "max_minutes": max_minutes,
+            "protocol": {**time_to_solve.PROTOCOL, "text": "t"},
+            "ours_tuned_presets": time_to_solve.PRESETS,
+        },
+        "runs": runs,
+        "summary": [{"candidate": c, "task": "CartPole-v1"} for c in candidates],
+    }
+    (directory / f"time_to_solve-{name}.json").write_text(json.dumps(payload))
+
+
+def test_report_takes_ours_and_the_peers_from_their_newest_files(tmp_path, monkeypatch):
+    report = load_script("bench/report.py")
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    result_file(tmp_path, "1", ["ours", "sb3_a2c"])
+    result_file(tmp_path, "2", ["sb3_a2c", "sb3_ppo"])
+    result_file(tmp_path, "3", ["ours_tuned"])
+    files, _, groups, _ = report.side_by_side()
+    assert [p.name for p, _ in files] == [
+        "time_to_solve-3.json",
+        "time_to_solve-2.json",
+    ]
+    assert [g["candidate"] for g in groups] == ["ours_tuned", "sb3_a2c", "sb3_ppo"]
+    report.side_by_side.cache_clear()
+    result_file(tmp_path, "4", ["sb3_dqn"], max_minutes=3.0)
+    with pytest.raises(ValueError, match="differ in settings.max_minutes"):
+        report.side_by_side()
