@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from builders import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))  # report.py imports its neighbours
 report = load_script("bench/report.py")
 
