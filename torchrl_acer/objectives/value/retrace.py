@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import math
 import weakref
 from dataclasses import dataclass, replace
@@ -235,7 +234,6 @@ class RetraceEstimator(ValueEstimatorBase):
             actor_network, value_network, self.family, recurrent_state, burn_in
         )
         self.__dict__["actor_network"] = actor_network
-        self.recurrent_state, self.burn_in = recurrent_state, burn_in
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
             # float64 buffers: the target is computed in the data's dtype, and a
             # float32 0.99 would cap float64 data at float32 precision
@@ -465,12 +463,13 @@ def evaluate(
     if evaluator.recurrent:
         prefix_done = None if prefix is None else done_flags(prefix, keys)[0]
         window = evaluator.window(data, prefix, done, terminated, prefix_done, run)
-        call = evaluator.run
+        # the states after each sequence are not needed past the burn-in
+        run["pieces"] = evaluator.modules
     else:
         skip = estimator.skip_existing
         # the critic's outputs travel through the window like observations, so
         # the critic can skip them at s_t and s'_t alike
-        reuse = (
+        reuse = run["skip_existing"] = (
             (skip_existing() if skip is None else skip)
             and data.get(output_key, None) is not None
             and data.get(_next(output_key), None) is not None
@@ -479,19 +478,27 @@ def evaluate(
         window = ObservationWindow(
             data, in_keys, done=done, terminated=terminated, shifted=estimator.shifted
         )
-        call = functools.partial(evaluator, skip_existing=reuse)
     try:
-        params, out = call(window.inputs, **run)
+        params, out = evaluator(window.inputs, **run)
     except RuntimeError as error:
         networks = (estimator.actor_network, estimator.value_network)
         explain_dtype_error(error, window.inputs, networks)
         raise
     action = get_entry(data, keys.action, "the stored action")
     if gaussian:
-        loc = params["loc"]
-        check_gaussian(
-            action, loc, params["scale"], data.batch_size, estimator.check_values
-        )
+        # the stored actions have the policy's action dimension, scales are positive
+        d, scale = params["loc"].shape[-1], params["scale"]
+        if tuple(action.shape) != (*data.batch_size, d):
+            raise ValueError(
+                f"action has shape {tuple(action.shape)}, expected "
+                f"{(*data.batch_size, d)} (the policy's {d}-dimensional actions for "
+                f"the [*B, T] batch)"
+            )
+        if estimator.check_values and not bool((scale > 0).all()):
+            raise ValueError(
+                f"the policy's scale holds values that are not positive (or NaN); "
+                f"min {scale.min().item()}"
+            )
         # the advantage network reads each step's observations (and, recurrent,
         # the features of the actor's pass over the sequences), flattened
         observations = window.flat_current(estimator.value_network.observation_keys)
@@ -598,26 +605,22 @@ def gaussian_log_prob(loc, scale, action) -> torch.Tensor:
 # reduce over the data and run only with check_values
 
 
-def check_gaussian(action, loc, scale, batch_shape, check_values):
-    """The stored actions match the policy's action dimension; scales are positive."""
-    expected = (*batch_shape, loc.shape[-1])
-    if tuple(action.shape) != expected:
-        raise ValueError(
-            f"action has shape {tuple(action.shape)}, expected {expected} (the "
-            f"policy's {loc.shape[-1]}-dimensional actions for the [*B, T] batch)"
-        )
-    if check_values and not bool((scale > 0).all()):
-        raise ValueError(
-            f"the policy's scale holds values that are not positive (or NaN); min "
-            f"{scale.min().item()}"
-        )
-
-
 class MissingKeyError(KeyError):
     """A ``KeyError`` whose message prints as written (``KeyError`` quotes it)."""
 
+    # a plain KeyError's str is the repr of its message, which escapes the quotes
+    # of the keys it lists
+
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+#: what the windows' entries hold, for get_entry's errors
+OBSERVATION = "an input of the policy or critic"
+NEXT_OBSERVATION = (
+    "the next observation of each step, read at the last step and at mid-row "
+    "truncations"
+)
 
 
 def get_entry(tensordict: TensorDictBase, key: NestedKey, what: str) -> torch.Tensor:
@@ -755,56 +758,40 @@ class ObservationWindow:
     ):
         self.batch_shape = tensordict.batch_size[:-1]
         self.T = tensordict.batch_size[-1]
-        self._static_extra = False
         time = len(self.batch_shape)
         rows = math.prod(self.batch_shape)
         # inside an episode s'_t is s_{t+1}, already in the window
         mid_truncation = done & ~terminated if shifted else torch.ones_like(done)
         mid_truncation[..., -1] = False
         self.mid_truncation = mid_truncation
+        flat = mid_truncation.flatten()
         if is_compiling():
             bound = rows * (self.T - 1)
             if shifted:
                 bound = min(self.extra_bound(rows), bound)
-            self._static_extra = True
-            self.num_extra = bound
-            if bound:
-                flat = mid_truncation.flatten()
-                torch._assert_async(
-                    flat.sum() <= bound,
-                    f"under torch.compile the window holds at most {bound} mid-row "
-                    f"truncations (ObservationWindow.extra_bound); this batch has more",
-                )
-                # the truncations first, in order, then any other steps
-                self._extra_index = torch.argsort(
-                    flat.to(torch.uint8), descending=True, stable=True
-                )[:bound]
-            any_extra = bound > 0
-        else:
-            # plain tensor operations per key: TensorDict-level select/cat/reshape
-            # cost tens of microseconds each, which adds up in small-network updates
-            any_extra = bool(mid_truncation.any())
-        window, current, extra = {}, {}, {}
-        for key in in_keys:
-            obs = get_entry(tensordict, key, "an input of the policy or critic")
-            next_obs = get_entry(
-                tensordict,
-                _next(key),
-                "the next observation of each step, read at the last step and at "
-                "mid-row truncations",
+            torch._assert_async(
+                flat.sum() <= bound,
+                f"under torch.compile the window holds at most {bound} mid-row "
+                f"truncations (ObservationWindow.extra_bound); this batch has more",
             )
-            window[key] = torch.cat([obs, next_obs.narrow(time, self.T - 1, 1)], time)
-            window[key] = window[key].flatten(0, time)
+            # the truncations first, in order, then other steps as padding
+            extra = torch.argsort(flat.to(torch.uint8), descending=True, stable=True)
+            self._extra_index = extra[:bound]
+        else:
+            self._extra_index = flat.nonzero().squeeze(-1)
+        self.num_extra = len(self._extra_index)
+        # plain tensor operations per key: TensorDict-level select/cat/reshape
+        # cost tens of microseconds each, which adds up in small-network updates
+        window, current = {}, {}
+        for key in in_keys:
+            obs = get_entry(tensordict, key, OBSERVATION)
+            next_obs = get_entry(tensordict, _next(key), NEXT_OBSERVATION)
+            parts = [obs, next_obs.narrow(time, self.T - 1, 1)]
+            window[key] = torch.cat(parts, time).flatten(0, time)
             current[key] = obs.flatten(0, time)
-            if any_extra:
-                if self._static_extra:
-                    extra[key] = next_obs.flatten(0, time)[self._extra_index]
-                else:
-                    extra[key] = next_obs[mid_truncation]
-        if not self._static_extra:
-            self.num_extra = next(iter(extra.values())).shape[0] if any_extra else 0
-        if any_extra:
-            window = {k: torch.cat([v, extra[k]], 0) for k, v in window.items()}
+            if self.num_extra:
+                extra = next_obs.flatten(0, time)[self._extra_index]
+                window[key] = torch.cat([window[key], extra], 0)
         self.tensors = window
         self.current_tensors = current
         self.inputs = TensorDict(window, [rows * (self.T + 1) + self.num_extra])
@@ -826,16 +813,11 @@ class ObservationWindow:
             mask = self.mid_truncation.reshape(
                 *self.mid_truncation.shape, *(1,) * len(feature_shape)
             )
-            if self._static_extra:
-                # the padding's outputs land on steps that are not truncations
-                # and are masked out; every shape is static
-                extra = values.new_zeros(
-                    n - math.prod(self.batch_shape), *feature_shape
-                )
-                extra = extra.index_copy(0, self._extra_index, values[n:])
-                nxt = torch.where(mask, extra.view_as(nxt), nxt)
-            else:
-                nxt = nxt.masked_scatter(mask.expand_as(nxt), values[n:])
+            # under torch.compile the padding's outputs land on steps that are not
+            # truncations and are masked out: every shape is static
+            extra = values.new_zeros(n - math.prod(self.batch_shape), *feature_shape)
+            extra = extra.index_copy(0, self._extra_index, values[n:])
+            nxt = torch.where(mask, extra.view_as(nxt), nxt)
         return current, nxt
 
 
@@ -993,6 +975,7 @@ class PolicyCriticEvaluator:
         by :func:`forward_in_pieces`.
         """
         with (
+            self.recurrent_mode(),
             self.params_context(actor_params, self.actor_network),
             _skip_existing_set_to(False),
         ):
@@ -1002,11 +985,16 @@ class PolicyCriticEvaluator:
             for key in (*self.shared_out_keys, *self.features):
                 data.set(key, data.get(key).detach())
         with (
+            self.recurrent_mode(),
             self.params_context(critic_params, self.critic_network),
             _skip_existing_set_to(skip_existing),
         ):
             run_modules(self.critic_modules, data, pieces)
         return params, data.get(output_key)
+
+    def recurrent_mode(self):
+        """Enter TorchRL's recurrent mode if the networks hold recurrent modules."""
+        return set_recurrent_mode(True) if self.recurrent else contextlib.nullcontext()
 
     def average_dist_params(self, steps, full, keys, params):
         """The averaged policy's distribution parameters (``params``) at ``steps``."""
@@ -1026,7 +1014,7 @@ class PolicyCriticEvaluator:
             self.params_context(params, actor)
             if compiling
             else contextlib.nullcontext(),
-            set_recurrent_mode(True) if self.recurrent else contextlib.nullcontext(),
+            self.recurrent_mode(),
             _skip_existing_set_to(False),
         ):
             pieces = recurrent_modules(actor) if self.recurrent else ()
@@ -1296,21 +1284,11 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
             out[key] = value[..., 0, :, :].reshape(rows, *shape).to(like)
         return out
 
-    def run(self, inputs: TensorDictBase, *, states: bool = False, **kwargs):
-        """Runs the networks over ``[R, L]`` sequences in recurrent mode (``__call__``).
-
-        With ``states``, the recurrent modules' own forward also writes the states
-        after each sequence, else they run in pieces (:func:`forward_in_pieces`).
-        """
-        with set_recurrent_mode(True):
-            pieces = () if states else self.modules
-            return self(inputs, pieces=pieces, **kwargs)
-
     def window(self, data, prefix, done, terminated, prefix_done, run):
         """The sequences over ``data``, from the states entering them.
 
         ``data`` holds the steps after the burn-in ``prefix``, whose ``done`` flags are
-        ``prefix_done``; ``run`` are :meth:`run`'s arguments, for the burn-in.
+        ``prefix_done``; ``run`` are :meth:`__call__`'s arguments, for the burn-in.
         """
         if prefix is None:
             states, done_before = self.initial_states(data), None
@@ -1322,7 +1300,8 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
                     self.initial_states(prefix),
                     self.resets(prefix, prefix_done),
                 )
-                self.run(warm.inputs, states=True, **run)
+                # their own forward, which writes the states after each sequence
+                self(warm.inputs, **run)
             states = {
                 key: warm.inputs.get(out_key)[:, -1]
                 for key, out_key in self._state_out.items()
@@ -1458,16 +1437,11 @@ class SequenceWindow:
         index = (self._row_index, self.positions)
         tensors = {}
         for key in obs_keys:
-            obs = get_entry(data, key, "an input of the policy or critic")
+            obs = get_entry(data, key, OBSERVATION)
             obs = obs.reshape(R, T, *obs.shape[len(self.batch_shape) + 1 :])
             seq = obs.new_zeros(R, length, *obs.shape[2:]).index_put(index, obs)
             if with_next:
-                next_obs = get_entry(
-                    data,
-                    _next(key),
-                    "the next observation of each step, read at the last step and "
-                    "at mid-row truncations",
-                )
+                next_obs = get_entry(data, _next(key), NEXT_OBSERVATION)
                 next_obs = next_obs.reshape(obs.shape)
                 seq = seq.index_put(
                     (next_rows, next_positions), next_obs[next_rows, next_steps]
