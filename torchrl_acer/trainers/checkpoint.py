@@ -902,15 +902,10 @@ class ReplayContents:
         filled = stored["filled"]
         if stored["batch_size"] is not None:
             filled = TensorDict(filled, batch_size=stored["batch_size"])
-            full = filled.apply(
-                lambda t: t.new_zeros((capacity, *t.shape[1:])),
-                batch_size=[capacity, *filled.batch_size[1:]],
-            )
-            full[:n] = filled
+        full = filled.new_zeros((capacity, *filled.shape[1:]))
+        full[:n] = filled
+        if isinstance(full, TensorDictBase):
             full = full.state_dict()
-        else:
-            full = filled.new_zeros((capacity, *filled.shape[1:]))
-            full[:n] = filled
         self.replay.load_state_dict(
             {**state, "_storage": {"_storage": full, "initialized": True, "_len": n}}
         )
