@@ -69,8 +69,7 @@ _CHUNK = 1 << 22
 class ACERCheckpointError(_TorchRLCheckpointError, Refusal, ValueError):
     """A checkpoint that cannot be saved or used; the message names the path.
 
-    A :class:`torchrl.checkpoint.CheckpointError`, and a
-    :class:`~torchrl_acer.training.refusal.Refusal`: the examples end with its
+    A :class:`~torchrl_acer.training.refusal.Refusal`: the examples end with its
     message alone.
     """
 
@@ -99,16 +98,15 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
     explicitly for another payload, e.g.
     ``FiniteStateDictAdapter(payload_format="torch", weights_only=False)`` for an
     environment's state (:mod:`torchrl_acer.training.env_state`), which holds
-    tensordicts (TorchRL's TensorDict payload takes plain containers only, and
-    ``torch.load(weights_only=True)`` refuses them).
+    tensordicts: TorchRL's TensorDict payload takes plain containers only, and
+    ``torch.load(weights_only=True)`` refuses them.
 
     Args:
         payload_format: as :class:`~torchrl.checkpoint.StateDictCheckpointAdapter`.
-        weights_only: for a ``"torch"`` payload, overrides the ``weights_only`` a
-            load passes to :func:`torch.load` (``True`` by default), for this
-            component only. ``False`` unpickles what the checkpoint holds: use it
-            for state that is pickled anyway (an environment's), from checkpoints
-            you trust; :class:`ACERCheckpoint` has verified the file's sha256.
+        weights_only: for a ``"torch"`` payload, the ``weights_only`` of this
+            component's :func:`torch.load` (a load passes ``True``). ``False``
+            unpickles: only for checkpoints you trust (:class:`ACERCheckpoint`
+            has verified the file's sha256).
         check_finite: record the non-finite entries (refusing the save).
             ``False`` for state where they are legitimate: an environment's
             running episode return after a NaN reward that training dropped.
@@ -206,10 +204,10 @@ def _is_folder(path: Path) -> bool:
 
 
 def _publish(source: Path, destination: Path) -> None:
-    """Renames ``source`` to ``destination`` durably. A file over a file is one
-    rename; a folder cannot replace a folder in one, so the old one is first moved
-    aside (a kill between the two renames leaves it there, under
-    ``.NAME.previous-*``, which :meth:`ACERCheckpoint.load` points to)."""
+    """Renames ``source`` to ``destination`` durably: a file over a file in one
+    rename, over a folder after moving it aside to ``.NAME.previous-*`` (where a
+    kill between the two renames leaves it, and :meth:`ACERCheckpoint.load` looks
+    for it)."""
     parent = destination.parent
     if not destination.exists() or (source.is_file() and not _is_folder(destination)):
         os.replace(source, destination)
@@ -493,10 +491,9 @@ class ACERCheckpoint(Checkpoint):
         format: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Path:
-        """Saves as :meth:`Checkpoint.save` does, then records the files' sizes and
-        sha256 in the manifest, fsyncs everything and renames it into place.
-        Refuses (:class:`NonFiniteCheckpointError`, the previous checkpoint kept)
-        when a state-dict component holds non-finite numbers."""
+        """Saves as :meth:`Checkpoint.save` does, atomically and durably, with
+        the files' sizes and sha256 in the manifest; non-finite state raises
+        :class:`NonFiniteCheckpointError`, the previous checkpoint kept."""
         destination = self._local_path(path)
         output_format = self.format if format is None else format
         self._validate_format(output_format)
@@ -586,12 +583,11 @@ class ACERCheckpoint(Checkpoint):
     def verify(
         cls, path: str | Path, *, components: Collection[str] | None = None
     ) -> dict[str, Any]:
-        """The manifest of the checkpoint at ``path``, once its files pass their
-        checks: the manifest's sha256, then the size and sha256 of every file of
-        ``components`` (all when ``None``). Raises :class:`ACERCheckpointError`
-        naming the path and the file otherwise, and for a checkpoint of the
-        single-file format (naming its format version), one not written by
-        :class:`ACERCheckpoint`, or one of a newer format."""
+        """The manifest of the checkpoint at ``path``, once the manifest's sha256
+        and the size and sha256 of every file of ``components`` (all when
+        ``None``) check. Raises :class:`ACERCheckpointError` naming the path and
+        the file otherwise, and for a checkpoint of the single-file format, one
+        not written by :class:`ACERCheckpoint`, or one of another format."""
         source = cls._local_path(path)
         if not source.exists():
             raise FileNotFoundError(_missing_message(source))

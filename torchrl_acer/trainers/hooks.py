@@ -108,13 +108,13 @@ class VersionedPolicy(TensorDictModuleBase):
     """A collector worker's policy: ``policy``, writing the version of its weights
     under ``"policy_version"`` with every action it takes.
 
-    The version travels with the weights (:class:`PolicyVersion` pushes them as
-    :meth:`weights`), so a step's version is that of the weights that chose its
-    action (TorchRL's ``track_policy_version``, an environment transform, can be
-    one step off around an update). TorchRL's multi-process scheme applies
-    weights from a background thread while the policy acts: the version is
-    written before (``begin``) and after (``end``) the weights, and a forward
-    that did not read the same version in both runs again (a seqlock).
+    The version travels with the weights (:meth:`weights`), so a step's version
+    is that of the weights that chose its action (TorchRL's
+    ``track_policy_version`` transform can be one step off around an update).
+    TorchRL's multi-process scheme applies weights from a background thread
+    while the policy acts: the version is written before (``begin``) and after
+    (``end``) the weights, and a forward that did not read the same version in
+    both runs again (a seqlock).
     """
 
     def __init__(self, policy):
@@ -159,8 +159,8 @@ def nonfinite_counts(state: Any, prefix: str = "") -> dict[str, int]:
     """``{dotted name: count}`` of the NaNs and infinities in ``state``.
 
     Only the floating tensors holding any, of ``state`` (a tensor, or nested
-    mappings, sequences and tensordicts). Per tensor: for what went wrong, or
-    for a rare save.
+    mappings, sequences and tensordicts). One read-back per tensor: for naming
+    what went wrong, or for a rare save.
     """
     if isinstance(state, torch.Tensor):
         if not (state.is_floating_point() or state.is_complex()):
@@ -243,11 +243,10 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
     """Takes an exclusive lock on ``run_dir`` (made if missing) for the rest of this
     process, or raises :class:`RunDirInUseError` if another process has it.
 
-    Two processes training in one directory would cut each other's CSV logs and
-    write over each other's checkpoints. The lock is an ``flock`` on the directory
-    itself, which the system drops when the process exits, even killed: no stale
-    lock to clear. Taking it again in the holder does nothing (a resume in the
-    same process); without ``fcntl`` (Windows) there is no lock."""
+    The lock is an ``flock`` on the directory itself, which the system drops when
+    the process exits, even killed: no stale lock to clear. Taking it again in the
+    holder does nothing (a resume in the same process); without ``fcntl``
+    (Windows) there is no lock."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on POSIX
@@ -339,23 +338,20 @@ class NonFiniteGuard(DefaultOptimizationStepper):
 
     One optimizer step on a NaN (a broken environment's reward, an overflow in a
     loss term) makes the parameters NaN for good, and every checkpoint after it.
-    As the trainer's ``optimization_stepper`` this does what TorchRL's
-    :class:`~torchrl.trainers.DefaultOptimizationStepper` does (loss, backward,
-    clipping, step), but an update whose ``loss_*`` terms or gradient norm are
-    not finite is skipped: no optimizer step, and neither ``post_loss`` hooks
-    (replay priorities) nor ``post_optim`` hooks (a target network's
-    ``SoftUpdate``) run for it. At ``batch_process``, a collected batch holding a
-    non-finite value where the loss reads (its ``in_keys``) is not trained on,
-    nor stored in replay at ``pre_epoch``.
+    As the trainer's ``optimization_stepper`` this steps as TorchRL's
+    :class:`~torchrl.trainers.DefaultOptimizationStepper` does, but skips an
+    update whose ``loss_*`` terms or gradient norm are not finite: no optimizer
+    step, no ``post_loss`` hooks (replay priorities), no ``post_optim`` hooks (a
+    target network's ``SoftUpdate``). A collected batch non-finite where the loss
+    reads (its ``in_keys``) is neither trained on nor stored in replay.
 
-    Each is counted (``train/nonfinite_updates``, ``train/nonfinite_batches``,
-    logged at ``post_steps_log`` and checkpointed with
-    :attr:`optimizer_step_count`), the first of a streak is warned naming what
-    was non-finite, and the ``max_in_a_row``-th in a row raises
-    :class:`NonFiniteTrainingError`: the parameters are those of the last finite
-    update, which a :class:`FailureCheckpoint` saves. A save while a parameter or
-    an optimizer state is non-finite raises it too, naming them; the previous
-    checkpoint is kept.
+    Both are counted (``train/nonfinite_updates``, ``train/nonfinite_batches``,
+    logged and checkpointed with :attr:`optimizer_step_count`), the first of a
+    streak is warned naming what was non-finite, and the ``max_in_a_row``-th in
+    a row raises :class:`NonFiniteTrainingError`, the parameters those of the
+    last finite update (which a :class:`FailureCheckpoint` saves). A save while a
+    parameter or an optimizer state is non-finite raises it too, naming them,
+    and keeps the previous checkpoint.
 
     Args:
         max_in_a_row (int, optional): non-finite updates (or batches) in a row
@@ -542,19 +538,16 @@ class PolicyVersion(TrainerHookBase):
     the number of learner updates since the weights that acted on its oldest
     step were pushed.
 
-    The collector's policy must be a :class:`VersionedPolicy`; the trainer's
-    :class:`~torchrl.trainers.UpdateWeights` (``PPOTrainer`` and ``DQNTrainer``
-    register one; register yours first) pushes through
-    ``policy_weights_getter`` or ``weight_update_map``. ``register`` wraps its
-    collector's ``update_policy_weights_`` so that each push sends
-    :meth:`VersionedPolicy.weights` at the next version, and pushes at
-    ``setup`` (the workers' version is then known after a resume too). At
-    ``batch_process`` the batch's lag is measured, logged at
-    ``pre_steps_log`` (``collector/policy_lag``), and a batch beyond
-    ``max_policy_lag`` is neither trained on nor stored (a replay storing at
-    ``batch_process`` asks :func:`batch_accepted`) and counted
-    (``collector/dropped_batches``). The importance ratios of the update on
-    the fresh batch, when the stepper's output has them, are logged by lag
+    The collector's policy must be a :class:`VersionedPolicy`, pushed by the
+    trainer's :class:`~torchrl.trainers.UpdateWeights` (``PPOTrainer`` and
+    ``DQNTrainer`` register one; register yours first) through
+    ``policy_weights_getter`` or ``weight_update_map``. Each push then sends
+    :meth:`VersionedPolicy.weights` at the next version, and one at ``setup``
+    tells the workers' version after a resume too. Each batch's lag is logged
+    (``collector/policy_lag``); a batch beyond ``max_policy_lag`` is neither
+    trained on nor stored (:func:`batch_accepted`) and is counted
+    (``collector/dropped_batches``). The importance ratios of the update on the
+    fresh batch, when the stepper returns them, are logged by lag
     (``collector/rho_mean_lag<a-b>``, ``collector/rho_clip_fraction_lag<a-b>``,
     lags bucketed as 0, 1, 2-3, 4-7, ...). The pushes and the count are
     checkpointed.
@@ -713,21 +706,15 @@ class GracefulStop(_StatelessHook):
     the process: what was trained since the last save is lost. With it, the
     first signal calls ``trainer.request_stop("received SIGxxx")``: the
     iteration under way finishes, TorchRL's ``train`` saves (given a checkpoint
-    destination) and returns. :attr:`signum` keeps the signal and
-    :attr:`exit_code` is ``128 + signum`` (0 without one), as a shell reports a
-    process the signal ended: ``sys.exit(stop.exit_code)``. A second signal
-    waits for a checkpoint being written; at any other time it raises
-    :class:`KeyboardInterrupt` at once, saving nothing.
+    destination) and returns; :attr:`signum` keeps the signal, for
+    ``sys.exit(stop.exit_code)``. A second signal waits for a checkpoint being
+    written; at any other time it raises :class:`KeyboardInterrupt` at once,
+    saving nothing.
 
     ``register`` wraps ``train`` (the handlers are installed, main thread only,
     and put back when it returns or raises) and ``_save_trainer`` (to tell a
     save under way). Register a :class:`FailureCheckpoint` before it, so that
     the handlers cover the save after a failure too.
-
-    Examples:
-        >>> stop = GracefulStop()
-        >>> stop.signum, stop.exit_code  # after train(): sys.exit(stop.exit_code)
-        (None, 0)
     """
 
     def __init__(self) -> None:
@@ -736,7 +723,8 @@ class GracefulStop(_StatelessHook):
 
     @property
     def exit_code(self) -> int:
-        """``128 + signum`` when a signal stopped training, else 0."""
+        """``128 + signum`` when a signal stopped training (as a shell reports a
+        process the signal ended), else 0."""
         return 0 if self.signum is None else 128 + self.signum
 
     def register(self, trainer: Trainer, name: str = "graceful_stop") -> None:
