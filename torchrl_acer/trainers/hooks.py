@@ -919,7 +919,8 @@ class _InputCheck:
     """The policy's forward pre-hook calling :meth:`PolicyInputCheck.check`.
 
     Copies of the policy (a deepcopy, a pickle sent to a collector's worker
-    process) get an inert hook, not a copy of the trainer it would reach."""
+    process) get an inert hook, not a copy of the trainer it would reach: both
+    copy :meth:`__getstate__`."""
 
     def __init__(self, owner):
         self.owner = owner
@@ -930,9 +931,6 @@ class _InputCheck:
 
     def __getstate__(self):
         return {"owner": None}
-
-    def __deepcopy__(self, memo):
-        return _InputCheck(None)
 
 
 class PolicyInputCheck(_StatelessHook):
