@@ -715,6 +715,11 @@ class GracefulStop(_StatelessHook):
     and put back when it returns or raises) and ``_save_trainer`` (to tell a
     save under way). Register a :class:`FailureCheckpoint` before it, so that
     the handlers cover the save after a failure too.
+
+    Examples:
+        >>> stop = GracefulStop()
+        >>> stop.signum, stop.exit_code  # after train(): sys.exit(stop.exit_code)
+        (None, 0)
     """
 
     def __init__(self) -> None:
