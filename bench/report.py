@@ -318,10 +318,13 @@ def side_by_side():
         ),
         ours,
     )
-    name = next(
-        (g["candidate"] for g in ours[1]["summary"] if g["candidate"] == "ours_tuned"),
-        "ours",
-    )
+    # the preset first (the targets read it), then the defaults where the same
+    # file ran them beside it
+    names = [
+        name
+        for name in ("ours_tuned", "ours")
+        if any(g["candidate"] == name for g in ours[1]["summary"])
+    ] or ["ours"]
     for key in SAME_PROTOCOL:
         a, b = (f[1]["settings"].get(key) for f in (ours, peers))
         if a != b and not (
@@ -340,10 +343,10 @@ def side_by_side():
             f"{ours[0].name} and {peers[0].name} differ in settings.protocol: "
             f"{proto[0]} against {proto[1]}"
         )
-    groups = [g for g in ours[1]["summary"] if g["candidate"] == name] + [
+    groups = [g for n in names for g in ours[1]["summary"] if g["candidate"] == n] + [
         g for g in peers[1]["summary"] if not g["candidate"].startswith("ours")
     ]
-    runs = [r for r in ours[1]["runs"] if r["candidate"] == name] + [
+    runs = [r for r in ours[1]["runs"] if r["candidate"] in names] + [
         r for r in peers[1]["runs"] if not r["candidate"].startswith("ours")
     ]
     paths = [ours[0]] if ours[0] == peers[0] else [ours[0], peers[0]]
@@ -433,11 +436,10 @@ def time_to_solve_targets():
     print("| task | target | ours | peers | met |")
     print("|---|---|---|---|---|")
     for task in s["thresholds"]:
-        ours = [g for g in groups if g["task"] == task and g["candidate"].startswith("ours")]  # fmt: skip
-        peers = [g for g in groups if g["task"] == task and g not in ours]
-        if not ours or not peers:
+        candidates = [g for g in groups if g["task"] == task and g["candidate"].startswith("ours")]  # fmt: skip
+        peers = [g for g in groups if g["task"] == task and g not in candidates]
+        if not candidates or not peers:
             continue
-        ours = ours[0]
 
         def median(g, key):
             return g[key]["median"] if g[key] else float("inf")
@@ -445,32 +447,46 @@ def time_to_solve_targets():
         def label(g, task=task):
             return tts_label(g["candidate"], s, task)
 
-        for key, what, unit in (
-            ("env_steps_to_threshold", "median env steps ≤ the best peer's", "k"),
-            ("train_s_to_threshold", "median seconds ≤ the fastest peer's", " s"),
-        ):
-            scale = 1000 if unit == "k" else 1
-            best = min(peers, key=lambda g: median(g, key))
-            met = median(ours, key) <= median(best, key)
-            print(
-                f"| {task} | {what} | {fmt_range(ours[key], scale, unit)} "
-                f"| {label(best)}: {fmt_range(best[key], scale, unit)} "
-                f"| {'yes' if met else 'no'} |"
+        # each of ours that ran (the preset, and the defaults where run beside it)
+        for ours in candidates:
+            for key, what, unit in (
+                ("env_steps_to_threshold", "median env steps ≤ the best peer's", "k"),
+                ("train_s_to_threshold", "median seconds ≤ the fastest peer's", " s"),
+            ):
+                scale = 1000 if unit == "k" else 1
+                best = min(peers, key=lambda g: median(g, key))
+                met = median(ours, key) <= median(best, key)
+                print(
+                    f"| {task} | {what} | {label(ours)}: {fmt_range(ours[key], scale, unit)} "
+                    f"| {label(best)}: {fmt_range(best[key], scale, unit)} "
+                    f"| {'yes' if met else 'no'} |"
+                )
+            every_peer = "; ".join(
+                f"{label(g)} {g['reached']}/{g['seeds']}" for g in peers
             )
-        every_peer = "; ".join(f"{label(g)} {g['reached']}/{g['seeds']}" for g in peers)
-        print(
-            f"| {task} | every seed solved | {ours['reached']}/{ours['seeds']} "
-            f"| {every_peer} "
-            f"| {'yes' if 0 < ours['reached'] == ours['seeds'] else 'no'} |"
-        )
-        good = ours.get("solved_for_good")
-        print(
-            f"| {task} | solved for good on most seeds | "
-            + ("not measured" if good is None else f"{good}/{ours['seeds']}")
-            + " | not measured (stopped at the first reach) | "
-            + ("no" if good is None or 2 * good <= ours["seeds"] else "yes")
-            + " |"
-        )
+            print(
+                f"| {task} | every seed solved "
+                f"| {label(ours)}: {ours['reached']}/{ours['seeds']} "
+                f"| {every_peer} "
+                f"| {'yes' if 0 < ours['reached'] == ours['seeds'] else 'no'} |"
+            )
+            good = ours.get("solved_for_good")
+            peers_good = "; ".join(
+                f"{label(g)} "
+                + (
+                    "not measured (stopped at the first reach)"
+                    if g.get("solved_for_good") is None
+                    else solved_for_good(g)
+                )
+                for g in peers
+            )
+            print(
+                f"| {task} | solved for good on most seeds | {label(ours)}: "
+                + ("not measured" if good is None else f"{good}/{ours['seeds']}")
+                + f" | {peers_good} | "
+                + ("no" if good is None or 2 * good <= ours["seeds"] else "yes")
+                + " |"
+            )
     print()
     for path, r in files:
         source(path, r)
