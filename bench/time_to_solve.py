@@ -75,7 +75,7 @@ RUNS = ROOT / "bench" / "runs" / "time_to_solve"
 THRESHOLDS = {"CartPole-v1": 500.0, "Acrobot-v1": -100.0}
 CANDIDATES = ("ours", "ours_tuned", "sb3_ppo", "sb3_a2c", "sb3_dqn", "di_acer")
 # ours_tuned: examples/acer_gym.py with preset=PRESETS[task] (examples/preset/)
-PRESETS = {"CartPole-v1": "classic_control", "Acrobot-v1": "classic_control"}
+PRESETS = {"CartPole-v1": "classic_control", "Acrobot-v1": "acrobot"}
 PROTOCOL = {
     # env steps between greedy evaluations; Acrobot's first episodes run 500 steps
     # each, so its evaluations cost more
