@@ -71,6 +71,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 RUNS = ROOT / "bench" / "runs" / "time_to_solve"
+# each invocation runs in a folder of its own: a run directory that holds an earlier
+# run is refused (RunDirectoryLock), as it should be
+INVOCATION = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 THRESHOLDS = {"CartPole-v1": 500.0, "Acrobot-v1": -100.0}
 CANDIDATES = ("ours", "ours_tuned", "sb3_ppo", "sb3_a2c", "sb3_dqn", "di_acer")
@@ -671,7 +674,7 @@ def python_for(candidate, bench_venv):
 def run_one(candidate, task, seed, args, script=__file__, run_dir=None):
     """Runs ``script --worker candidate`` for one seed in a process of its own
     (``run_dir/log.txt`` has its output, each attempt's appended); its record."""
-    run_dir = run_dir or RUNS / f"{candidate}-{task}-seed{seed}"
+    run_dir = run_dir or RUNS / INVOCATION / f"{candidate}-{task}-seed{seed}"
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
