@@ -354,10 +354,10 @@ def side_by_side():
     return [(path, dict(files)[path]) for path in paths], settings, groups, runs
 
 
-def solved_for_good(g):
-    """``k/n solved for good`` or ``-`` where the runs stopped at the first reach."""
+def solved_for_good(g, missing="-"):
+    """``k/n`` solved for good, or ``missing`` where the runs stopped at the first reach."""
     if g.get("solved_for_good") is None:
-        return "-"
+        return missing
     return f"{g['solved_for_good']}/{g['seeds']}"
 
 
@@ -447,6 +447,12 @@ def time_to_solve_targets():
         def label(g, task=task):
             return tts_label(g["candidate"], s, task)
 
+        every_peer = "; ".join(f"{label(g)} {g['reached']}/{g['seeds']}" for g in peers)
+        peers_good = "; ".join(
+            f"{label(g)} "
+            + solved_for_good(g, missing="not measured (stopped at the first reach)")
+            for g in peers
+        )
         # each of ours that ran (the preset, and the defaults where run beside it)
         for ours in candidates:
             for key, what, unit in (
@@ -461,9 +467,6 @@ def time_to_solve_targets():
                     f"| {label(best)}: {fmt_range(best[key], scale, unit)} "
                     f"| {'yes' if met else 'no'} |"
                 )
-            every_peer = "; ".join(
-                f"{label(g)} {g['reached']}/{g['seeds']}" for g in peers
-            )
             print(
                 f"| {task} | every seed solved "
                 f"| {label(ours)}: {ours['reached']}/{ours['seeds']} "
@@ -471,18 +474,9 @@ def time_to_solve_targets():
                 f"| {'yes' if 0 < ours['reached'] == ours['seeds'] else 'no'} |"
             )
             good = ours.get("solved_for_good")
-            peers_good = "; ".join(
-                f"{label(g)} "
-                + (
-                    "not measured (stopped at the first reach)"
-                    if g.get("solved_for_good") is None
-                    else solved_for_good(g)
-                )
-                for g in peers
-            )
             print(
                 f"| {task} | solved for good on most seeds | {label(ours)}: "
-                + ("not measured" if good is None else f"{good}/{ours['seeds']}")
+                + solved_for_good(ours, missing="not measured")
                 + f" | {peers_good} | "
                 + ("no" if good is None or 2 * good <= ours["seeds"] else "yes")
                 + " |"
