@@ -622,10 +622,12 @@ def gaussian_terms(loss, steps, average, log_mu, register) -> dict:
             log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
         ).exp()
         correction = (1 - c / rho_sampled).clamp_min(0)
+        # no validation: the loss checks scales itself (once, naming the key);
+        # torch's would add a device synchronisation per call
         kl_avg = D.kl_divergence(
-            _diagonal_normal(avg_loc, avg_scale),
-            _diagonal_normal(loc.detach(), scale.detach()),
-        ).unsqueeze(-1)
+            D.Normal(avg_loc, avg_scale, validate_args=False),
+            D.Normal(loc.detach(), scale.detach(), validate_args=False),
+        ).sum(-1, keepdim=True)
     objective = (
         rho.clamp(max=c) * (q_opc - v) * log_pi
         + correction * (q_sampled - v) * log_pi_sampled
@@ -697,9 +699,3 @@ def behaviour_statistics(data, keys, shape, gaussian: bool, check: bool) -> list
             f"are not positive; min {out[1].min().item()}"
         )
     return out
-
-
-def _diagonal_normal(loc, scale) -> D.Distribution:
-    # the loss checks scales itself (once, with a message naming the key);
-    # validation here would add a device synchronisation per call
-    return D.Independent(D.Normal(loc, scale, validate_args=False), 1)
