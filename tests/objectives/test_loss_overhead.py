@@ -250,7 +250,7 @@ def test_static_window_split_equals_exact_split(monkeypatch):
     # s'_t of a termination is not needed (its value is multiplied by zero)
     kept = ~data["next", "terminated"]
     for w in (exact, static):
-        values = w.tensors["observation"].sum(-1, keepdim=True)
+        values = w.inputs["observation"].sum(-1, keepdim=True)
         current, nxt = w.split(values)
         torch.testing.assert_close(current, data["observation"].sum(-1, True))
         expected = data["next", "observation"].sum(-1, True)

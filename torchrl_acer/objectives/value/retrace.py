@@ -445,7 +445,14 @@ def evaluate(
     with a burn-in, the steps are those after it.
     """
     keys, evaluator = estimator.tensor_keys, estimator.evaluator
-    prefix, data = evaluator.split_burn_in(data)
+    k, T = evaluator.burn_in, data.batch_size[-1]
+    if k and k >= T:
+        raise ValueError(
+            f"burn_in={k} leaves no step to learn from in segments of {T} steps; "
+            f"sample segments longer than the burn-in"
+        )
+    # the burn-in steps only warm the recurrent state
+    prefix, data = (data[..., :k], data[..., k:]) if k else (None, data)
     if 0 in data.batch_size:  # TensorDict.numel() is at least 1
         raise ValueError(
             f"got an empty batch (batch_size {tuple(data.batch_size)}); a [*B, T] "
@@ -534,25 +541,13 @@ def done_flags(data: TensorDictBase, keys) -> tuple[torch.Tensor, torch.Tensor]:
 def behaviour_log_prob(data: TensorDictBase, keys, family: str) -> torch.Tensor:
     """The behaviour policy's log-probability of each stored action, ``[*B, T, 1]``.
 
-    A ``torch.distributions.Normal`` policy stores one per action dimension
-    (``[*B, T, d]``): they are summed, as a diagonal Gaussian's log-density is.
+    A ``torch.distributions.Normal`` policy stores one per action dimension (the
+    action's shape): they are summed, as a diagonal Gaussian's log-density is.
     """
     key = keys.sample_log_prob
     value = get_entry(data, key, "the behaviour policy's log-probability")
-    batch = tuple(data.batch_size)
-    if (
-        family == "gaussian"
-        and value.ndim == len(batch) + 1
-        and tuple(value.shape[:-1]) == batch
-        and value.shape[-1] > 1
-    ):
-        action = get_entry(data, keys.action, "the action")
-        if value.shape[-1] != action.shape[-1]:
-            raise ValueError(
-                f"{key!r} has shape {tuple(value.shape)}: per-dimension "
-                f"log-probabilities must have the action's {action.shape[-1]} "
-                f"dimensions"
-            )
+    action = get_entry(data, keys.action, "the stored action")
+    if family == "gaussian" and value.shape == action.shape:
         value = value.sum(-1, keepdim=True)
     return as_step_tensor(value, data.batch_size, repr(key))
 
@@ -792,7 +787,6 @@ class ObservationWindow:
             if self.num_extra:
                 extra = next_obs.flatten(0, time)[self._extra_index]
                 window[key] = torch.cat([window[key], extra], 0)
-        self.tensors = window
         self.current_tensors = current
         self.inputs = TensorDict(window, [rows * (self.T + 1) + self.num_extra])
 
@@ -939,22 +933,6 @@ class PolicyCriticEvaluator:
             _next(keys.done),
             _next(keys.terminated),
         ]
-
-    def split_burn_in(self, data: TensorDictBase):
-        """``(steps 0 .. k-1, steps k .. T-1)`` of a segment (time last), ``k`` the burn-in.
-
-        ``(None, data)`` without burn-in.
-        """
-        k = self.burn_in
-        if not k:
-            return None, data
-        T = data.batch_size[-1]
-        if k >= T:
-            raise ValueError(
-                f"burn_in={k} leaves no step to learn from in segments of {T} steps; "
-                f"sample segments longer than the burn-in"
-            )
-        return data[..., :k], data[..., k:]
 
     def __call__(
         self,
