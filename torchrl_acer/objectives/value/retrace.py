@@ -546,8 +546,8 @@ def behaviour_log_prob(data: TensorDictBase, keys, family: str) -> torch.Tensor:
     """
     key = keys.sample_log_prob
     value = get_entry(data, key, "the behaviour policy's log-probability")
-    action = get_entry(data, keys.action, "the stored action")
-    if family == "gaussian" and value.shape == action.shape:
+    gaussian = family == "gaussian"
+    if gaussian and value.shape == get_entry(data, keys.action, "the action").shape:
         value = value.sum(-1, keepdim=True)
     return as_step_tensor(value, data.batch_size, repr(key))
 
