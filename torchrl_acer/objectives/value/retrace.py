@@ -952,13 +952,7 @@ class PolicyCriticEvaluator:
         in for the current policy's). The recurrent modules in ``pieces`` run
         by :func:`forward_in_pieces`.
         """
-        with (
-            self.recurrent_mode(),
-            self.params_context(actor_params, self.actor_network),
-            _skip_existing_set_to(False),
-        ):
-            run_modules(submodules(self.actor_network.det_part), data, pieces)
-        params = {name: data.get(key) for name, key in self.dist_param_keys.items()}
+        params = self._actor_pass(self.actor_network, actor_params, data, pieces)
         if detach_shared:
             for key in (*self.shared_out_keys, *self.features):
                 data.set(key, data.get(key).detach())
@@ -986,16 +980,19 @@ class PolicyCriticEvaluator:
         Recurrent, ``data`` holds the ``[R, L]`` sequences of a :class:`SequenceWindow`.
         """
         # under torch.compile a traced swap, TorchRL's way; else a copy holding params
-        compiling = is_compiling()
-        actor = self.actor_network if compiling else self._average_actor(params)
+        actor = self.actor_network
+        if not is_compiling():
+            actor, params = self._average_actor(params), None
+        pieces = recurrent_modules(actor) if self.recurrent else ()
+        return self._actor_pass(actor, params, data, pieces)
+
+    def _actor_pass(self, actor, params, data: TensorDictBase, pieces) -> dict:
+        """Runs ``actor`` with ``params`` on ``data`` up to its distribution's parameters."""
         with (
-            self.params_context(params, actor)
-            if compiling
-            else contextlib.nullcontext(),
             self.recurrent_mode(),
+            self.params_context(params, actor),
             _skip_existing_set_to(False),
         ):
-            pieces = recurrent_modules(actor) if self.recurrent else ()
             run_modules(submodules(actor.det_part), data, pieces)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
