@@ -1,7 +1,7 @@
 """MinAtar Breakout and SpaceInvaders: Stable-Baselines3's DQN, PPO and A2C beside ours.
 
-    /work/wt/tune/.venv-bench/bin/pip install minatar==1.0.15   # once, in the peers' venv
-    nice -n 19 python bench/minatar_peers.py --bench-venv PATH/.venv-bench   # every run
+    bash bench/peers_setup.sh                  # once: .venv-bench with SB3 and MinAtar
+    nice -n 19 python bench/minatar_peers.py --bench-venv .venv-bench   # every run
     python bench/minatar_peers.py --summary    # the result of the runs finished so far
     RESULTS_DIR=/tmp/mp python bench/minatar_peers.py --seeds 0 --budget 3000 \\
         --save-interval 1000 --runs-dir /tmp/mp/runs             # smoke
@@ -14,10 +14,9 @@ training; ours' runs use the same ids with the same defaults), 10x10xC boolean
 grids, channels last, as ours sees them; 1M env steps (frames) a run, seeds 0-2;
 greedy (``deterministic=True``: the argmax) evaluation, the mean return of 10
 episodes of at most 10 000 steps, one per environment copy of a separate set
-seeded once from ``seed + 10_000 + i`` (``time_to_solve.greedy_return``; once
-more after a resume), after
-the first update that takes the run's env steps to a multiple of 50 000 or past it,
-and once more at the end. Training seconds exclude setup, evaluations and saves.
+seeded once from ``seed + 10_000 + i`` (``time_to_solve.greedy_return``; once more
+after a resume), after the first update that takes the run's env steps to a
+multiple of 50 000 or past it, and once more at the end. Training seconds exclude setup, evaluations and saves.
 
 Every peer has the MinAtar paper's network (Young & Tian 2019), given through its
 ``policy_kwargs``: one conv layer of 16 3x3 filters (stride 1) and a ReLU, a

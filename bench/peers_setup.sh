@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The venv of the peers of bench/time_to_solve.py, bench/lunar_lander.py and
-# bench/recurrent_peer.py (Stable-Baselines3, sb3-contrib, DI-engine), apart from the
-# project's: none is a dependency of torchrl-acer.
+# The venv of the peers of bench/time_to_solve.py, bench/lunar_lander.py,
+# bench/minatar_peers.py and bench/recurrent_peer.py (Stable-Baselines3, sb3-contrib,
+# DI-engine; MinAtar for minatar_peers.py's games), apart from the project's: none is a
+# dependency of torchrl-acer.
 #   bash bench/peers_setup.sh          # creates .venv-bench (ignored by git) from scratch
 #   VENV=/tmp/peers PYTHON=python3.11 TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu \
 #     bash bench/peers_setup.sh
@@ -28,6 +29,7 @@ common=(numpy==1.26.4 pandas==2.2.3 gymnasium==1.4.0 torch==2.13.0)
   Flask==2.0.3 Werkzeug==2.0.3 URLObject==3.0.0 responses==0.26.3 pynng==0.9.0 sniffio==1.3.1 \
   redis==8.1.0 mpire==2.10.2 hickle==5.0.3 trueskill==0.4.5 yapf==0.29.0 gym==0.25.1 \
   Box2D==2.3.10 pygame==2.6.1
+"${PIP[@]}" minatar==1.0.15 "${common[@]}"
 "$VENV/bin/python" - <<'EOF'
 import ding, gymnasium, numpy, sb3_contrib, stable_baselines3, torch
 from ding.policy import ACERPolicy  # noqa: F401  the path time_to_solve.py takes
@@ -37,6 +39,10 @@ from dizoo.box2d.lunarlander.envs.lunarlander_env import LunarLanderEnv
 from easydict import EasyDict
 
 gymnasium.make("LunarLander-v3").reset(seed=0)  # the task lunar_lander.py trains on
+from minatar.gym import register_envs
+
+register_envs()  # minatar_peers.py's games, as ours registers them
+gymnasium.make("MinAtar/Breakout-v1").reset(seed=0)
 # dizoo's own env: old gym's LunarLander-v2, with dizoo's config over the env's defaults
 dizoo_env = LunarLanderEnv(EasyDict({**LunarLanderEnv.default_config(), **main_config.env}))
 dizoo_env.seed(0)
