@@ -533,6 +533,82 @@ def lunar_lander():
     source(path, r)
 
 
+MINATAR_PEER_LABELS = {
+    "sb3_dqn": "Stable-Baselines3 DQN (MinAtar paper's settings)",
+    "sb3_ppo": "Stable-Baselines3 PPO (zoo's Atari settings)",
+    "sb3_a2c": "Stable-Baselines3 A2C (zoo's Atari settings)",
+}
+
+
+def seeds_done(g):
+    """``n/N seeds`` of a minatar_peers group, naming the missing ones."""
+    n, missing = len(g["seeds"]), g["missing_seeds"]
+    return f"{n}/{n + len(missing)} seeds" + (
+        f" (missing {', '.join(map(str, missing))})" if missing else ""
+    )
+
+
+def minatar_peers():
+    """Stable-Baselines3's DQN, PPO and A2C on MinAtar with the paper's network, by
+    ours (bench/minatar_peers.py): per game, each one's final greedy return over
+    the seeds finished, ours' from its learning file beside them."""
+    path, r = newest("minatar_peers")
+    if r is None:
+        return
+    s = r["settings"]
+    print(
+        f"{s['budget_env_steps']:,} env steps a run, seeds "
+        f"{', '.join(map(str, s['seeds']))} (`{path.name}`"
+        f"{'' if r['complete'] else '; INCOMPLETE'}); {s['protocol_text']}; "
+        f"{s['network']}:"
+    )
+    print()
+    print(
+        "| game | candidate | final greedy eval, median (range) | seeds "
+        "| env steps, median | training s, median |"
+    )
+    print("|---|---|---|---|---|---|")
+    for game in r["summary"]:
+        ours = game["ours"]
+        print(
+            f"| {game['game']} | ours (`examples/acer_gym.py` defaults, "
+            f"`{ours['file']}`) | {fmt_range(ours['final_eval'])} "
+            f"| {len(ours['final_eval_per_seed'])}/{len(ours['seeds'])} seeds | - | - |"
+        )
+        for g in game["peers"]:
+            steps, train_s = (
+                f"{g[key]['median']:,.0f}" if g[key] else "-"
+                for key in ("final_env_steps", "train_s")
+            )
+            print(
+                f"| {game['game']} | {MINATAR_PEER_LABELS[g['algo']]} "
+                f"| {fmt_range(g['final_eval'], missing='none finished')} "
+                f"| {seeds_done(g)} | {steps} | {train_s} |"
+            )
+    print()
+    source(path, r)
+
+
+def minatar_best_peer(name):
+    """The headline's peer cell for ours' learning run ``name`` (``minatar_<game>``):
+    the peer of the newest minatar_peers file with the highest median final greedy
+    return over its finished seeds, and that file; ``None`` where none finished."""
+    path, r = newest("minatar_peers")
+    game = next(
+        (g for g in (r or {}).get("summary", []) if f"minatar_{g['game']}" == name),
+        None,
+    )
+    finished = [g for g in game["peers"] if g["final_eval"]] if game else []
+    if not finished:
+        return None
+    best = max(finished, key=lambda g: g["final_eval"]["median"])
+    return (
+        f"{MINATAR_PEER_LABELS[best['algo']]}: {fmt_range(best['final_eval'])}; "
+        f"{seeds_done(best)}",
+        path,
+    )
+
+
 LEARNING_RUNS = [
     ("cartpole_v0", "CartPole-v0 → 195"),
     ("cartpole_v0_no_replay", "CartPole-v0, replay ratio 0"),
@@ -723,11 +799,12 @@ def headline():
         if r is None:
             continue
         value = r["final_eval"] if name != "atari_breakout" else r["final_train_reward"]
+        peer, peer_path = minatar_best_peer(name) or ("none run side by side", None)
         print(
-            f"| {task} | {fmt_range(value)} | none run side by side "
+            f"| {task} | {fmt_range(value)} | {peer} "
             f"| {len(r['seeds'])} seed{'s' if len(r['seeds']) > 1 else ''}, {protocol}"
             f"{', final greedy eval' if name != 'atari_breakout' else ''} "
-            f"| `{path.name}` |"
+            f"| `{path.name}`{f', `{peer_path.name}`' if peer_path else ''} |"
         )
     print()
 
@@ -1507,6 +1584,12 @@ GENERATED = (
 LEARNING_INTRO = "Every task's greedy evaluation at its default settings (median over seeds, min-max band, each\npanel naming its result file) is redrawn by `python bench/summary_figure.py` (or `bash\nbench/run_learning.sh summary_plot`) from each task's newest result, unless the script's `TASKS`\ntable pins one; the LunarLander panel has DI-engine's ACER beside ours (`COMPARISONS`).\n\n![Learning curves of every task](../../bench/results/summary.png)\n\nAll learning runs use the examples' shipped defaults (`examples/config_gym.yaml`: 8 envs, T = 20,\nreplay ratio 4, replay start 1 000 steps, Adam 1e-3, grad-norm clip 10, c = 10, δ = 1 on the\nlogits, α = 0.99, entropy 0.01, γ = 0.99; `examples/config_atari.yaml`: OpenAI baselines' ACER\nsettings), one torch thread per run, and are started by `bash bench/run_learning.sh <part>`.\nEvaluation is greedy (the policy's mode), one episode per evaluation environment, run to the\nepisode's end or `eval.max_steps`; \"reached\" counts the seeds whose evaluation got to the\nthreshold. Steps are env steps summed over the parallel envs (agent steps on Atari, where one\nstep is 4 frames)."
 
 
+def minatar_peers_section():
+    """The learning page's MinAtar peers section, absent before the first file."""
+    table = captured(minatar_peers)
+    return ["## MinAtar against Stable-Baselines3", "", table] if table else []
+
+
 def pages():
     """Each generated file's path (relative to the checkout) and text."""
     headline_table = captured(headline)
@@ -1612,6 +1695,7 @@ def pages():
                 "## LunarLander against DI-engine",
                 "",
                 captured(lunar_lander),
+                *minatar_peers_section(),
                 "## Figures",
                 "",
                 *[
@@ -1651,6 +1735,7 @@ def main(argv=None):
         time_to_solve()
         time_to_solve_targets()
         lunar_lander()
+        minatar_peers()
         learning_table()
         trust_region()
         for name, section in BLOCKS.items():
