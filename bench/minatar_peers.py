@@ -3,6 +3,7 @@
     bash bench/peers_setup.sh                  # once: .venv-bench with SB3 and MinAtar
     nice -n 19 python bench/minatar_peers.py --bench-venv .venv-bench   # every run
     python bench/minatar_peers.py --summary    # the result of the runs finished so far
+    python bench/minatar_peers.py --status     # each run's progress
     RESULTS_DIR=/tmp/mp python bench/minatar_peers.py --seeds 0 --budget 3000 \\
         --save-interval 1000 --runs-dir /tmp/mp/runs             # smoke
 
@@ -507,6 +508,32 @@ def write_result(args, settings, records):
     return path
 
 
+def status(args):
+    """Prints each run's state: its final return, or its latest save and the last
+    evaluation in its log, or not started."""
+    for game in args.games:
+        for seed in args.seeds:
+            for algo in args.algos:
+                run_dir = args.runs_dir / f"{game}-{algo}-seed{seed}"
+                if (run_dir / "record.json").exists():
+                    r = json.loads((run_dir / "record.json").read_text())
+                    state = (
+                        f"done: final greedy return {r['final_eval']:.2f}, "
+                        f"train {r['train_s']:.0f} s"
+                    )
+                elif (run_dir / "log.txt").exists():
+                    latest = latest_checkpoint(run_dir)
+                    lines = (run_dir / "log.txt").read_text().splitlines()
+                    last = next((x for x in reversed(lines) if "greedy" in x), None)
+                    state = (
+                        f"saved at {latest['env_steps'] if latest else 0} env steps; "
+                        f"last evaluation: {last or 'none yet'}"
+                    )
+                else:
+                    state = "not started"
+                print(f"{run_dir.name}: {state}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", nargs="+", default=list(GAMES), choices=list(GAMES))
@@ -523,6 +550,9 @@ def main():
         action="store_true",
         help="write the result from the finished runs, running none",
     )
+    parser.add_argument(
+        "--status", action="store_true", help="print each run's progress, run none"
+    )
     add_worker_arguments(parser, ALGOS)
     parser.set_defaults(max_minutes=None)  # no time cap: runs go to the budget
     args = parser.parse_args()
@@ -531,6 +561,8 @@ def main():
         return worker(args, runners)
 
     args.runs_dir = args.runs_dir.resolve()
+    if args.status:
+        return status(args)
     settings = check_settings(args)
     records = [
         json.loads(path.read_text())
