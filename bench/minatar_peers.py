@@ -337,10 +337,7 @@ def run_peer(algo, task, seed, budget, max_minutes, run_dir):
     steps = model.num_timesteps
     if not rec.evals or rec.evals[-1]["env_steps"] != steps:
         evaluate_at(steps)
-    model.save(run_dir / "model.zip")
-    for old in run_dir.glob("checkpoint-*"):  # the replay alone is 120 MB
-        shutil.rmtree(old)
-    (run_dir / "latest.json").unlink(missing_ok=True)
+    model.save(run_dir / "model.zip")  # the checkpoints go once the record is kept
     return {
         "final_eval": rec.evals[-1]["return"],
         "final_env_steps": int(steps),
@@ -405,7 +402,16 @@ def run_and_record(game, algo, seed, args):
     if record["returncode"] == 0 and record["stopped"] == "budget":
         record["attempts"] = attempts
         (run_dir / "record.json").write_text(json.dumps(record, indent=1) + "\n")
+        tidy(run_dir)
     return record
+
+
+def tidy(run_dir):
+    """Deletes a finished run's checkpoints (a DQN's replay alone is 120 MB), its
+    record and final model kept."""
+    for old in run_dir.glob("checkpoint-*"):
+        shutil.rmtree(old)
+    (run_dir / "latest.json").unlink(missing_ok=True)
 
 
 def ours_final(game, results=ROOT / "bench" / "results"):
@@ -564,10 +570,10 @@ def main():
     if args.status:
         return status(args)
     settings = check_settings(args)
-    records = [
-        json.loads(path.read_text())
-        for path in sorted(args.runs_dir.glob("*-seed*/record.json"))
-    ]
+    records = []
+    for path in sorted(args.runs_dir.glob("*-seed*/record.json")):
+        records.append(json.loads(path.read_text()))
+        tidy(path.parent)
     records = [
         r
         for r in records
