@@ -444,6 +444,10 @@ def write_result(args, settings, records):
                 else {}
             ),
         },
+        # the command that runs them: --summary only writes what has finished
+        "command": " ".join(
+            [Path(sys.executable).name, *[a for a in sys.argv if a != "--summary"]]
+        ),
         "complete": not missing,
         "missing_runs": missing,
         "runs_dir": str(args.runs_dir),
