@@ -612,11 +612,14 @@ def lunar_lander_peers():
         + (
             ""
             if peer["complete"]
-            else " INCOMPLETE: "
-            + ", ".join(
-                f"{m['candidate']} seed {m['seed']}" for m in peer["missing_runs"]
+            else " INCOMPLETE, not finished: "
+            + "; ".join(
+                f"{row['candidate']} seed{'s' if len(row['missing']) > 1 else ''} "
+                + ", ".join(map(str, row["missing"]))
+                for row in rows
+                if row["missing"]
             )
-            + " not finished (the table says which seeds it has)."
+            + "."
         )
     )
     print()
@@ -629,10 +632,11 @@ def lunar_lander_peers():
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         done = row["at_budget"]
-        if not done:
-            continue
         label = TIME_TO_SOLVE_LABELS.get(row["candidate"], row["candidate"])
         planned = len(done) + len(row["missing"])
+        if not done:
+            print(f"| {label} | 0/{planned} | - | - | - | - | `{row['file'].name}` |")
+            continue
         print(
             f"| {label} | {len(done)}/{planned} "
             f"| {sum(a['to_threshold'] is not None for a in done)}/{len(done)} "
