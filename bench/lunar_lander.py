@@ -1,9 +1,12 @@
-"""LunarLander-v3: ours against DI-engine's ACER, each at its own settings.
+"""LunarLander-v3: ours against DI-engine's ACER and Stable-Baselines3's A2C, PPO
+and DQN, each at its own settings.
 
-    bash bench/peers_setup.sh                  # once: .venv-bench with DI-engine
+    bash bench/peers_setup.sh                  # once: .venv-bench with SB3, DI-engine
     pip install -e ".[box2d]"                  # LunarLander in the project's venv
-    python bench/lunar_lander.py               # 5 seeds each, 1M env steps a run
+    python bench/lunar_lander.py               # ours and DI-engine: 5 seeds, 1M steps
     python bench/lunar_lander.py --summary     # the result of the runs finished so far
+    python bench/lunar_lander.py --candidates sb3_a2c sb3_ppo sb3_dqn --budget 500000 \\
+        --runs-dir bench/runs/lunar_lander_500k --result-name lunar_lander_sb3
     RESULTS_DIR=/tmp/ll python bench/lunar_lander.py --seeds 0 --budget 5000 \\
         --runs-dir /tmp/ll/runs                # smoke
 
@@ -43,6 +46,15 @@ Candidates:
   the previous version of the task; peers_setup.sh checks that it runs), and the
   8 envs step in the run's process (``BaseEnvManager``; the config asks for
   subprocesses).
+- ``sb3_a2c``, ``sb3_ppo``, ``sb3_dqn``: Stable-Baselines3 (2.9.2 in ``.venv-bench``)
+  with rl-baselines3-zoo's tuned hyperparameters for ``LunarLander-v3`` (``ZOO``,
+  from rl_zoo3 2.9.2's ``hyperparams/a2c.yml``, ``ppo.yml`` and ``dqn.yml``: that
+  release keys them ``LunarLander-v3``, the task run here), through
+  time_to_solve.py's SB3 loop (``train_sb3``). The budget governs, not the zoo's
+  ``n_timesteps`` (A2C 200k, PPO 1M, DQN 100k): SB3 learns for the budget and its
+  schedules (A2C's linear learning rate, DQN's exploration fraction) run over it,
+  as rl_zoo3's own ``--n-timesteps`` does. PPO's rollout is 16 x 1024 env steps,
+  so its last one ends past the budget (507 904 at 500k).
 
 Resumable: each finished run writes ``record.json`` in its directory
 (``--runs-dir``/``<candidate>-seed<S>``), and the same command run again skips it.
@@ -53,12 +65,15 @@ one setting (``settings.json``: budget, protocol, ours' commit); another needs
 another ``--runs-dir``. Once every run has a record, or with ``--summary``, the
 result is written to ``bench/results/lunar_lander-<UTC stamp>.json`` (commit,
 machine, settings, every run's record with its evaluations, and per candidate the
-seeds' steps to 200, medians and ranges).
+seeds' steps to 200, medians and ranges); ``--result-name`` names it, one name
+per runs directory (bench/report.py reads ``lunar_lander`` as the 1M comparison
+with DI-engine and ``lunar_lander_sb3`` as the SB3 one at 500k).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -80,12 +95,13 @@ from time_to_solve import (  # noqa: E402
     stats,
     train_di_acer,
     train_ours,
+    train_sb3,
     worker,
 )
 
 TASK = "LunarLander-v3"
 THRESHOLD = 200.0
-CANDIDATES = ("ours", "di_acer")
+CANDIDATES = ("ours", "di_acer", "sb3_a2c", "sb3_ppo", "sb3_dqn")
 PROTOCOL = {
     "interval": 10_000,  # env steps between greedy evaluations
     "episodes": 10,  # greedy episodes per evaluation, one per environment copy
@@ -94,6 +110,53 @@ PROTOCOL = {
 DEFAULT_BUDGET = 1_000_000
 CHECKPOINT_INTERVAL = 50_000  # ours: env steps between checkpoints
 DI_SOURCE = "DI-engine 0.5.3, dizoo/box2d/lunarlander/config/lunarlander_acer_config.py"
+# rl_zoo3 2.9.2 (rl-baselines3-zoo), rl_zoo3/hyperparams/{a2c,ppo,dqn}.yml, key
+# LunarLander-v3 (the task run here), every value as written there; anything not listed is SB3's default. ("linear", x): the
+# zoo's lin_x, x times the remaining fraction of the run. n_timesteps is the zoo's,
+# recorded only: the bench's budget governs (train_sb3's total_timesteps).
+ZOO = {
+    "sb3_a2c": {
+        "n_envs": 8,
+        "n_timesteps": 200_000,
+        "gamma": 0.995,
+        "n_steps": 5,
+        "learning_rate": ("linear", 0.00083),
+        "ent_coef": 0.00001,
+    },
+    "sb3_ppo": {
+        "n_envs": 16,
+        "n_timesteps": 1_000_000,
+        "n_steps": 1024,
+        "batch_size": 64,
+        "gae_lambda": 0.98,
+        "gamma": 0.999,
+        "n_epochs": 4,
+        "ent_coef": 0.01,
+    },
+    "sb3_dqn": {  # one env (SB3's default)
+        "n_timesteps": 100_000,
+        "learning_rate": 6.3e-4,
+        "batch_size": 128,
+        "buffer_size": 50_000,
+        "learning_starts": 0,
+        "gamma": 0.99,
+        "target_update_interval": 250,
+        "train_freq": 4,
+        "gradient_steps": -1,
+        "exploration_fraction": 0.12,
+        "exploration_final_eps": 0.1,
+        "policy_kwargs": {"net_arch": [256, 256]},
+    },
+}
+ZOO_SOURCE = (
+    "rl_zoo3 2.9.2 (rl-baselines3-zoo), rl_zoo3/hyperparams/a2c.yml, ppo.yml and "
+    "dqn.yml, key LunarLander-v3"
+)
+ZOO_CHANGED = (
+    "n_timesteps: the bench's budget, not the zoo's (A2C 200k, PPO 1M, DQN 100k); "
+    "the schedules (A2C's linear learning rate, DQN's exploration fraction) run over "
+    "the budget, as with rl_zoo3's --n-timesteps; evaluation: the bench's, not the zoo's"
+)
 
 
 # -- the worker: one run, in the candidate's venv ------------------------------------
@@ -230,6 +293,29 @@ def run_di_acer(task, seed, budget, max_minutes, run_dir):
     return out
 
 
+def run_sb3(algo, task, seed, budget, max_minutes, run_dir):
+    rec = BudgetRecorder(budget)
+    steps, stop, name, version = train_sb3(
+        algo,
+        task,
+        ZOO[algo],
+        seed,
+        rec,
+        total_timesteps=budget,
+        episodes=PROTOCOL["episodes"],
+        max_steps=PROTOCOL["max_steps"],
+    )
+    out = rec.result(steps, stop)
+    out["settings"] = {
+        "algo": name,
+        "zoo": ZOO[algo],
+        "source": ZOO_SOURCE,
+        "changed": ZOO_CHANGED,
+    }
+    out["versions"] = {"stable_baselines3": version}
+    return out
+
+
 # -- the driver: every run, one at a time, each finished one recorded ------------------
 
 
@@ -327,8 +413,13 @@ def write_result(args, settings, records):
 
     by_key = {(r["candidate"], r["seed"]): r for r in records}
     runs = [by_key[k] for k in sorted(by_key)]
-    ours = next((r for r in runs if r["candidate"] == "ours"), None)
-    di = next((r for r in runs if r["candidate"] == "di_acer"), None)
+    missing = [
+        {"candidate": c, "seed": s}
+        for c in args.candidates
+        for s in args.seeds
+        if (c, s) not in by_key
+    ]
+    settings_of = {r["candidate"]: r["settings"] for r in runs}  # seed 0's, if run
     payload = {
         "settings": {
             **settings,
@@ -345,17 +436,28 @@ def write_result(args, settings, records):
             "checkpoint",
             "threads": "torch.set_num_threads(1), OMP/MKL/OPENBLAS_NUM_THREADS=1, "
             "a process per run (each attempt's --jobs in its attempts)",
-            "ours": ours["settings"] if ours else None,
-            "di_acer": di["settings"] if di else None,
-            "di_acer_source": DI_SOURCE,
+            **{c: settings_of.get(c) for c in args.candidates},
+            **({"di_acer_source": DI_SOURCE} if "di_acer" in args.candidates else {}),
+            **(
+                {"zoo": ZOO, "zoo_source": ZOO_SOURCE, "zoo_changed": ZOO_CHANGED}
+                if any(c.startswith("sb3") for c in args.candidates)
+                else {}
+            ),
         },
-        "complete": all((c, s) in by_key for c in args.candidates for s in args.seeds),
+        # the command that runs them: --summary only writes what has finished
+        "command": " ".join(
+            [Path(sys.executable).name, *[a for a in sys.argv if a != "--summary"]]
+        ),
+        "complete": not missing,
+        "missing_runs": missing,
         "runs_dir": str(args.runs_dir),
         "summary": summary(runs, args.seeds),
         "runs": runs,
     }
-    path = save("lunar_lander", payload)
+    path = save(args.result_name, payload)
     print(f"saved {path}")
+    if missing:
+        print(f"INCOMPLETE: not finished {missing}")
     for group in payload["summary"]:
         print(
             f"{group['candidate']}: reached {group['reached']}/{len(group['seeds'])}, "
@@ -379,11 +481,21 @@ def main():
         action="store_true",
         help="write the result from the finished runs, running none",
     )
+    parser.add_argument(
+        "--result-name",
+        default="lunar_lander",
+        help="the result file's name before its stamp: one per runs directory",
+    )
     add_worker_arguments(parser, CANDIDATES)
-    parser.set_defaults(max_minutes=None)  # no time cap: runs go to the budget
+    # the 1M comparison's; the SB3 peers run at 500k in a runs directory of their own
+    parser.set_defaults(
+        max_minutes=None, candidates=["ours", "di_acer"]
+    )  # no time cap: runs go to the budget
     args = parser.parse_args()
     if args.worker:
-        return worker(args, {"ours": run_ours, "di_acer": run_di_acer})
+        runners = {"ours": run_ours, "di_acer": run_di_acer}
+        runners.update({c: functools.partial(run_sb3, c) for c in ZOO})
+        return worker(args, runners)
 
     args.runs_dir = args.runs_dir.resolve()
     settings = check_settings(args)

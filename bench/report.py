@@ -609,6 +609,122 @@ def minatar_best_peer(name):
     )
 
 
+def at_budget(run, budget, threshold):
+    """A LunarLander run read at ``budget`` env steps: its evaluation there (the
+    first at or past it, as a run of that budget ends), the env steps of the first
+    evaluation at ``threshold`` up to it (None: not reached by then), and the mean
+    of its evaluations over the last 100k env steps up to it."""
+    evals = [e for e in run["evals"] if e["env_steps"] < budget]
+    evals += [e for e in run["evals"] if e["env_steps"] >= budget][:1]
+    if evals[-1]["env_steps"] < budget:
+        raise ValueError(
+            f"{run['candidate']} seed {run['seed']} stops at "
+            f"{evals[-1]['env_steps']} env steps, before {budget}"
+        )
+    reached = next((e for e in evals if e["return"] >= threshold), None)
+    steps = [e["env_steps"] for e in evals]
+    return {
+        "return": evals[-1]["return"],
+        "env_steps": steps[-1],
+        "to_threshold": reached["env_steps"] if reached else None,
+        "late_mean": late_mean(steps, [e["return"] for e in evals]),
+    }
+
+
+def lunar_lander_peer_groups():
+    """The SB3 peers' LunarLander file (``lunar_lander_sb3``) with ours and
+    DI-engine's ACER read at its budget from their longer runs (``lunar_lander``,
+    the same protocol): (files, settings, rows), a row per candidate with its seeds,
+    missing seeds and each seed's :func:`at_budget`; None without the SB3 file."""
+    peer_path, peer = newest("lunar_lander_sb3")
+    path, r = newest("lunar_lander")
+    if peer is None or r is None:
+        return None
+    s = peer["settings"]
+    for key in ("task", "threshold", "protocol"):
+        if r["settings"][key] != s[key]:
+            raise ValueError(
+                f"{path.name} and {peer_path.name} differ in {key}: "
+                f"{r['settings'][key]} against {s[key]}"
+            )
+    budget, threshold = s["budget_env_steps"], s["threshold"]
+    rows = []
+    for source_file, result in ((path, r), (peer_path, peer)):
+        missing = result.get("missing_runs", [])
+        for candidate in result["settings"]["candidates"]:
+            runs = [run for run in result["runs"] if run["candidate"] == candidate]
+            rows.append(
+                {
+                    "candidate": candidate,
+                    "file": source_file,
+                    "missing": [
+                        m["seed"] for m in missing if m["candidate"] == candidate
+                    ],
+                    "at_budget": [at_budget(run, budget, threshold) for run in runs],
+                }
+            )
+    return [(path, r), (peer_path, peer)], s, rows
+
+
+def lunar_lander_peers():
+    """LunarLander at the SB3 peers' budget: every candidate's greedy evaluation
+    there and the env steps to the threshold by then, ours and DI-engine's read
+    from their 1M runs at that point."""
+    found = lunar_lander_peer_groups()
+    if found is None:
+        return
+    files, s, rows = found
+    (path, r), (peer_path, peer) = files
+    budget, threshold = s["budget_env_steps"], s["threshold"]
+    latest = max(a["env_steps"] for row in rows for a in row["at_budget"])
+    print(
+        f"{s['task']} at {budget:,} env steps, the same protocol as above. "
+        f"Stable-Baselines3 {peer['runs'][0]['versions']['stable_baselines3']} "
+        f"with {s['zoo_source']}; {s['zoo_changed']}. Ours and DI-engine's ACER "
+        f"are their runs above (`{path.name}`) read at {budget:,} env steps; every run "
+        f"is read at its first evaluation at or past {budget:,} env steps (the latest "
+        f"at {latest:,}: a peer's last batch may end past it). "
+        "Each peer's settings are in the file."
+        + (
+            ""
+            if peer["complete"]
+            else " INCOMPLETE, not finished: "
+            + "; ".join(
+                f"{row['candidate']} seed{'s' if len(row['missing']) > 1 else ''} "
+                + ", ".join(map(str, row["missing"]))
+                for row in rows
+                if row["missing"]
+            )
+            + "."
+        )
+    )
+    print()
+    print(
+        f"| candidate | seeds | reached {threshold:g} by {budget // 1000}k "
+        f"| env steps to {threshold:g}, median (range) "
+        f"| greedy eval at {budget // 1000}k, median (range) "
+        f"| mean of the last 100k to {budget // 1000}k, median (range) | data |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        done = row["at_budget"]
+        label = TIME_TO_SOLVE_LABELS.get(row["candidate"], row["candidate"])
+        planned = len(done) + len(row["missing"])
+        if not done:
+            print(f"| {label} | 0/{planned} | - | - | - | - | `{row['file'].name}` |")
+            continue
+        print(
+            f"| {label} | {len(done)}/{planned} "
+            f"| {sum(a['to_threshold'] is not None for a in done)}/{len(done)} "
+            f"| {k_steps(stats([a['to_threshold'] for a in done]))} "
+            f"| {fmt_range(stats([a['return'] for a in done]))} "
+            f"| {fmt_range(stats([a['late_mean'] for a in done]))} "
+            f"| `{row['file'].name}` |"
+        )
+    print()
+    source(peer_path, peer)
+
+
 LEARNING_RUNS = [
     ("cartpole_v0", "CartPole-v0 → 195"),
     ("cartpole_v0_no_replay", "CartPole-v0, replay ratio 0"),
@@ -780,6 +896,45 @@ def headline():
             f"| {TIME_TO_SOLVE_LABELS['di_acer']}: {cells['di_acer']} "
             f"| {len(s['seeds'])} seeds, {s['budget_env_steps'] / 1e6:g}M env steps, "
             f"greedy eval every 10k | `{path.name}` |"
+        )
+    found = lunar_lander_peer_groups()
+    if found:
+        files, s, rows = found
+        budget = s["budget_env_steps"]
+
+        def summed(row):
+            done = row["at_budget"]
+            return (
+                f"at {budget // 1000}k "
+                f"{fmt_range(stats([a['return'] for a in done]))}; "
+                f"{sum(a['to_threshold'] is not None for a in done)}/{len(done)} "
+                f"reached {s['threshold']:g}"
+            )
+
+        ours = next(row for row in rows if row["candidate"] == "ours")
+        # the peer with most seeds reaching, then the best median at the budget
+        best = max(
+            (row for row in rows if row is not ours and row["at_budget"]),
+            key=lambda row: (
+                sum(a["to_threshold"] is not None for a in row["at_budget"])
+                / len(row["at_budget"]),
+                stats([a["return"] for a in row["at_budget"]])["median"],
+            ),
+        )
+        seeds = ", ".join(
+            f"{TIME_TO_SOLVE_LABELS[row['candidate']].split(' (')[0]}: "
+            f"{len(row['at_budget'])} finished"
+            for row in rows
+            if row["missing"]
+        )
+        print(
+            f"| {s['task']} at {budget // 1000}k | {summed(ours)} "
+            f"| {TIME_TO_SOLVE_LABELS[best['candidate']]}: {summed(best)} "
+            f"| {len(s['seeds'])} seeds"
+            + (f" ({seeds})" if seeds else "")
+            + f", {budget // 1000}k env steps, greedy eval every 10k; "
+            "ours and DI-engine read from their 1M runs "
+            f"| {', '.join(f'`{path.name}`' for path, _ in files)} |"
         )
     path, r = newest("learning-cartpole_pomdp_lstm_burn_in")
     peer_path, peer = newest("recurrent_peer")
@@ -1696,6 +1851,9 @@ def pages():
                 "",
                 captured(lunar_lander),
                 *minatar_peers_section(),
+                "## LunarLander against Stable-Baselines3",
+                "",
+                captured(lunar_lander_peers),
                 "## Figures",
                 "",
                 *[
@@ -1736,6 +1894,7 @@ def main(argv=None):
         time_to_solve_targets()
         lunar_lander()
         minatar_peers()
+        lunar_lander_peers()
         learning_table()
         trust_region()
         for name, section in BLOCKS.items():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_asterix_ablations|minatar_seaquest_ablations|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|cue_recall|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_learned_scale|halfcheetah_plot|atari|lunar_lander|summary_plot]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_asterix_ablations|minatar_seaquest_ablations|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|cue_recall|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_learned_scale|halfcheetah_plot|atari|lunar_lander|lunar_lander_sb3|summary_plot]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -189,6 +189,13 @@ halfcheetah_plot() {  # the README's HalfCheetah figures, from the runs above
 lunar_lander() {  # #19: ours against DI-engine 0.5.3's ACER (dizoo's config), 1M env steps a run;
   # needs bash bench/peers_setup.sh and the box2d extra; run again to continue stopped runs
   $PY bench/lunar_lander.py --seeds 0 1 2 3 4 ${JOBS:+--jobs $JOBS}
+}
+lunar_lander_sb3() {  # #34: Stable-Baselines3 A2C, PPO, DQN (rl_zoo3 2.9.2's settings), 500k env
+  # steps a run (ours and DI-engine are read at 500k of lunar_lander's runs); needs
+  # bash bench/peers_setup.sh; run again to continue (finished runs are kept)
+  $PY bench/lunar_lander.py --candidates sb3_a2c sb3_ppo sb3_dqn --seeds 0 1 2 3 4 \
+    --budget 500000 --runs-dir bench/runs/lunar_lander_500k --result-name lunar_lander_sb3 \
+    ${JOBS:+--jobs $JOBS}
 }
 summary_plot() {  # the README's one-page figure: every task's main curve, from the result files
   $PY bench/summary_figure.py

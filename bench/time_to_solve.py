@@ -52,7 +52,8 @@ Writes ``bench/results/time_to_solve-<UTC stamp>.json`` after every run (commit,
 machine, settings, protocol, every run with its evaluations, and per candidate and
 task the medians and ranges over the seeds that reached); ``--continue FILE`` adds
 the missing runs to an earlier file. ``bench/lunar_lander.py`` reuses its training
-loops (``train_ours``, ``train_di_acer``) and evaluation on LunarLander-v3.
+loops (``train_ours``, ``train_sb3``, ``train_di_acer``) and evaluation on
+LunarLander-v3.
 """
 
 from __future__ import annotations
@@ -422,15 +423,31 @@ def _schedule(value):
     return value
 
 
-def run_sb3(algo, task, seed, budget, max_minutes, run_dir, settle=None):
+def train_sb3(
+    algo,
+    task,
+    hp,
+    seed,
+    rec,
+    total_timesteps,
+    episodes=PROTOCOL["episodes"],
+    max_steps=PROTOCOL["max_steps"],
+):
+    """Stable-Baselines3's ``algo`` (``sb3_ppo``, ``sb3_a2c`` or ``sb3_dqn``) with
+    the zoo's hyperparameters ``hp`` (as in ``ZOO``) on ``task`` in this process
+    for ``total_timesteps`` (which its schedules run over), ``rec`` timing it and
+    evaluating the greedy policy on ``episodes`` environment copies at the start of
+    each rollout that is due, and once more at the end. Returns the env steps, why
+    the run stopped, the algorithm's class name and SB3's version."""
     import stable_baselines3
     from stable_baselines3 import A2C, DQN, PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    hp = dict(ZOO[(algo, task)])
-    n_envs, n_timesteps = hp.pop("n_envs", 1), hp.pop("n_timesteps")
+    hp = dict(hp)
+    hp.pop("n_timesteps", None)  # the caller's total_timesteps governs
+    n_envs = hp.pop("n_envs", 1)
     normalize = hp.pop("normalize", False)
     env = make_vec_env(task, n_envs=n_envs, seed=seed)
     if normalize:
@@ -438,8 +455,7 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir, settle=None):
     kwargs = {key: _schedule(value) for key, value in hp.items()}
     cls = {"sb3_ppo": PPO, "sb3_a2c": A2C, "sb3_dqn": DQN}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
-    rec = recorder(task, budget, max_minutes, settle)
-    envs = eval_envs(task)
+    envs = eval_envs(task, episodes)
 
     def act(obs):
         norm = model.get_vec_normalize_env()
@@ -448,7 +464,7 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir, settle=None):
         return model.predict(obs, deterministic=True)[0]
 
     def evaluate():
-        return greedy_return(envs, act, seed, first=not rec.evals)
+        return greedy_return(envs, act, seed, not rec.evals, max_steps)
 
     class Timing(BaseCallback):
         """Evaluates at the start of a rollout: after the previous one's update."""
@@ -460,7 +476,7 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir, settle=None):
 
         def _on_rollout_start(self):
             steps = self.num_timesteps
-            if rec.due(steps) or steps >= budget:
+            if rec.due(steps) or steps >= rec.budget:
                 rec.evaluate(steps, evaluate)
             self.stop = rec.stop_reason(steps)
 
@@ -468,20 +484,28 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir, settle=None):
             return self.stop is None
 
     timing = Timing()
-    model.learn(total_timesteps=n_timesteps, callback=timing)
+    model.learn(total_timesteps=total_timesteps, callback=timing)
     steps = model.num_timesteps
     stop = timing.stop
-    if stop is None:  # the zoo's n_timesteps ran out first: one last evaluation
+    if stop is None:  # total_timesteps ran out first: one last evaluation
         if not rec.evals or rec.evals[-1]["env_steps"] != steps:
             rec.evaluate(steps, evaluate)
         stop = rec.stop_reason(steps) or "zoo n_timesteps"
+    return steps, stop, cls.__name__, stable_baselines3.__version__
+
+
+def run_sb3(algo, task, seed, budget, max_minutes, run_dir, settle=None):
+    hp = ZOO[(algo, task)]
+    rec = recorder(task, budget, max_minutes, settle)
+    # the zoo's n_timesteps ends a run below the budget, as in the zoo
+    steps, stop, name, version = train_sb3(algo, task, hp, seed, rec, hp["n_timesteps"])
     out = rec.result(steps, stop)
     out["settings"] = {
-        "algo": cls.__name__,
-        "zoo": ZOO[(algo, task)],
-        "source": f"rl_zoo3 2.9.2 hyperparams/{cls.__name__.lower()}.yml, {task}",
+        "algo": name,
+        "zoo": hp,
+        "source": f"rl_zoo3 2.9.2 hyperparams/{name.lower()}.yml, {task}",
     }
-    out["versions"] = {"stable_baselines3": stable_baselines3.__version__}
+    out["versions"] = {"stable_baselines3": version}
     return out
 
 

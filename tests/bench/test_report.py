@@ -70,3 +70,34 @@ def test_an_unknown_block_is_an_error_naming_it(checkout):
     page.write_text(page.read_text() + "\n<!-- report: nope -->\n<!-- /report -->\n")
     with pytest.raises(KeyError, match="nope"):
         report.main(["--check", "--root", str(checkout)])
+
+
+def test_a_longer_lunar_lander_run_is_read_at_the_peers_budget():
+    """Ours' 1M runs beside the SB3 peers' 500k: the evaluation at the first point
+    at or past the budget, a threshold reached only after it does not count, and
+    the last-100k mean ends there too."""
+    steps = [100_000, 450_000, 490_000, 500_136, 520_000, 1_000_000]
+    values = [-100.0, 190.0, 180.0, 170.0, 250.0, 260.0]
+    run = {
+        "candidate": "ours",
+        "seed": 0,
+        "evals": [
+            {"env_steps": s, "return": v} for s, v in zip(steps, values, strict=True)
+        ],
+    }
+    out = report.at_budget(run, 500_000, 200.0)
+    assert out["env_steps"] == 500_136
+    assert out["return"] == 170.0
+    assert out["to_threshold"] is None  # 250 at 520k is past the budget
+    assert out["late_mean"] == pytest.approx((190.0 + 180.0 + 170.0) / 3)
+    assert report.at_budget(run, 400_000, -150.0)["to_threshold"] == 100_000
+
+
+def test_a_lunar_lander_run_that_stops_before_the_budget_is_refused():
+    run = {
+        "candidate": "sb3_dqn",
+        "seed": 3,
+        "evals": [{"env_steps": 10_000, "return": 0.0}],
+    }
+    with pytest.raises(ValueError, match="sb3_dqn seed 3 stops at 10000"):
+        report.at_budget(run, 500_000, 200.0)
