@@ -293,64 +293,89 @@ def tts_label(candidate, settings, task):
 
 @functools.cache
 def side_by_side():
-    """Ours and the peers, time to solve: the newest file that ran ours (its
-    tuned preset if any file did, else the defaults) and the newest that ran the
-    peers, as ``(files, settings, groups, runs)``. Two files must share the protocol
-    (thresholds, budgets, time cap, evaluation), or this refuses to put them side by
-    side."""
+    """Ours and the peers, time to solve: per task, the newest file that ran ours on
+    it (its tuned preset if any file did, else the defaults), and the newest that ran
+    the peers, as ``(files, settings, groups, runs)`` (so that a file that re-ran one
+    task's preset leaves the other tasks' rows as they were). Two files must share
+    the protocol (thresholds, budgets, time cap, evaluation), or this refuses to put
+    them side by side."""
     files = every("time_to_solve")
     if not files:
         return None
-    ours = next(
-        (
-            (path, r)
-            for name in ("ours_tuned", "ours")
-            for path, r in reversed(files)
-            if any(g["candidate"] == name for g in r["summary"])
-        ),
-        files[-1],
-    )
+    tasks = list(dict.fromkeys(g["task"] for _, r in files for g in r["summary"]))
+    ours = {}  # task: (path, result)
+    for task in tasks:
+        ours[task] = next(
+            (
+                (path, r)
+                for name in ("ours_tuned", "ours")
+                for path, r in reversed(files)
+                if any(
+                    (g["candidate"], g["task"]) == (name, task) for g in r["summary"]
+                )
+            ),
+            files[-1],
+        )
     peers = next(
         (
             (path, r)
             for path, r in reversed(files)
             if any(not g["candidate"].startswith("ours") for g in r["summary"])
         ),
-        ours,
+        files[-1],
     )
-    # the preset first (the targets read it), then the defaults where the same
-    # file ran them beside it
-    names = [
-        name
-        for name in ("ours_tuned", "ours")
-        if any(g["candidate"] == name for g in ours[1]["summary"])
-    ] or ["ours"]
-    for key in SAME_PROTOCOL:
-        a, b = (f[1]["settings"].get(key) for f in (ours, peers))
-        if a != b and not (
-            key == "budget_env_steps" and all(a.get(t) == b.get(t) for t in b)
-        ):
+    ours_files = list({path: (path, r) for path, r in ours.values()}.values())
+    for mine in ours_files:
+        for key in SAME_PROTOCOL:
+            a, b = (f[1]["settings"].get(key) for f in (mine, peers))
+            # per-task settings need agree only on the tasks both ran
+            if a != b and not (
+                isinstance(a, dict)
+                and isinstance(b, dict)
+                and all(a[t] == b[t] for t in set(a) & set(b))
+            ):
+                raise ValueError(
+                    f"{mine[0].name} and {peers[0].name} differ in settings.{key}: "
+                    f"{a} against {b}"
+                )
+        proto = [
+            {k: v for k, v in f[1]["settings"]["protocol"].items() if k != "text"}
+            for f in (mine, peers)
+        ]
+        if proto[0] != proto[1]:
             raise ValueError(
-                f"{ours[0].name} and {peers[0].name} differ in settings.{key}: "
-                f"{a} against {b}"
+                f"{mine[0].name} and {peers[0].name} differ in settings.protocol: "
+                f"{proto[0]} against {proto[1]}"
             )
-    proto = [
-        {k: v for k, v in f[1]["settings"]["protocol"].items() if k != "text"}
-        for f in (ours, peers)
-    ]
-    if proto[0] != proto[1]:
-        raise ValueError(
-            f"{ours[0].name} and {peers[0].name} differ in settings.protocol: "
-            f"{proto[0]} against {proto[1]}"
-        )
-    groups = [g for n in names for g in ours[1]["summary"] if g["candidate"] == n] + [
-        g for g in peers[1]["summary"] if not g["candidate"].startswith("ours")
-    ]
-    runs = [r for r in ours[1]["runs"] if r["candidate"] in names] + [
-        r for r in peers[1]["runs"] if not r["candidate"].startswith("ours")
-    ]
-    paths = [ours[0]] if ours[0] == peers[0] else [ours[0], peers[0]]
-    settings = {**peers[1]["settings"], **ours[1]["settings"]}
+    groups, runs, presets = [], [], {}
+    for task, (_, r) in ours.items():
+        # the preset first (the targets read it), then the defaults where the same
+        # file ran them beside it
+        names = [
+            name
+            for name in ("ours_tuned", "ours")
+            if any((g["candidate"], g["task"]) == (name, task) for g in r["summary"])
+        ]
+        groups += [
+            g
+            for n in names
+            for g in r["summary"]
+            if (g["candidate"], g["task"]) == (n, task)
+        ]
+        runs += [x for x in r["runs"] if x["candidate"] in names and x["task"] == task]
+        if "ours_tuned" in names:
+            presets[task] = r["settings"]["ours_tuned_presets"][task]
+    groups += [g for g in peers[1]["summary"] if not g["candidate"].startswith("ours")]
+    runs += [r for r in peers[1]["runs"] if not r["candidate"].startswith("ours")]
+    paths = [path for path, _ in ours_files]
+    paths += [] if peers[0] in paths else [peers[0]]
+    settings = {**peers[1]["settings"]}
+    for _, r in reversed(ours_files):  # the newest file's settings last
+        for key, value in r["settings"].items():
+            # per-task settings: those of every task any file ran
+            both = isinstance(value, dict) and isinstance(settings.get(key), dict)
+            settings[key] = {**settings[key], **value} if both else value
+    settings["ours_tuned_presets"] = presets
     return [(path, dict(files)[path]) for path in paths], settings, groups, runs
 
 

@@ -35,7 +35,8 @@ Candidates:
   trainer the example builds); a run that reached the threshold stops with
   ``trainer.request_stop``.
 - ``ours_tuned``: the same with the task family's preset (``PRESETS``:
-  ``preset=classic_control``, ``examples/preset/``, tuned by ``bench/tune.py``).
+  ``preset=cartpole`` and ``preset=acrobot``, ``examples/preset/``, tuned by
+  ``bench/tune.py``).
 - ``sb3_ppo``, ``sb3_a2c``, ``sb3_dqn``: Stable-Baselines3 with rl-baselines3-zoo's tuned
   hyperparameters (``ZOO``, from rl_zoo3 2.9.2's ``hyperparams/ppo.yml``,
   ``a2c.yml`` and ``dqn.yml``), in ``.venv-bench``. A learning-rate or clip schedule runs over the
@@ -79,7 +80,7 @@ INVOCATION = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 THRESHOLDS = {"CartPole-v1": 500.0, "Acrobot-v1": -100.0}
 CANDIDATES = ("ours", "ours_tuned", "sb3_ppo", "sb3_a2c", "sb3_dqn", "di_acer")
 # ours_tuned: examples/acer_gym.py with preset=PRESETS[task] (examples/preset/)
-PRESETS = {"CartPole-v1": "classic_control", "Acrobot-v1": "acrobot"}
+PRESETS = {"CartPole-v1": "cartpole", "Acrobot-v1": "acrobot"}
 PROTOCOL = {
     # env steps between greedy evaluations; Acrobot's first episodes run 500 steps
     # each, so its evaluations cost more

@@ -3,6 +3,8 @@
     pip install -e ".[tune]"                               # Optuna
     nice -n 19 python bench/tune.py --task CartPole-v1 --trials 60
     python bench/tune.py --task CartPole-v1 --export       # the study as data, no runs
+    nice -n 19 python bench/tune.py --task CartPole-v1 --study small_t \
+        --space T=5,10 replay_ratio=1.0,2.0 --first T=5    # a second study, narrowed
 
 Each trial samples ACER's settings (``SPACE``: T, number of envs, replay ratio and
 start, replayed segments per batch, learning rate, entropy, δ, c, α, γ, critic
@@ -31,6 +33,14 @@ it: run the same command again), and after every trial it is exported to
 ``bench/results/tune-<task>.json``: the commit, the machine, the space, every trial
 with its settings, per-seed results and value, and the best trial's settings as
 overrides of ``examples/acer_gym.py``.
+
+A second study of a task goes apart from the first with ``--study NAME``: its own
+``bench/runs/tune/<task>-<NAME>.db`` and ``bench/results/tune-<task>-<NAME>.json``.
+``--space name=v1,v2,...`` narrows it: a categorical's choices (JSON values, ``null``
+for none), or a log range as ``name=low,high``; the rest of ``SPACE`` stays as is.
+The study keeps its space and refuses to resume with another one (repeat the same
+command). Its first trial is the example's defaults (``DEFAULTS``), with
+``--first name=value ...`` in place of those the narrowed space leaves out.
 """
 
 from __future__ import annotations
@@ -105,9 +115,60 @@ def override(key: str, value) -> str:
     return f"{key}={'null' if value is None else value}"
 
 
-def sample(trial) -> dict:
+def parse_value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise SystemExit(f"{text!r}: expected a JSON value (5, 0.5, null)") from None
+
+
+def narrowed(specs: list[str]) -> dict:
+    """``SPACE`` with the choices (or log range) of ``name=v1,v2,...`` replaced."""
+    space = dict(SPACE)
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        if not sep or name not in SPACE:
+            raise SystemExit(
+                f"--space {spec!r}: expected name=v1,v2,... with name one of {list(SPACE)}"
+            )
+        key, kind, _ = SPACE[name]
+        parsed = [parse_value(v) for v in values.split(",")]
+        if kind == "log":
+            if len(parsed) != 2 or not 0 < parsed[0] < parsed[1]:
+                raise SystemExit(
+                    f"--space {spec!r}: {name} is log-uniform, expected name=low,high "
+                    "with 0 < low < high"
+                )
+            parsed = (float(parsed[0]), float(parsed[1]))
+        space[name] = (key, kind, parsed)
+    return space
+
+
+def first_trial(space: dict, specs: list[str]) -> dict:
+    """``DEFAULTS`` with ``name=value`` in ``specs`` in their place, checked to lie
+    in ``space`` (Optuna would not take a categorical value outside its choices)."""
+    params = dict(DEFAULTS)
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if not sep or name not in SPACE:
+            raise SystemExit(
+                f"--first {spec!r}: expected name=value with name one of {list(SPACE)}"
+            )
+        params[name] = parse_value(value)
+    for name, value in params.items():
+        _, kind, values = space[name]
+        inside = values[0] <= value <= values[1] if kind == "log" else value in values
+        if not inside:
+            raise SystemExit(
+                f"the first trial's {name}={value} lies outside the space's {values}: "
+                f"give --first {name}=VALUE"
+            )
+    return params
+
+
+def sample(trial, space: dict) -> dict:
     params = {}
-    for name, (_, kind, values) in SPACE.items():
+    for name, (_, kind, values) in space.items():
         if kind == "log":
             params[name] = trial.suggest_float(name, *values, log=True)
         else:  # optuna stores None as a choice as is
@@ -215,22 +276,23 @@ def run_in_process(task, seed, args, params, run_dir) -> dict:
     return result
 
 
-def results_path(task: str) -> Path:
-    return RESULTS / f"tune-{task.lower().replace('-', '_')}.json"
+def results_path(task: str, study: str | None = None) -> Path:
+    name = task.lower().replace("-", "_") + (f"-{study}" if study else "")
+    return RESULTS / f"tune-{name}.json"
 
 
-def distributions() -> dict:
+def distributions(space: dict) -> dict:
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
     return {
         name: FloatDistribution(*values, log=True)
         if kind == "log"
         else CategoricalDistribution(values)
-        for name, (_, kind, values) in SPACE.items()
+        for name, (_, kind, values) in space.items()
     }
 
 
-def restore(study, path: Path) -> None:
+def restore(study, path: Path, space: dict) -> None:
     """The committed export's finished trials into a new study, so that a study
     goes on in a fresh checkout (the SQLite file is not committed)."""
     import optuna
@@ -249,7 +311,7 @@ def restore(study, path: Path) -> None:
             study.add_trial(
                 optuna.trial.create_trial(
                     params=t["params"],
-                    distributions=distributions(),
+                    distributions=distributions(space),
                     value=value,
                     user_attrs=attrs,
                 )
@@ -264,18 +326,29 @@ def commits(path: Path) -> list[str]:
     return list(dict.fromkeys([*seen, git_commit()]))
 
 
-def export(study, task, args) -> Path:
+def command(args) -> str:
+    """The command line that runs (and resumes) the study."""
+    words = [
+        f"nice -n 19 python bench/tune.py --task {args.task}",
+        *([f"--study {args.study}"] if args.study else []),
+        f"--trials {args.trials} --budget {args.budget} --settle {args.settle}",
+        *(["--space", *args.space] if args.space else []),
+        *(["--first", *args.first] if args.first else []),
+    ]
+    return " ".join(words)
+
+
+def export(study, task, args, space: dict) -> Path:
     import optuna
 
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     best = min(done, key=lambda t: t.value) if done else None
     payload = {
         "benchmark": "tune",
-        "command": f"nice -n 19 python bench/tune.py --task {task} "
-        f"--trials {args.trials} --budget {args.budget} --settle {args.settle}",
+        "command": command(args),
         "commit": git_commit(),
         # every commit that ran or exported this study (a resumed one spans several)
-        "commits": commits(results_path(task)),
+        "commits": commits(results_path(task, args.study)),
         "machine": machine(),
         "task": task,
         "threshold": THRESHOLDS[task],
@@ -289,7 +362,7 @@ def export(study, task, args) -> Path:
         },
         "objective": "mean over seeds of CPU seconds to a stable solve; "
         f"unsolved or collapsed: CPU seconds at stop + {FAIL_S:g}",
-        "space": {k: [v[0], v[1], v[2]] for k, v in SPACE.items()},
+        "space": {k: [v[0], v[1], v[2]] for k, v in space.items()},
         "trials": [
             {
                 "number": t.number,
@@ -314,7 +387,7 @@ def export(study, task, args) -> Path:
             "overrides": overrides_of(best.params),
         },
     }
-    path = results_path(task)
+    path = results_path(task, args.study)
     path.write_text(json.dumps(payload, indent=1) + "\n")
     return path
 
@@ -332,6 +405,24 @@ def main(argv=None):
     )
     parser.add_argument("--late", type=int, default=5, help="evaluations in late_mean")
     parser.add_argument("--export", action="store_true", help="only write the JSON")
+    parser.add_argument(
+        "--study",
+        help="a study of its own: <task>-<STUDY>.db, tune-<task>-<STUDY>.json",
+    )
+    parser.add_argument(
+        "--space",
+        nargs="+",
+        default=[],
+        metavar="NAME=V1,V2",
+        help="narrow SPACE: a categorical's choices, or a log range as NAME=LOW,HIGH",
+    )
+    parser.add_argument(
+        "--first",
+        nargs="+",
+        default=[],
+        metavar="NAME=V",
+        help="the first trial: the defaults with these in their place",
+    )
     # one run, in a process of its own (the driver's child)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -358,27 +449,39 @@ def main(argv=None):
 
     import optuna
 
+    space = narrowed(args.space)
+    first = first_trial(space, args.first)
+    name = args.task + (f"-{args.study}" if args.study else "")
     RUNS.mkdir(parents=True, exist_ok=True)
     study = optuna.create_study(
-        study_name=f"acer-{args.task}",
-        storage=f"sqlite:///{RUNS / args.task}.db",
+        study_name=f"acer-{name}",
+        storage=f"sqlite:///{RUNS / name}.db",
         sampler=optuna.samplers.TPESampler(seed=0),
         direction="minimize",
         load_if_exists=True,
     )
+    # JSON's view of the space (tuples as lists), as the study keeps it
+    as_json = json.loads(json.dumps(space))
+    kept = study.user_attrs.get("space")
+    if kept is not None and kept != as_json:
+        raise SystemExit(
+            f"study {name!r} ran over another space: {kept}; resume it with its own "
+            "--space, or start another with --study"
+        )
+    study.set_user_attr("space", as_json)
     if not study.trials:  # a fresh checkout: the committed export, before any export
-        restore(study, results_path(args.task))
+        restore(study, results_path(args.task, args.study), space)
     if args.export:
-        print(export(study, args.task, args))
+        print(export(study, args.task, args, space))
         return
     if not study.trials:  # the example's defaults first: the baseline to beat
-        study.enqueue_trial(DEFAULTS)
+        study.enqueue_trial(first)
 
     def objective(trial):
-        params = sample(trial)
+        params = sample(trial, space)
         runs = []
         for seed in args.seeds:
-            run_dir = RUNS / args.task / f"trial{trial.number}-seed{seed}"
+            run_dir = RUNS / name / f"trial{trial.number}-seed{seed}"
             runs.append(run_in_process(args.task, seed, args, params, run_dir))
             trial.set_user_attr("runs", runs)
             if "error" in runs[-1]:
@@ -386,7 +489,7 @@ def main(argv=None):
         return statistics.fmean(seed_value(r) for r in runs)
 
     def after(study, trial):
-        path = export(study, args.task, args)
+        path = export(study, args.task, args, space)
         print(f"trial {trial.number}: {trial.value} -> {path}", flush=True)
 
     finished = len([t for t in study.trials if t.state.is_finished()])
@@ -396,7 +499,7 @@ def main(argv=None):
         callbacks=[after],
         catch=(RuntimeError,),
     )
-    export(study, args.task, args)
+    export(study, args.task, args, space)
 
 
 if __name__ == "__main__":

@@ -86,21 +86,24 @@ def test_a_settled_run_that_never_reached_is_not_solved_for_good(clock):
     assert out["stopped"] == "budget" and out["solved_for_good"] is False
 
 
-def result_file(directory, name, candidates, max_minutes=None):
+def result_file(
+    directory, name, candidates, max_minutes=None, tasks=("CartPole-v1",), presets=None
+):
     runs = [
-        {"candidate": c, "task": "CartPole-v1", "seed": 0, "returncode": 0}
+        {"candidate": c, "task": t, "seed": 0, "returncode": 0}
+        for t in tasks
         for c in candidates
     ]
     payload = {
         "settings": {
-            "thresholds": {"CartPole-v1": 500.0},
-            "budget_env_steps": {"CartPole-v1": 500_000},
+            "thresholds": {t: time_to_solve.THRESHOLDS[t] for t in tasks},
+            "budget_env_steps": {t: 500_000 for t in tasks},
             "max_minutes": max_minutes,
             "protocol": {**time_to_solve.PROTOCOL, "text": "t"},
-            "ours_tuned_presets": time_to_solve.PRESETS,
+            "ours_tuned_presets": presets or time_to_solve.PRESETS,
         },
         "runs": runs,
-        "summary": [{"candidate": c, "task": "CartPole-v1"} for c in candidates],
+        "summary": [{"candidate": c, "task": t} for t in tasks for c in candidates],
     }
     (directory / f"time_to_solve-{name}.json").write_text(json.dumps(payload))
 
@@ -121,3 +124,35 @@ def test_report_takes_ours_and_the_peers_from_their_newest_files(tmp_path, monke
     result_file(tmp_path, "4", ["sb3_dqn"], max_minutes=3.0)
     with pytest.raises(ValueError, match="differ in settings.max_minutes"):
         report.side_by_side()
+
+
+def test_report_takes_ours_per_task_from_the_newest_file_that_ran_it(
+    tmp_path, monkeypatch
+):
+    """A file that re-ran one task's preset leaves the other task's rows as they were."""
+    report = load_script("bench/report.py")
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    both = ("CartPole-v1", "Acrobot-v1")
+    result_file(tmp_path, "1", ["sb3_a2c"], tasks=both)
+    old = {"CartPole-v1": "old", "Acrobot-v1": "acro"}
+    result_file(tmp_path, "2", ["ours_tuned", "ours"], tasks=both, presets=old)
+    new = {"CartPole-v1": "new", "Acrobot-v1": "acro"}
+    result_file(tmp_path, "3", ["ours_tuned"], presets=new)
+    files, settings, groups, runs = report.side_by_side()
+    assert [p.name for p, _ in files] == [
+        "time_to_solve-3.json",
+        "time_to_solve-2.json",
+        "time_to_solve-1.json",
+    ]
+    ours = [(g["task"], g["candidate"]) for g in groups if g["candidate"] != "sb3_a2c"]
+    assert ours == [
+        ("CartPole-v1", "ours_tuned"),
+        ("Acrobot-v1", "ours_tuned"),
+        ("Acrobot-v1", "ours"),
+    ]
+    assert settings["ours_tuned_presets"] == {
+        "CartPole-v1": "new",
+        "Acrobot-v1": "acro",
+    }
+    assert set(settings["thresholds"]) == set(both)
+    assert len(runs) == len(groups)

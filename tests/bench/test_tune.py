@@ -1,0 +1,83 @@
+"""bench/tune.py: ``--study`` keeps a second study of a task apart from the first
+(its own database and export), ``--space`` narrows the space it samples, and a study
+refuses to resume over another space."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from builders import load_script
+
+pytest.importorskip("optuna")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+tune = load_script("bench/tune.py")
+
+
+def test_space_replaces_only_the_named_choices_and_ranges():
+    space = tune.narrowed(["T=5,10", "replay_ratio=1.0,8.0", "lr=1e-4,1e-3"])
+    assert space["T"] == ("collector.T", "cat", [5, 10])
+    assert space["replay_ratio"] == ("replay.ratio", "cat", [1.0, 8.0])
+    assert space["lr"] == ("optim.lr", "log", (1e-4, 1e-3))
+    unchanged = set(tune.SPACE) - {"T", "replay_ratio", "lr"}
+    assert {k: space[k] for k in unchanged} == {k: tune.SPACE[k] for k in unchanged}
+    assert tune.narrowed(["delta=0.3,null"])["delta"][2] == [0.3, None]
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("horizon=5,10", "name one of"),
+        ("T", "name one of"),
+        ("lr=1e-3", "low,high"),
+        ("lr=1e-3,1e-4", "low,high"),
+        ("T=five", "JSON value"),
+    ],
+)
+def test_space_rejects_what_it_cannot_read(spec, words):
+    with pytest.raises(SystemExit, match=words):
+        tune.narrowed([spec])
+
+
+def test_first_trial_is_the_defaults_with_the_given_values_inside_the_space():
+    space = tune.narrowed(["T=5,10"])
+    assert tune.first_trial(space, ["T=5"]) == {**tune.DEFAULTS, "T": 5}
+    # the defaults' T=20 is not a choice any more
+    with pytest.raises(SystemExit, match="T=20 lies outside"):
+        tune.first_trial(space, [])
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(tune, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    return tmp_path
+
+
+def test_a_named_study_has_its_own_files_and_keeps_its_space(dirs):
+    argv = ["--task", "CartPole-v1", "--study", "small", "--space", "T=5,10"]
+    tune.main([*argv, "--first", "T=5", "--export"])
+    assert (dirs / "runs" / "CartPole-v1-small.db").exists()
+    assert not (dirs / "runs" / "CartPole-v1.db").exists()
+    exported = json.loads(
+        (dirs / "results" / "tune-cartpole_v1-small.json").read_text()
+    )
+    assert exported["space"]["T"] == ["collector.T", "cat", [5, 10]]
+    assert "--study small" in exported["command"]
+    assert "--space T=5,10" in exported["command"]
+    # resumed over the same space: fine; over another: refused
+    tune.main([*argv, "--first", "T=5", "--export"])
+    with pytest.raises(SystemExit, match="another space"):
+        tune.main([*argv[:-1], "T=5,20", "--first", "T=5", "--export"])
+
+
+def test_without_study_the_first_study_files_are_used(dirs):
+    tune.main(["--task", "CartPole-v1", "--export"])
+    assert (dirs / "runs" / "CartPole-v1.db").exists()
+    exported = json.loads((dirs / "results" / "tune-cartpole_v1.json").read_text())
+    assert exported["command"] == (
+        "nice -n 19 python bench/tune.py --task CartPole-v1 "
+        "--trials 60 --budget 30000 --settle 10000"
+    )
+    assert exported["space"]["T"] == ["collector.T", "cat", [5, 10, 20, 40]]
