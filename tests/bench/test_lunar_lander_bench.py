@@ -1,49 +1,19 @@
 """bench/lunar_lander.py: runs go on to the budget, a resumed run of ours keeps what
 its checkpoint had, and the summary reports every seed."""
 
-import time
-
 import pytest
 from builders import load_script
 
 lunar_lander = load_script("bench/lunar_lander.py")
 
 
-class Clock:
-    """A ``time.perf_counter`` that moves only when told."""
-
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(time, "perf_counter", clock)
-    return clock
-
-
-def evaluate(rec, clock, steps, value, train_s=10.0, eval_s=1.0):
-    """``train_s`` of training, then an evaluation of ``eval_s`` returning value."""
-    clock.now += train_s
-
-    def fn():
-        clock.now += eval_s
-        return value
-
-    rec.evaluate(steps, fn)
-
-
 def test_budget_recorder_trains_past_the_threshold_to_the_budget(clock):
     rec = lunar_lander.BudgetRecorder(budget=30_000)
     rec.begin()
-    evaluate(rec, clock, 10_000, 250.0)
+    clock.evaluate(rec, 10_000, 250.0)
     assert rec.stop_reason(10_000) is None
-    evaluate(rec, clock, 20_000, 150.0)
-    evaluate(rec, clock, 30_000, 220.0)
+    clock.evaluate(rec, 20_000, 150.0)
+    clock.evaluate(rec, 30_000, 220.0)
     assert rec.stop_reason(30_000) == "budget"
     out = rec.result(30_000, "budget")
     assert out["env_steps_to_threshold"] == 10_000  # the first, not the last
@@ -57,13 +27,13 @@ def test_resumed_recorder_keeps_evaluations_and_clock_of_its_checkpoint(
     path = tmp_path / "recorder.json"
     first = lunar_lander.BudgetRecorder(budget=100_000, path=path)
     first.begin()
-    evaluate(first, clock, 10_000, -100.0)
-    evaluate(first, clock, 20_000, 210.0)
+    clock.evaluate(first, 10_000, -100.0)
+    clock.evaluate(first, 20_000, 210.0)
     clock.now += 5.0  # training after the evaluation, before the checkpoint
     first.keep(20_000)  # 25 s of training, 2 of evaluation
-    evaluate(first, clock, 30_000, 0.0)
+    clock.evaluate(first, 30_000, 0.0)
     first.keep(30_000)
-    evaluate(first, clock, 40_000, 0.0)  # lost: no checkpoint after it
+    clock.evaluate(first, 40_000, 0.0)  # lost: no checkpoint after it
 
     # the process died; the last checkpoint written was the one at 20 000
     resumed = lunar_lander.BudgetRecorder(budget=100_000, path=path)
@@ -72,7 +42,7 @@ def test_resumed_recorder_keeps_evaluations_and_clock_of_its_checkpoint(
     resumed.begin()
     assert [e["env_steps"] for e in resumed.evals] == [10_000, 20_000]
     assert resumed.reached["env_steps"] == 20_000
-    evaluate(resumed, clock, 30_000, 5.0, train_s=7.0)
+    clock.evaluate(resumed, 30_000, 5.0, train_s=7.0)
     assert resumed.evals[-1]["train_s"] == pytest.approx(25.0 + 7.0)
     out = resumed.result(30_000, "budget")
     assert out["resumed_at"] == [20_000]

@@ -4,7 +4,6 @@ ours, and bench/report.py puts the best finished peer in the README's MinAtar ro
 (from fake records: no training, no Stable-Baselines3)."""
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,39 +15,11 @@ peers = load_script("bench/minatar_peers.py")
 report = load_script("bench/report.py")
 
 
-class Clock:
-    """A ``time.perf_counter`` that moves only when told."""
-
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(time, "perf_counter", clock)
-    return clock
-
-
-def evaluate(rec, clock, steps, value, train_s=10.0, eval_s=1.0):
-    """``train_s`` of training, then an evaluation of ``eval_s`` returning value."""
-    clock.now += train_s
-
-    def fn():
-        clock.now += eval_s
-        return value
-
-    rec.evaluate(steps, fn)
-
-
 def test_a_resumed_recorder_goes_on_with_its_checkpoints_evaluations_and_clock(clock):
     first = peers.PeerRecorder(budget=1_000_000)
     first.begin()
-    evaluate(first, clock, 50_000, 1.0)
-    evaluate(first, clock, 100_000, 2.0)
+    clock.evaluate(first, 50_000, 1.0)
+    clock.evaluate(first, 100_000, 2.0)
     clock.now += 3.0  # training after the save, lost with the process
     state = first.state(100_000)
     assert state["train_s"] == pytest.approx(23.0)
@@ -59,7 +30,7 @@ def test_a_resumed_recorder_goes_on_with_its_checkpoints_evaluations_and_clock(c
     assert not resumed.due(149_999) and resumed.due(150_000)
     clock.now += 500.0  # setup of the new process: not training time
     resumed.begin()
-    evaluate(resumed, clock, 150_000, 3.0, train_s=10.0, eval_s=4.0)
+    clock.evaluate(resumed, 150_000, 3.0, train_s=10.0, eval_s=4.0)
     assert [e["return"] for e in resumed.evals] == [1.0, 2.0, 3.0]
     assert resumed.evals[-1]["train_s"] == pytest.approx(30.0)
     assert resumed.eval_s == pytest.approx(6.0)

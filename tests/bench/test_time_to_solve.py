@@ -5,7 +5,6 @@ by side only if they share the protocol."""
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,23 +12,6 @@ from builders import load_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 time_to_solve = load_script("bench/time_to_solve.py")
-
-
-class Clock:
-    """A clock that moves only when told."""
-
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(time, "perf_counter", clock)
-    return clock
 
 
 def run(rec, clock, returns, interval=1_000):
