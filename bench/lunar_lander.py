@@ -91,6 +91,7 @@ from time_to_solve import (  # noqa: E402
     add_worker_arguments,
     di_config,
     export_commit,
+    pin_settings,
     run_one,
     stats,
     train_di_acer,
@@ -334,17 +335,7 @@ def check_settings(args):
         "checkpoint_interval": CHECKPOINT_INTERVAL,
         "ours_commit": ours_commit,
     }
-    if earlier is not None and earlier != settings:
-        diff = {
-            k: (earlier.get(k), v) for k, v in settings.items() if earlier.get(k) != v
-        }
-        raise SystemExit(
-            f"{args.runs_dir} holds runs of another setting ((there, here): {diff}); "
-            "pass the same settings, or another --runs-dir"
-        )
-    args.runs_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(settings, indent=1) + "\n")
-    return settings
+    return pin_settings(args.runs_dir, settings, earlier)
 
 
 def run_and_record(candidate, seed, args):

@@ -71,6 +71,7 @@ from time_to_solve import (  # noqa: E402
     _schedule,
     add_worker_arguments,
     greedy_return,
+    pin_settings,
     run_one,
     stats,
     worker,
@@ -371,15 +372,7 @@ def check_settings(args):
         "save_interval": args.save_interval,
         "settings": json.loads(json.dumps(SETTINGS)),
     }
-    if earlier is not None and earlier != settings:
-        diff = [k for k in settings if earlier.get(k) != settings[k]]
-        raise SystemExit(
-            f"{args.runs_dir} holds runs of another setting (differing: {diff}); "
-            "pass the same settings, or another --runs-dir"
-        )
-    args.runs_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(settings, indent=1) + "\n")
-    return settings
+    return pin_settings(args.runs_dir, settings, earlier)
 
 
 def run_and_record(game, algo, seed, args):

@@ -755,6 +755,22 @@ def run_one(candidate, task, seed, args, script=__file__, run_dir=None):
     return record
 
 
+def pin_settings(runs_dir, settings: dict, earlier: dict | None) -> dict:
+    """Writes ``settings`` to ``runs_dir``'s ``settings.json``, which an earlier
+    invocation's (``earlier``) must equal: a runs directory holds one setting."""
+    if earlier is not None and earlier != settings:
+        diff = {
+            k: (earlier.get(k), v) for k, v in settings.items() if earlier.get(k) != v
+        }
+        raise SystemExit(
+            f"{runs_dir} holds runs of another setting ((there, here): {diff}); "
+            "pass the same settings, or another --runs-dir"
+        )
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    (runs_dir / "settings.json").write_text(json.dumps(settings, indent=1) + "\n")
+    return settings
+
+
 def stats(values):
     values = sorted(v for v in values if v is not None)
     if not values:
