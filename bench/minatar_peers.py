@@ -574,16 +574,21 @@ def main():
         and r["candidate"] in args.algos
         and r["seed"] in args.seeds
     ]
-    if not args.summary:
+
+    def unfinished():
+        """The runs without a record, in the order they run."""
         done = {(r["game"], r["candidate"], r["seed"]) for r in records}
-        plan = [
+        return [
             (game, algo, seed)
             for game in args.games
             for seed in args.seeds
             for algo in args.algos
             if (game, algo, seed) not in done
         ]
-        print(f"{len(done)} runs finished before, {len(plan)} to run", flush=True)
+
+    if not args.summary:
+        plan = unfinished()
+        print(f"{len(records)} runs finished before, {len(plan)} to run", flush=True)
         budget = args.budget
         args.budget = {GAMES[g]: budget for g in args.games}  # as run_one reads it
         for game, algo, seed in plan:
@@ -605,14 +610,7 @@ def main():
                     flush=True,
                 )
         args.budget = budget
-    finished = {(r["game"], r["candidate"], r["seed"]) for r in records}
-    missing = [
-        (g, a, s)
-        for g in args.games
-        for s in args.seeds
-        for a in args.algos
-        if (g, a, s) not in finished
-    ]
+    missing = unfinished()
     if missing and not args.summary:
         print(f"not finished: {missing}; run the same command again to continue")
         return
