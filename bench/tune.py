@@ -22,7 +22,10 @@ stretch it), where a seed counts as solved only if it is still solved when it
 stops (the mean of its last ``late`` evaluations at or above the threshold); an
 unsolved or collapsed seed counts its CPU seconds plus ``FAIL_S``, more than any
 run within the budget costs, so that a trial that stays solved on more seeds always
-ranks first. (The CartPole-v1 study ran with an unsolved seed at twice its CPU
+ranks first. With ``--objective env_steps`` a trial is worth the mean
+env steps to the threshold instead, an unsolved or collapsed seed counting its env
+steps plus the budget: the study then looks for the fewest samples, whatever the
+compute. (The CartPole-v1 study ran with an unsolved seed at twice its CPU
 seconds, which let a cheap setting that never solved rank first; its export keeps
 those values as ``value_as_run`` and ranks the trials anew from their runs.) So the
 study looks for settings that solve soon in both samples and compute, and stay
@@ -38,8 +41,8 @@ A second study of a task goes apart from the first with ``--study NAME``: its ow
 ``bench/runs/tune/<task>-<NAME>.db`` and ``bench/results/tune-<task>-<NAME>.json``.
 ``--space name=v1,v2,...`` narrows it: a categorical's choices (JSON values, ``null``
 for none), or a log range as ``name=low,high``; the rest of ``SPACE`` stays as is.
-The study keeps its space and refuses to resume with another one (repeat the same
-command). Its first trial is the example's defaults (``DEFAULTS``), with
+The study keeps its space and objective and refuses to resume with others (repeat
+the same command). Its first trial is the example's defaults (``DEFAULTS``), with
 ``--first name=value ...`` in place of those the narrowed space leaves out.
 """
 
@@ -228,11 +231,34 @@ def run_seed(task, seed, budget, settle, late, params, run_dir):
 # costs on the tuning tasks (at most ~15 s here), so that no speed makes up for it
 FAIL_S = 100.0
 
+# what a seed is worth, lower is better: (its measure to a stable solve, that
+# measure at its stop, the penalty of a seed not solved for good)
+OBJECTIVES = {
+    "cpu_s": ("cpu_s_to_threshold", "cpu_s_total", lambda budget: FAIL_S),
+    # a seed not solved for good counts its env steps plus the budget: more than
+    # any solved seed, whose env steps to the threshold are within the budget
+    "env_steps": ("env_steps_to_threshold", "final_env_steps", lambda budget: budget),
+}
 
-def seed_value(run: dict) -> float:
+
+def seed_value(run: dict, objective: str = "cpu_s", budget: int = 0) -> float:
+    solved, at_stop, penalty = OBJECTIVES[objective]
     if run["reached"] and run["stable"]:
-        return run["cpu_s_to_threshold"]
-    return (run["cpu_s_total"] or math.inf) + FAIL_S
+        return run[solved]
+    return (run[at_stop] or math.inf) + penalty(budget)
+
+
+def describe(objective: str, budget: int) -> str:
+    """The objective in words, for the export."""
+    if objective == "cpu_s":
+        return (
+            "mean over seeds of CPU seconds to a stable solve; "
+            f"unsolved or collapsed: CPU seconds at stop + {FAIL_S:g}"
+        )
+    return (
+        "mean over seeds of env steps to a stable solve; "
+        f"unsolved or collapsed: env steps at stop + the budget ({budget})"
+    )
 
 
 def run_in_process(task, seed, args, params, run_dir) -> dict:
@@ -292,7 +318,7 @@ def distributions(space: dict) -> dict:
     }
 
 
-def restore(study, path: Path, space: dict) -> None:
+def restore(study, path: Path, space: dict, objective: str, budget: int) -> None:
     """The committed export's finished trials into a new study, so that a study
     goes on in a fresh checkout (the SQLite file is not committed)."""
     import optuna
@@ -303,7 +329,9 @@ def restore(study, path: Path, space: dict) -> None:
         if t["state"] == "COMPLETE":
             # ranked by this objective, from the runs (an export of an earlier
             # objective keeps its values as value_as_run)
-            value = statistics.fmean(seed_value(r) for r in t["runs"])
+            value = statistics.fmean(
+                seed_value(r, objective, budget) for r in t["runs"]
+            )
             as_run = t.get("value_as_run", t["value"])
             attrs = {"runs": t["runs"]}
             if as_run != value:
@@ -334,6 +362,7 @@ def command(args) -> str:
         f"--trials {args.trials} --budget {args.budget} --settle {args.settle}",
         *(["--space", *args.space] if args.space else []),
         *(["--first", *args.first] if args.first else []),
+        *([f"--objective {args.objective}"] if args.objective != "cpu_s" else []),
     ]
     return " ".join(words)
 
@@ -360,8 +389,7 @@ def export(study, task, args, space: dict) -> Path:
             "seeds": list(args.seeds),
             "sampler": "TPESampler(seed=0)",
         },
-        "objective": "mean over seeds of CPU seconds to a stable solve; "
-        f"unsolved or collapsed: CPU seconds at stop + {FAIL_S:g}",
+        "objective": describe(args.objective, args.budget),
         "space": {k: [v[0], v[1], v[2]] for k, v in space.items()},
         "trials": [
             {
@@ -423,6 +451,13 @@ def main(argv=None):
         metavar="NAME=V",
         help="the first trial: the defaults with these in their place",
     )
+    parser.add_argument(
+        "--objective",
+        default="cpu_s",
+        choices=list(OBJECTIVES),
+        help="what a trial minimises: CPU seconds (default) or env steps to a "
+        "stable solve",
+    )
     # one run, in a process of its own (the driver's child)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -469,8 +504,17 @@ def main(argv=None):
             "--space, or start another with --study"
         )
     study.set_user_attr("space", as_json)
+    # a study that ran before --objective existed minimised CPU seconds
+    ran = study.user_attrs.get("objective", "cpu_s")
+    if study.trials and ran != args.objective:
+        raise SystemExit(
+            f"study {name!r} minimises {ran}; resume it with --objective {ran}, or "
+            "start another with --study"
+        )
+    study.set_user_attr("objective", args.objective)
     if not study.trials:  # a fresh checkout: the committed export, before any export
-        restore(study, results_path(args.task, args.study), space)
+        path = results_path(args.task, args.study)
+        restore(study, path, space, args.objective, args.budget)
     if args.export:
         print(export(study, args.task, args, space))
         return
@@ -486,7 +530,9 @@ def main(argv=None):
             trial.set_user_attr("runs", runs)
             if "error" in runs[-1]:
                 raise RuntimeError(runs[-1]["error"])
-        return statistics.fmean(seed_value(r) for r in runs)
+        return statistics.fmean(
+            seed_value(r, args.objective, args.budget) for r in runs
+        )
 
     def after(study, trial):
         path = export(study, args.task, args, space)

@@ -81,3 +81,55 @@ def test_without_study_the_first_study_files_are_used(dirs):
         "--trials 60 --budget 30000 --settle 10000"
     )
     assert exported["space"]["T"] == ["collector.T", "cat", [5, 10, 20, 40]]
+
+
+def run(reached_at, stable, final, cpu_s=5.0):
+    return {
+        "reached": reached_at is not None,
+        "stable": stable,
+        "env_steps_to_threshold": reached_at,
+        "cpu_s_to_threshold": None if reached_at is None else cpu_s / 2,
+        "final_env_steps": final,
+        "cpu_s_total": cpu_s,
+    }
+
+
+def test_env_steps_objective_ranks_every_stable_seed_before_any_other():
+    budget = 30_000
+    solved_late = run(29_000, True, 30_000)
+    collapsed_early = run(6_000, False, 16_000)
+    never = run(None, False, 30_000)
+    value = {
+        name: tune.seed_value(r, "env_steps", budget)
+        for name, r in [
+            ("late", solved_late),
+            ("collapsed", collapsed_early),
+            ("never", never),
+        ]
+    }
+    assert value == {"late": 29_000, "collapsed": 16_000 + budget, "never": 60_000}
+    # the default objective is unchanged: CPU seconds, FAIL_S for an unsolved seed
+    assert tune.seed_value(solved_late) == 2.5
+    assert tune.seed_value(never) == 5.0 + tune.FAIL_S
+
+
+def test_a_study_keeps_its_objective(dirs):
+    # a committed export with one finished trial: restored into a fresh database
+    trial = {
+        "number": 0,
+        "state": "COMPLETE",
+        "value": 1.0,
+        "params": tune.DEFAULTS,
+        "runs": [run(8_000, True, 18_000), run(None, False, 30_000)],
+    }
+    path = dirs / "results" / "tune-cartpole_v1-steps.json"
+    path.write_text(json.dumps({"trials": [trial]}))
+    argv = ["--task", "CartPole-v1", "--study", "steps", "--export"]
+    tune.main([*argv, "--objective", "env_steps"])
+    exported = json.loads(path.read_text())
+    # ranked anew from its runs by this objective: (8k + 30k + 30k) / 2
+    assert exported["trials"][0]["value"] == (8_000 + 60_000) / 2
+    assert "--objective env_steps" in exported["command"]
+    assert "env steps" in exported["objective"]
+    with pytest.raises(SystemExit, match="minimises env_steps"):
+        tune.main(argv)
