@@ -69,12 +69,13 @@ the env steps it resumed at. One of DI-engine starts again from scratch (the
 bench keeps no DI-engine checkpoint). A runs directory holds one setting
 (``settings.json``: budget, protocol, checkpoint interval, ours' commit); another
 needs another ``--runs-dir``. Long runs go at ``nice -n 19`` in the background;
-a session that ends stops them, and the same command resumes them. Once every run has a record, or with ``--summary``, the
-result is written to ``bench/results/lunar_lander-<UTC stamp>.json`` (commit,
-machine, settings, every run's record with its evaluations, and per candidate the
-seeds' steps to 200, medians and ranges); ``--result-name`` names it, one name
-per runs directory (bench/report.py reads ``lunar_lander`` as the 1M comparison
-with DI-engine and ``lunar_lander_sb3`` as the SB3 one at 500k).
+a session that ends stops them, and the same command resumes them. Once every
+run has a record, or with ``--summary``, the result is written to
+``bench/results/lunar_lander-<UTC stamp>.json`` (commit, machine, settings, every
+run's record with its evaluations, and per candidate the seeds' steps to 200,
+medians and ranges); ``--result-name`` names it, one name per runs directory
+(bench/report.py reads ``lunar_lander`` as the 1M comparison with DI-engine and
+``lunar_lander_sb3`` as the SB3 one at 500k).
 """
 
 from __future__ import annotations

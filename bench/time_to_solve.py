@@ -54,7 +54,9 @@ machine, settings, protocol, every run with its evaluations, and per candidate a
 task the medians and ranges over the seeds that reached); ``--continue FILE`` adds
 the missing runs to an earlier file. ``bench/lunar_lander.py`` reuses its training
 loops (``train_ours``, ``train_sb3``, ``train_di_acer``) and evaluation on
-LunarLander-v3.
+LunarLander-v3, and it and ``bench/minatar_peers.py`` run ``train_sb3`` resumable
+(``run_dir``: saved every ``save_interval`` env steps, resumed from the latest
+save, with a :class:`ResumableRecorder`) for runs longer than a session.
 """
 
 from __future__ import annotations
