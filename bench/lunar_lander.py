@@ -26,7 +26,7 @@ copy seeded once from ``seed + 10_000``, episodes run to the task's own limit of
 10 000 or past it (ours on its trainer's schedule, which also evaluates after its
 first batch): 100 points over a run, 1% of the budget apart, at a cost of at most
 10 000 policy steps each. Training seconds exclude setup, every evaluation and
-ours' checkpoints.
+the checkpoints.
 
 Candidates:
 
@@ -58,16 +58,24 @@ Candidates:
 
 Resumable: each finished run writes ``record.json`` in its directory
 (``--runs-dir``/``<candidate>-seed<S>``), and the same command run again skips it.
-An unfinished run of ours resumes from its last checkpoint, its evaluations and
-training clock up to it kept in ``recorder.json``; one of DI-engine starts again
-from scratch (the bench keeps no DI-engine checkpoint). A runs directory holds
-one setting (``settings.json``: budget, protocol, ours' commit); another needs
-another ``--runs-dir``. Once every run has a record, or with ``--summary``, the
-result is written to ``bench/results/lunar_lander-<UTC stamp>.json`` (commit,
-machine, settings, every run's record with its evaluations, and per candidate the
-seeds' steps to 200, medians and ranges); ``--result-name`` names it, one name
-per runs directory (bench/report.py reads ``lunar_lander`` as the 1M comparison
-with DI-engine and ``lunar_lander_sb3`` as the SB3 one at 500k).
+Ours and SB3 save every ``--checkpoint-interval`` env steps (50k). An unfinished
+run of ours resumes from its last checkpoint, its evaluations and training clock
+up to it kept in ``recorder.json``; one of SB3 from its latest save
+(``checkpoint-<steps>/``: model, DQN's replay; ``latest.json``: evaluations and
+training clock; time_to_solve.py's ``train_sb3``, as bench/minatar_peers.py's),
+on fresh episodes seeded ``seed + steps`` (not bit for bit the run that was
+stopped), its schedules still over the budget; a record's ``resumed_at`` lists
+the env steps it resumed at. One of DI-engine starts again from scratch (the
+bench keeps no DI-engine checkpoint). A runs directory holds one setting
+(``settings.json``: budget, protocol, checkpoint interval, ours' commit); another
+needs another ``--runs-dir``. Long runs go at ``nice -n 19`` in the background;
+a session that ends stops them, and the same command resumes them. Once every
+run has a record, or with ``--summary``, the result is written to
+``bench/results/lunar_lander-<UTC stamp>.json`` (commit, machine, settings, every
+run's record with its evaluations, and per candidate the seeds' steps to 200,
+medians and ranges); ``--result-name`` names it, one name per runs directory
+(bench/report.py reads ``lunar_lander`` as the 1M comparison with DI-engine and
+``lunar_lander_sb3`` as the SB3 one at 500k).
 """
 
 from __future__ import annotations
@@ -86,7 +94,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import checkpoint_path  # noqa: E402
 from time_to_solve import (  # noqa: E402
     ROOT,
-    Recorder,
+    ResumableRecorder,
     add_run_arguments,
     add_worker_arguments,
     di_config,
@@ -94,6 +102,7 @@ from time_to_solve import (  # noqa: E402
     pin_settings,
     run_one,
     stats,
+    tidy,
     train_di_acer,
     train_ours,
     train_sb3,
@@ -109,7 +118,7 @@ PROTOCOL = {
     "max_steps": 1_000,  # the task's own time limit
 }
 DEFAULT_BUDGET = 1_000_000
-CHECKPOINT_INTERVAL = 50_000  # ours: env steps between checkpoints
+CHECKPOINT_INTERVAL = 50_000  # ours and SB3: env steps between checkpoints
 DI_SOURCE = "DI-engine 0.5.3, dizoo/box2d/lunarlander/config/lunarlander_acer_config.py"
 # rl_zoo3 2.9.2 (rl-baselines3-zoo), rl_zoo3/hyperparams/{a2c,ppo,dqn}.yml, key
 # LunarLander-v3 (the task run here), every value as written there; anything not listed is SB3's default. ("linear", x): the
@@ -163,35 +172,25 @@ ZOO_CHANGED = (
 # -- the worker: one run, in the candidate's venv ------------------------------------
 
 
-class BudgetRecorder(Recorder):
-    """A :class:`Recorder` that lets the run go on to its budget (reaching the
-    threshold does not stop it), and that keeps its evaluations and training clock
-    with each of ours' checkpoints, so that a run resumed from one goes on with
-    them."""
+class BudgetRecorder(ResumableRecorder):
+    """A :class:`ResumableRecorder` of LunarLander's threshold and evaluation
+    interval that also keeps its evaluations and training clock in ``path``
+    (``recorder.json``) with each of ours' checkpoints (``keep``), for a run of
+    ours resumed from one to go on with them (``restore_kept``)."""
 
     def __init__(self, budget, path=None):
         super().__init__(THRESHOLD, PROTOCOL["interval"], budget)
         self.path = path  # recorder.json
         self.clock = {}  # env steps of each checkpoint: training seconds then
-        self.resumed_at = []
-        self.train_s_before = 0.0
-
-    def stop_reason(self, steps):
-        return "budget" if steps >= self.budget else None
-
-    def begin(self):
-        super().begin()  # the CPU clock (train_cpu_s) starts over on resume
-        # a resumed run's clock goes on from its checkpoint's
-        self.start = time.perf_counter() - self.train_s_before - self.eval_s
 
     def keep(self, steps):
         """Writes the evaluations and the training clock at checkpoint ``steps``."""
-        self.clock[str(steps)] = time.perf_counter() - self.start - self.eval_s
+        self.clock[str(steps)] = self.train_s()
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"evals": self.evals, "clock": self.clock}))
         os.replace(tmp, self.path)
 
-    def restore(self, steps):
+    def restore_kept(self, steps):
         """Takes back what :meth:`keep` wrote with the checkpoint at ``steps``."""
         kept = json.loads(self.path.read_text()) if self.path.exists() else {}
         if str(steps) not in kept.get("clock", {}):
@@ -199,17 +198,14 @@ class BudgetRecorder(Recorder):
                 f"{self.path} holds no training clock for the checkpoint at {steps} "
                 f"env steps: delete {self.path.parent} to run this seed again"
             )
-        self.evals = [e for e in kept["evals"] if e["env_steps"] <= steps]
         self.clock = {s: t for s, t in kept["clock"].items() if int(s) <= steps}
-        self.train_s_before = self.clock[str(steps)]
-        self.eval_s = sum(e["eval_s"] for e in self.evals)
-        self.reached = next(
-            (e for e in self.evals if e["return"] >= self.threshold), None
-        )
-        self.resumed_at.append(steps)
+        state = {"env_steps": steps, "train_s": self.clock[str(steps)]}
+        self.restore({**state, "evals": kept["evals"]})
 
-    def result(self, steps, stopped):
-        return {**super().result(steps, stopped), "resumed_at": self.resumed_at}
+
+def pinned(run_dir):
+    """The settings of ``run_dir``'s runs directory (``settings.json``)."""
+    return json.loads((run_dir.parent / "settings.json").read_text())
 
 
 def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
@@ -224,7 +220,7 @@ def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
         f"eval.max_steps={PROTOCOL['max_steps']}",
         "logger.progress_bar=false",
         f"logger.run_dir={run_dir}",
-        f"checkpoint.interval={CHECKPOINT_INTERVAL}",
+        f"checkpoint.interval={pinned(run_dir)['checkpoint_interval']}",
     ]
     checkpoint = checkpoint_path(run_dir)
     resume = [f"resume={checkpoint}"] if checkpoint.exists() else []
@@ -246,7 +242,7 @@ def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):
 
         def load_and_restore(*args, **kwargs):
             out = load(*args, **kwargs)
-            rec.restore(trainer.collected_frames)
+            rec.restore_kept(trainer.collected_frames)
             return out
 
         trainer._save_trainer, trainer.load_from_file = save_and_keep, load_and_restore
@@ -305,6 +301,8 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir):
         total_timesteps=budget,
         episodes=PROTOCOL["episodes"],
         max_steps=PROTOCOL["max_steps"],
+        run_dir=run_dir,
+        save_interval=pinned(run_dir)["checkpoint_interval"],
     )
     out = rec.result(steps, stop)
     out["settings"] = {
@@ -332,7 +330,7 @@ def check_settings(args):
         "threshold": THRESHOLD,
         "budget_env_steps": args.budget,
         "protocol": PROTOCOL,
-        "checkpoint_interval": CHECKPOINT_INTERVAL,
+        "checkpoint_interval": args.checkpoint_interval,
         "ours_commit": ours_commit,
     }
     return pin_settings(args.runs_dir, settings, earlier)
@@ -358,6 +356,7 @@ def run_and_record(candidate, seed, args):
     if record["returncode"] == 0 and record["stopped"] == "budget":
         record["attempts"] = attempts
         (run_dir / "record.json").write_text(json.dumps(record, indent=1) + "\n")
+        tidy(run_dir)  # an SB3 run's checkpoints; ours' stay in checkpoints/
     return record
 
 
@@ -422,8 +421,8 @@ def write_result(args, settings, records):
             "the first update that takes the env steps to a multiple of "
             f"{PROTOCOL['interval']} or past it (ours, on its trainer's schedule, "
             "also after its first batch); runs go on to the budget; train seconds: "
-            "the training loop's time, less evaluations and ours' checkpoints "
-            "(setup excluded); a resumed run of ours goes on with the clock of its "
+            "the training loop's time, less evaluations and checkpoints (setup "
+            "excluded); a resumed run (ours, SB3) goes on with the clock of its "
             "checkpoint",
             "threads": "torch.set_num_threads(1), OMP/MKL/OPENBLAS_NUM_THREADS=1, "
             "a process per run (each attempt's --jobs in its attempts)",
@@ -465,6 +464,12 @@ def main():
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="env steps")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
     parser.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=CHECKPOINT_INTERVAL,
+        help="env steps between checkpoints (ours and SB3)",
+    )
+    parser.add_argument(
         "--runs-dir", type=Path, default=ROOT / "bench" / "runs" / "lunar_lander"
     )
     parser.add_argument(
@@ -490,10 +495,10 @@ def main():
 
     args.runs_dir = args.runs_dir.resolve()
     settings = check_settings(args)
-    records = [
-        json.loads(path.read_text())
-        for path in sorted(args.runs_dir.glob("*-seed*/record.json"))
-    ]
+    records = []
+    for path in sorted(args.runs_dir.glob("*-seed*/record.json")):
+        records.append(json.loads(path.read_text()))
+        tidy(path.parent)  # in case the process ended between record and tidy
     if not args.summary:
         done = {(r["candidate"], r["seed"]) for r in records}
         order = random.Random(args.order_seed)

@@ -58,8 +58,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -67,13 +65,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from time_to_solve import (  # noqa: E402
     ROOT,
-    Recorder,
+    ResumableRecorder,
     _schedule,
     add_worker_arguments,
-    greedy_return,
+    latest_checkpoint,
     pin_settings,
     run_one,
     stats,
+    tidy,
+    train_sb3,
     worker,
 )
 
@@ -187,158 +187,40 @@ def model_kwargs(algo, budget):
     return {**kwargs, "policy_kwargs": policy_kwargs}, n_envs
 
 
-class PeerRecorder(Recorder):
-    """A :class:`Recorder` of evaluations every ``PROTOCOL["interval"]`` env steps
-    to the budget (no threshold), whose evaluations and training clock go into each
-    checkpoint (``state``) and come back from it (``restore``)."""
+class PeerRecorder(ResumableRecorder):
+    """A :class:`ResumableRecorder` of evaluations every ``PROTOCOL["interval"]``
+    env steps to the budget (no threshold)."""
 
     def __init__(self, budget):
         super().__init__(float("inf"), PROTOCOL["interval"], budget)
-        self.train_s_before = 0.0
-        self.resumed_at = []
-
-    def begin(self):
-        super().begin()  # the CPU clock (train_cpu_s) starts over on resume
-        self.start = self.timer() - self.train_s_before - self.eval_s
-
-    def train_s(self):
-        return self.timer() - self.start - self.eval_s
-
-    def state(self, steps):
-        return {"env_steps": steps, "train_s": self.train_s(), "evals": self.evals}
-
-    def restore(self, state):
-        steps = state["env_steps"]
-        self.evals = [e for e in state["evals"] if e["env_steps"] <= steps]
-        self.eval_s = sum(e["eval_s"] for e in self.evals)
-        self.train_s_before = state["train_s"]
-        self.next_eval = (steps // self.interval + 1) * self.interval
-        self.resumed_at.append(steps)
-
-
-def latest_checkpoint(run_dir):
-    """``latest.json`` of ``run_dir`` (``env_steps``, ``dir``, the recorder's
-    state), ``None`` before its first save."""
-    path = Path(run_dir) / "latest.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def save_checkpoint(run_dir, model, state):
-    """Saves ``model`` (and a DQN's replay) into ``checkpoint-<steps>/``, then points
-    ``latest.json`` at it (replaced atomically: a save cut short leaves the previous
-    one in place), then deletes the older ones."""
-    name = f"checkpoint-{state['env_steps']}"
-    folder = run_dir / name
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save(folder / "model.zip")
-    if hasattr(model, "replay_buffer"):
-        model.save_replay_buffer(folder / "replay.pkl")
-    tmp = run_dir / "latest.tmp"
-    tmp.write_text(json.dumps({**state, "dir": name}) + "\n")
-    os.replace(tmp, run_dir / "latest.json")
-    for old in run_dir.glob("checkpoint-*"):
-        if old.name != name:
-            shutil.rmtree(old)
 
 
 def run_peer(algo, task, seed, budget, max_minutes, run_dir):
     """One run of ``algo`` on ``task`` to ``budget`` env steps, from its latest
-    checkpoint if it has one; its record (``stopped="budget"`` once finished)."""
+    checkpoint if it has one (time_to_solve's resumable ``train_sb3``); its record
+    (``stopped="budget"`` once finished)."""
     import gymnasium as gym
-    import stable_baselines3
     from minatar.gym import register_envs
-    from stable_baselines3 import A2C, DQN, PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
 
     if task not in gym.registry:
         register_envs()
     save_interval = json.loads((run_dir.parent / "settings.json").read_text())[
         "save_interval"
     ]
-    cls = {"sb3_dqn": DQN, "sb3_ppo": PPO, "sb3_a2c": A2C}[algo]
     kwargs, n_envs = model_kwargs(algo, budget)
     rec = PeerRecorder(budget)
-    latest = latest_checkpoint(run_dir)
-    if latest is None:
-        env = make_vec_env(task, n_envs=n_envs, seed=seed)
-        model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
-    else:
-        steps = latest["env_steps"]
-        # fresh episodes (the ones in progress were not saved), seeded apart
-        env = make_vec_env(task, n_envs=n_envs, seed=seed + steps)
-        folder = run_dir / latest["dir"]
-        model = cls.load(folder / "model.zip", env=env, device="cpu")
-        if model.num_timesteps != steps:
-            raise RuntimeError(
-                f"{folder / 'model.zip'} holds {model.num_timesteps} env steps, "
-                f"latest.json says {steps}: delete {run_dir} to run this seed again"
-            )
-        if algo == "sb3_dqn":
-            model.load_replay_buffer(folder / "replay.pkl")
-        model.set_random_seed(seed + steps)
-        model._last_obs = None  # learn() resets the new envs
-        rec.restore(latest["recorder"])
-        replay = getattr(model, "replay_buffer", None)
-        print(
-            f"resumed at {steps} env steps"
-            + (f", {replay.size()} transitions in replay" if replay else ""),
-            flush=True,
-        )
-    envs = [gym.make(task) for _ in range(PROTOCOL["episodes"])]
-    seeded = []  # the evaluation copies are seeded at their first use only
-
-    def act(obs):
-        return model.predict(obs, deterministic=True)[0]
-
-    def evaluate():
-        first = not seeded
-        seeded.append(True)
-        return greedy_return(envs, act, seed, first, max_steps=PROTOCOL["max_steps"])
-
-    def evaluate_at(steps):
-        value = rec.evaluate(steps, evaluate)
-        print(
-            f"{steps} env steps: greedy return {value:.2f}, "
-            f"train {rec.evals[-1]['train_s']:.0f} s",
-            flush=True,
-        )
-
-    class Progress(BaseCallback):
-        """Evaluates and saves at the start of a rollout: after the previous one's
-        update."""
-
-        next_save = (model.num_timesteps // save_interval + 1) * save_interval
-
-        def _on_training_start(self):
-            rec.begin()
-
-        def _on_rollout_start(self):
-            steps = self.model.num_timesteps
-            if rec.due(steps):
-                evaluate_at(steps)
-            if steps >= self.next_save:
-                tick = rec.timer()
-                state = rec.state(steps)
-                save_checkpoint(
-                    run_dir, self.model, {"env_steps": steps, "recorder": state}
-                )
-                rec.start += rec.timer() - tick  # not training time
-                print(f"saved at {steps} env steps", flush=True)
-                self.next_save = (steps // save_interval + 1) * save_interval
-
-        def _on_step(self):
-            return True
-
-    model.learn(
-        total_timesteps=budget - model.num_timesteps,
-        callback=Progress(),
-        reset_num_timesteps=latest is None,
+    steps, _, name, version = train_sb3(
+        algo,
+        task,
+        {**kwargs, "n_envs": n_envs},
+        seed,
+        rec,
+        total_timesteps=budget,
+        episodes=PROTOCOL["episodes"],
+        max_steps=PROTOCOL["max_steps"],
+        run_dir=run_dir,
+        save_interval=save_interval,
     )
-    steps = model.num_timesteps
-    if not rec.evals or rec.evals[-1]["env_steps"] != steps:
-        evaluate_at(steps)
-    model.save(run_dir / "model.zip")  # the checkpoints go once the record is kept
     return {
         "final_eval": rec.evals[-1]["return"],
         "final_env_steps": int(steps),
@@ -348,12 +230,12 @@ def run_peer(algo, task, seed, budget, max_minutes, run_dir):
         "resumed_at": rec.resumed_at,
         "evals": rec.evals,
         "settings": {
-            "algo": cls.__name__,
+            "algo": name,
             "n_envs": n_envs,
             **SETTINGS[algo],
             "network": "MinAtarNet (16 3x3 conv, 128 ReLU) shared, net_arch=[]",
         },
-        "versions": {"stable_baselines3": stable_baselines3.__version__},
+        "versions": {"stable_baselines3": version},
     }
 
 
@@ -397,14 +279,6 @@ def run_and_record(game, algo, seed, args):
         (run_dir / "record.json").write_text(json.dumps(record, indent=1) + "\n")
         tidy(run_dir)
     return record
-
-
-def tidy(run_dir):
-    """Deletes a finished run's checkpoints (a DQN's replay alone is 120 MB), its
-    record and final model kept."""
-    for old in run_dir.glob("checkpoint-*"):
-        shutil.rmtree(old)
-    (run_dir / "latest.json").unlink(missing_ok=True)
 
 
 def ours_final(game, results=ROOT / "bench" / "results"):

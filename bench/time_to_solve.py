@@ -54,7 +54,9 @@ machine, settings, protocol, every run with its evaluations, and per candidate a
 task the medians and ranges over the seeds that reached); ``--continue FILE`` adds
 the missing runs to an earlier file. ``bench/lunar_lander.py`` reuses its training
 loops (``train_ours``, ``train_sb3``, ``train_di_acer``) and evaluation on
-LunarLander-v3.
+LunarLander-v3, and it and ``bench/minatar_peers.py`` run ``train_sb3`` resumable
+(``run_dir``: saved every ``save_interval`` env steps, resumed from the latest
+save, with a :class:`ResumableRecorder`) for runs longer than a session.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ import functools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -294,6 +297,48 @@ def recorder(task, budget, max_minutes, settle=None, late=LATE):
     )
 
 
+class ResumableRecorder(Recorder):
+    """A :class:`Recorder` that lets the run go on to its budget (reaching the
+    threshold does not stop it), whose evaluations and training clock go into each
+    checkpoint (``state``) and come back from it (``restore``), so that a run
+    resumed in a new process goes on with them (``resumed_at``: where)."""
+
+    def __init__(self, threshold, interval, budget):
+        super().__init__(threshold, interval, budget)
+        self.train_s_before = 0.0
+        self.resumed_at = []
+
+    def stop_reason(self, steps):
+        return "budget" if steps >= self.budget else None
+
+    def begin(self):
+        super().begin()  # the CPU clock (train_cpu_s) starts over on resume
+        # a resumed run's clock goes on from its checkpoint's
+        self.start = self.timer() - self.train_s_before - self.eval_s
+
+    def train_s(self):
+        return self.timer() - self.start - self.eval_s
+
+    def state(self, steps):
+        return {"env_steps": steps, "train_s": self.train_s(), "evals": self.evals}
+
+    def restore(self, state):
+        """Goes on from ``state`` (:meth:`state` at a checkpoint): its evaluations
+        up to the checkpoint, and its training clock; call before :meth:`begin`."""
+        steps = state["env_steps"]
+        self.evals = [e for e in state["evals"] if e["env_steps"] <= steps]
+        self.eval_s = sum(e["eval_s"] for e in self.evals)
+        self.train_s_before = state["train_s"]
+        self.reached = next(
+            (e for e in self.evals if e["return"] >= self.threshold), None
+        )
+        self.next_eval = (steps // self.interval + 1) * self.interval
+        self.resumed_at.append(steps)
+
+    def result(self, steps, stopped):
+        return {**super().result(steps, stopped), "resumed_at": self.resumed_at}
+
+
 def greedy_return(envs, act, seed, first, max_steps=PROTOCOL["max_steps"]):
     """Mean return of one greedy episode per environment copy, stepped together;
     the copies are seeded on the first call only (as the trainer's evaluator)."""
@@ -424,6 +469,39 @@ def _schedule(value):
     return value
 
 
+def latest_checkpoint(run_dir):
+    """``latest.json`` of ``run_dir`` (``env_steps``, ``dir``, the recorder's
+    state), ``None`` before its first save."""
+    path = Path(run_dir) / "latest.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def save_checkpoint(run_dir, model, state):
+    """Saves ``model`` (and a DQN's replay) into ``checkpoint-<steps>/``, then points
+    ``latest.json`` at it (replaced atomically: a save cut short leaves the previous
+    one in place), then deletes the older ones."""
+    name = f"checkpoint-{state['env_steps']}"
+    folder = run_dir / name
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(folder / "model.zip")
+    if hasattr(model, "replay_buffer"):
+        model.save_replay_buffer(folder / "replay.pkl")
+    tmp = run_dir / "latest.tmp"
+    tmp.write_text(json.dumps({**state, "dir": name}) + "\n")
+    os.replace(tmp, run_dir / "latest.json")
+    for old in run_dir.glob("checkpoint-*"):
+        if old.name != name:
+            shutil.rmtree(old)
+
+
+def tidy(run_dir):
+    """Deletes a finished run's checkpoints (a DQN's replay can be 100 MB), its
+    record and final model kept."""
+    for old in run_dir.glob("checkpoint-*"):
+        shutil.rmtree(old)
+    (run_dir / "latest.json").unlink(missing_ok=True)
+
+
 def train_sb3(
     algo,
     task,
@@ -433,30 +511,77 @@ def train_sb3(
     total_timesteps,
     episodes=PROTOCOL["episodes"],
     max_steps=PROTOCOL["max_steps"],
+    run_dir=None,
+    save_interval=None,
 ):
     """Stable-Baselines3's ``algo`` (``sb3_ppo``, ``sb3_a2c`` or ``sb3_dqn``) with
     the zoo's hyperparameters ``hp`` (as in ``ZOO``) on ``task`` in this process
     for ``total_timesteps`` (which its schedules run over), ``rec`` timing it and
-    evaluating the greedy policy on ``episodes`` environment copies at the start of
-    each rollout that is due, and once more at the end. Returns the env steps, why
-    the run stopped, the algorithm's class name and SB3's version."""
+    evaluating the greedy policy on ``episodes`` environment copies (seeded at their
+    first use in this process) at the start of each rollout that is due, and once
+    more at the end. Returns the env steps, why the run stopped, the algorithm's
+    class name and SB3's version.
+
+    With ``run_dir`` and ``save_interval`` (and a :class:`ResumableRecorder`) the
+    run is resumable: at the first rollout start at or past each multiple of
+    ``save_interval`` env steps it saves its model, a DQN's replay and ``rec``'s
+    state (:func:`save_checkpoint`), and it starts from the latest save if there is
+    one (``load``, then ``learn`` with ``reset_num_timesteps=False`` up to
+    ``total_timesteps``, on fresh episodes seeded ``seed + steps``: the episodes in
+    progress and the RNG states are not saved, so a resumed run is not bit for bit
+    the one that was stopped); the final model goes to ``run_dir/model.zip``."""
     import stable_baselines3
     from stable_baselines3 import A2C, DQN, PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
+    if (run_dir is None) != (save_interval is None):
+        raise ValueError(
+            f"train_sb3: run_dir={run_dir} and save_interval={save_interval}: "
+            "give both (a resumable run) or neither"
+        )
     hp = dict(hp)
     hp.pop("n_timesteps", None)  # the caller's total_timesteps governs
     n_envs = hp.pop("n_envs", 1)
     normalize = hp.pop("normalize", False)
-    env = make_vec_env(task, n_envs=n_envs, seed=seed)
-    if normalize:
-        env = VecNormalize(env, gamma=hp.get("gamma", 0.99))
+    if normalize and run_dir is not None:
+        raise ValueError(
+            f"train_sb3: hp of {algo} on {task} has normalize=True, and the "
+            "checkpoints do not keep VecNormalize's statistics: pass run_dir=None"
+        )
     kwargs = {key: _schedule(value) for key, value in hp.items()}
     cls = {"sb3_ppo": PPO, "sb3_a2c": A2C, "sb3_dqn": DQN}[algo]
-    model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    latest = None if run_dir is None else latest_checkpoint(run_dir)
+    if latest is None:
+        env = make_vec_env(task, n_envs=n_envs, seed=seed)
+        if normalize:
+            env = VecNormalize(env, gamma=hp.get("gamma", 0.99))
+        model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    else:
+        steps = latest["env_steps"]
+        # fresh episodes (the ones in progress were not saved), seeded apart
+        env = make_vec_env(task, n_envs=n_envs, seed=seed + steps)
+        folder = run_dir / latest["dir"]
+        model = cls.load(folder / "model.zip", env=env, device="cpu")
+        if model.num_timesteps != steps:
+            raise RuntimeError(
+                f"{folder / 'model.zip'} holds {model.num_timesteps} env steps, "
+                f"latest.json says {steps}: delete {run_dir} to run this seed again"
+            )
+        if hasattr(model, "replay_buffer"):
+            model.load_replay_buffer(folder / "replay.pkl")
+        model.set_random_seed(seed + steps)
+        model._last_obs = None  # learn() resets the new envs
+        rec.restore(latest["recorder"])
+        replay = getattr(model, "replay_buffer", None)
+        print(
+            f"resumed at {steps} env steps"
+            + (f", {replay.size()} transitions in replay" if replay else ""),
+            flush=True,
+        )
     envs = eval_envs(task, episodes)
+    seeded = []  # the evaluation copies are seeded at their first use only
 
     def act(obs):
         norm = model.get_vec_normalize_env()
@@ -465,33 +590,63 @@ def train_sb3(
         return model.predict(obs, deterministic=True)[0]
 
     def evaluate():
-        return greedy_return(envs, act, seed, not rec.evals, max_steps)
+        first = not seeded
+        seeded.append(True)
+        return greedy_return(envs, act, seed, first, max_steps)
 
-    class Timing(BaseCallback):
-        """Evaluates at the start of a rollout: after the previous one's update."""
+    def evaluate_at(steps):
+        value = rec.evaluate(steps, evaluate)
+        print(
+            f"{steps} env steps: greedy return {value:.2f}, "
+            f"train {rec.evals[-1]['train_s']:.0f} s",
+            flush=True,
+        )
+
+    class Progress(BaseCallback):
+        """Evaluates and saves at the start of a rollout: after the previous one's
+        update."""
 
         stop = None
+        # the first multiple of save_interval past the start (None: no saves)
+        next_save = (
+            None
+            if save_interval is None
+            else (model.num_timesteps // save_interval + 1) * save_interval
+        )
 
         def _on_training_start(self):
             rec.begin()
 
         def _on_rollout_start(self):
-            steps = self.num_timesteps
+            steps = self.model.num_timesteps
             if rec.due(steps) or steps >= rec.budget:
-                rec.evaluate(steps, evaluate)
+                evaluate_at(steps)
             self.stop = rec.stop_reason(steps)
+            if self.next_save is not None and steps >= self.next_save:
+                tick = rec.timer()
+                state = {"env_steps": steps, "recorder": rec.state(steps)}
+                save_checkpoint(run_dir, self.model, state)
+                rec.start += rec.timer() - tick  # not training time
+                print(f"saved at {steps} env steps", flush=True)
+                self.next_save = (steps // save_interval + 1) * save_interval
 
         def _on_step(self):
             return self.stop is None
 
-    timing = Timing()
-    model.learn(total_timesteps=total_timesteps, callback=timing)
+    progress = Progress()
+    model.learn(
+        total_timesteps=total_timesteps - model.num_timesteps,
+        callback=progress,
+        reset_num_timesteps=latest is None,
+    )
     steps = model.num_timesteps
-    stop = timing.stop
+    stop = progress.stop
     if stop is None:  # total_timesteps ran out first: one last evaluation
         if not rec.evals or rec.evals[-1]["env_steps"] != steps:
-            rec.evaluate(steps, evaluate)
+            evaluate_at(steps)
         stop = rec.stop_reason(steps) or "zoo n_timesteps"
+    if run_dir is not None:  # the checkpoints go once the record is kept (tidy)
+        model.save(run_dir / "model.zip")
     return steps, stop, cls.__name__, stable_baselines3.__version__
 
 
