@@ -103,7 +103,7 @@ def check_config(cfg: DictConfig) -> None:
     """Fails at start, naming the setting, its value and what it must be, for values
     that cannot work: a value of the wrong type (a string, or a bool, for a number),
     out of range or not finite (the checks of
-    :class:`~torchrl_acer.training.example_config.ExampleConfig`), or settings that
+    :mod:`~torchrl_acer.training.example_config`), or settings that
     contradict each other."""
 
     def need(condition, message):
