@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, unravel_key
 from torchrl.envs import (
     DoubleToFloat,
     EnvBase,
@@ -249,9 +249,10 @@ def _steppable_vector_env(evaluator: GreedyEvaluator):
     if len(sums) != 1:
         return None
     summed = transforms[sums[0]]
-    if list(summed.in_keys) != ["reward"] or [
-        ("next", _as_tuple(k)) for k in summed.out_keys
-    ] != [("next", tuple(evaluator.return_key[1:]))]:
+    sums_into = [unravel_key(("next", key)) for key in summed.out_keys]
+    if list(summed.in_keys) != ["reward"] or sums_into != [
+        unravel_key(evaluator.return_key)
+    ]:
         return None
     for i, transform in enumerate(transforms):
         if type(transform) is VecGymEnvTransform and transform.native_autoreset:
@@ -266,7 +267,3 @@ def _steppable_vector_env(evaluator: GreedyEvaluator):
         ):
             return None
     return vector
-
-
-def _as_tuple(key) -> tuple:
-    return (key,) if isinstance(key, str) else tuple(key)
