@@ -690,13 +690,6 @@ def make_trainer(
         )
         checkpoint.register("eval_envs", environments[1], adapter=envs_adapter)
     checkpoint.register("rng", GlobalRNGState())
-    policy_version, hint = None, "resume={}"
-    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
-        policy_version = PolicyVersion(cfg.collector.max_policy_lag)
-        hint += (
-            " (collector.num_workers may change on resume, except with the Atari "
-            "frame replay, which keeps each worker's environments apart)"
-        )
     if isinstance(replay, ReplayBuffer):
         # what it holds, not the capacity its storage is allocated at
         checkpoint.register("replay_buffer", ReplayContents(replay))
@@ -739,8 +732,13 @@ def make_trainer(
         raise RunDirectoryOwnedError(
             f"{err}. To resume it: resume={run_dir / 'checkpoints' / 'last'}"
         ) from None
-    if policy_version is not None:
-        policy_version.register(trainer)
+    hint = "resume={}"
+    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
+        PolicyVersion(cfg.collector.max_policy_lag).register(trainer)
+        hint += (
+            " (collector.num_workers may change on resume, except with the Atari "
+            "frame replay, which keeps each worker's environments apart)"
+        )
     TrainingLog().register(trainer)
     trainer.evaluation = Evaluation(evaluator, cfg.eval.interval)
     trainer.evaluation.register(trainer)
