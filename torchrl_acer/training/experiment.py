@@ -213,21 +213,16 @@ def frames_to_run(cfg: DictConfig) -> int:
     ``collector.num_workers`` for a synchronous multi-worker collector), saying
     so when that differs from what was asked."""
     c = cfg.collector
-    per_batch = c.T * cfg.env.num_envs
-    if c.get("sync"):
-        per_batch *= collector_workers(cfg)
+    workers = collector_workers(cfg) if c.get("sync") else 1
+    per_batch = c.T * cfg.env.num_envs * workers
     batches = -(-c.total_frames // per_batch)
     frames = batches * per_batch
     if frames != c.total_frames:
-        workers = (
-            f" x collector.num_workers={c.num_workers}"
-            if per_batch != c.T * cfg.env.num_envs
-            else ""
-        )
+        times = f" x collector.num_workers={c.num_workers}" if workers > 1 else ""
         print(
             f"collector.total_frames={c.total_frames} is not a whole number of "
             f"batches of {per_batch} steps (env.num_envs={cfg.env.num_envs} x "
-            f"collector.T={c.T}{workers}): training runs {batches} batches, "
+            f"collector.T={c.T}{times}): training runs {batches} batches, "
             f"{frames} steps"
         )
     return frames
