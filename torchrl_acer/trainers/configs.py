@@ -11,9 +11,9 @@ checks its values when built: a value of the wrong type or out of range fails at
 start, naming the field, its value and what it must be.
 
 A field's check is a :class:`Check` in its metadata (:func:`checked`), so that
-:func:`check_values` also checks plain mappings against a config's fields: the
-example scripts check their config files' sections with it
-(:mod:`torchrl_acer.training.example_config`).
+:func:`check_values` also checks plain mappings against a config's fields, or
+against a table of checks: the example scripts check their config files'
+sections with it (:mod:`torchrl_acer.training.example_config`).
 
 Upstream these join ``torchrl/trainers/algorithms/configs/objectives.py``,
 ``trainers.py`` and ``modules.py``.
@@ -40,6 +40,7 @@ __all__ = [
     "VectorGymEnvConfig",
     "check_values",
     "checked",
+    "field_checks",
     "register_configs",
 ]
 
@@ -91,17 +92,27 @@ def checked(check: Check, default: Any = dataclasses.MISSING, **kwargs):
     return field(default=default, metadata={"check": check}, **kwargs)
 
 
-def check_values(config: type, values: Mapping, prefix: str = "") -> None:
-    """Check ``values`` against the fields of the dataclass ``config``.
+def field_checks(config: type) -> dict[str, Check]:
+    """``{field: its Check}`` for the checked fields of the dataclass ``config``."""
+    fields = dataclasses.fields(config)
+    return {f.name: f.metadata["check"] for f in fields if "check" in f.metadata}
 
-    Raises ``ValueError`` for the first entry its field refuses, naming ``prefix`` +
-    the field, the value and what it must be; entries ``values`` lacks are skipped.
+
+def check_values(
+    checks: type | Mapping[str, Check], values: Mapping, prefix: str = ""
+) -> None:
+    """Check ``values`` against ``checks``: ``{name: Check}``, or a dataclass whose
+    fields carry them (:func:`field_checks`).
+
+    Raises ``ValueError`` for the first entry its check refuses, naming ``prefix`` +
+    the name, the value and what it must be; entries ``values`` lacks are skipped.
     """
-    for f in dataclasses.fields(config):
-        check = f.metadata.get("check")
-        if check is None or f.name not in values:
+    if isinstance(checks, type):
+        checks = field_checks(checks)
+    for name, check in checks.items():
+        if name not in values:
             continue
-        value, key = values[f.name], prefix + f.name
+        value, key = values[name], prefix + name
         if value is None:
             if check.null is None:
                 raise ValueError(f"{key}=null must be {check.expect}")

@@ -3,13 +3,14 @@ schedule of frames."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, unravel_key
 from torchrl.envs import (
     DoubleToFloat,
     EnvBase,
@@ -143,78 +144,69 @@ class GreedyEvaluator:
 
     @torch.no_grad()
     def __call__(self) -> dict[str, float]:
-        if self._vector is not None:
-            episode_returns = self._first_episodes_stepping_gymnasium()
-        else:
-            episode_returns = self._first_episodes()
+        # Stepped by hand rather than with env.rollout, which keeps every step:
+        # 8 Atari games of 10 000 steps would hold 4.5 GB of frames.
+        n = self.env.batch_size.numel()
+        episode_returns = torch.zeros(n)
+        finished = torch.zeros(n, dtype=torch.bool)
+        steps = self._steps_of_gymnasium if self._vector is not None else self._steps
+        with set_exploration_type(ExplorationType.DETERMINISTIC):
+            for returns, done in itertools.islice(steps(n), self.max_steps):
+                # each environment's first episode; one cut off at max_steps
+                # counts as is
+                episode_returns = torch.where(finished, episode_returns, returns)
+                finished |= done
+                if finished.all():
+                    break
         return {
             "reward": episode_returns.mean().item(),
             "reward_min": episode_returns.min().item(),
             "reward_max": episode_returns.max().item(),
         }
 
-    def _first_episodes(self) -> torch.Tensor:
-        # Stepped by hand rather than with env.rollout, which keeps every step:
-        # 8 Atari games of 10 000 steps would hold 4.5 GB of frames.
-        n = self.env.batch_size.numel()
-        episode_returns = torch.zeros(n)
-        finished = torch.zeros(n, dtype=torch.bool)
+    def _steps(self, n: int):
+        """Each step's returns so far and episode ends, from TorchRL's steps."""
         policy_device = module_device(self.policy)
         env_device = self.env.device or torch.device("cpu")
-        with set_exploration_type(ExplorationType.DETERMINISTIC):
-            td = reset_every_copy(self.env)
-            for _ in range(self.max_steps):
-                if policy_device is None or policy_device == env_device:
-                    td = self.policy(td)
-                else:
-                    td = self.policy(td.to(policy_device)).to(env_device)
-                td, next_root = self.env.step_and_maybe_reset(td)
-                returns = td.get(self.return_key).reshape(n).float()
-                # each environment's first episode; one cut off at max_steps
-                # counts as is
-                episode_returns = torch.where(finished, episode_returns, returns)
-                finished |= td.get(self.done_key).reshape(n)
-                if finished.all():
-                    break
-                td = next_root
-        return episode_returns
+        td = reset_every_copy(self.env)
+        while True:
+            if policy_device is None or policy_device == env_device:
+                td = self.policy(td)
+            else:
+                td = self.policy(td.to(policy_device)).to(env_device)
+            td, next_root = self.env.step_and_maybe_reset(td)
+            returns = td.get(self.return_key).reshape(n).float()
+            yield returns, td.get(self.done_key).reshape(n)
+            td = next_root
 
-    def _first_episodes_stepping_gymnasium(self) -> torch.Tensor:
-        """:meth:`_first_episodes` with the gymnasium vector env stepped directly:
+    def _steps_of_gymnasium(self, n: int):
+        """:meth:`_steps` with the gymnasium vector env stepped directly:
         TorchRL's reset (as there), then each step as TorchRL's would go, the
         return summed as ``RewardSum`` sums it (in its dtype), and the whole
         vector env reset again when every copy ends in one step (as TorchRL
         does)."""
         vector, spec = self._vector, self.env.base_env.full_action_spec["action"]
-        n = self.env.batch_size.numel()
         obs_dtype = self.env.observation_spec["observation"].dtype
         sum_dtype = self.env.observation_spec[self.return_key[1:]].dtype
         np_sum_dtype = torch.empty((), dtype=sum_dtype).numpy().dtype
         policy_device = module_device(self.policy)
         returns = np.zeros(n, dtype=np_sum_dtype)
-        episode_returns = np.zeros(n, dtype=np_sum_dtype)
-        finished = np.zeros(n, dtype=bool)
-        with set_exploration_type(ExplorationType.DETERMINISTIC):
-            obs = reset_every_copy(self.env).get("observation")
-            for _ in range(self.max_steps):
-                td = TensorDict({"observation": obs}, batch_size=[n])
-                if policy_device is not None and policy_device.type != "cpu":
-                    td = td.to(policy_device)
-                action = self.policy(td).get("action").cpu()
-                action = spec.to_numpy(action.to(spec.dtype), safe=False)
-                next_obs, reward, terminated, truncated, _ = vector.step(action)
-                done = np.logical_or(terminated, truncated)
-                returned = returns + np.asarray(reward).astype(np_sum_dtype)
-                episode_returns = np.where(finished, episode_returns, returned)
-                finished |= done
-                if done.all():  # TorchRL resets the whole vector env then
-                    next_obs, _ = vector.reset()
-                if finished.all():
-                    break
-                returns = np.where(done, np.zeros_like(returned), returned)
-                # a copy: a vector env may reuse its buffer
-                obs = torch.from_numpy(np.array(next_obs, copy=True)).to(obs_dtype)
-        return torch.from_numpy(episode_returns).float()
+        obs = reset_every_copy(self.env).get("observation")
+        while True:
+            td = TensorDict({"observation": obs}, batch_size=[n])
+            if policy_device is not None and policy_device.type != "cpu":
+                td = td.to(policy_device)
+            action = self.policy(td).get("action").cpu()
+            action = spec.to_numpy(action.to(spec.dtype), safe=False)
+            next_obs, reward, terminated, truncated, _ = vector.step(action)
+            done = np.logical_or(terminated, truncated)
+            returns = returns + np.asarray(reward).astype(np_sum_dtype)
+            if done.all():  # TorchRL resets the whole vector env then
+                next_obs, _ = vector.reset()
+            yield torch.from_numpy(returns).float(), torch.from_numpy(done)
+            returns = np.where(done, np.zeros_like(returns), returns)
+            # a copy: a vector env may reuse its buffer
+            obs = torch.from_numpy(np.array(next_obs, copy=True)).to(obs_dtype)
 
     def close(self):
         if not self.env.is_closed:
@@ -249,9 +241,10 @@ def _steppable_vector_env(evaluator: GreedyEvaluator):
     if len(sums) != 1:
         return None
     summed = transforms[sums[0]]
-    if list(summed.in_keys) != ["reward"] or [
-        ("next", _as_tuple(k)) for k in summed.out_keys
-    ] != [("next", tuple(evaluator.return_key[1:]))]:
+    sums_into = [unravel_key(("next", key)) for key in summed.out_keys]
+    if list(summed.in_keys) != ["reward"] or sums_into != [
+        unravel_key(evaluator.return_key)
+    ]:
         return None
     for i, transform in enumerate(transforms):
         if type(transform) is VecGymEnvTransform and transform.native_autoreset:
@@ -266,7 +259,3 @@ def _steppable_vector_env(evaluator: GreedyEvaluator):
         ):
             return None
     return vector
-
-
-def _as_tuple(key) -> tuple:
-    return (key,) if isinstance(key, str) else tuple(key)

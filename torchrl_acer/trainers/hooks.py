@@ -16,7 +16,8 @@ registers as it registers TorchRL's ``UpdateWeights``:
 Where the trainer has no stage for a guarantee (around ``train``, a save, an
 update), ``register`` wraps the trainer's method on the instance
 (:func:`_around`): hooks registered later wrap those registered earlier, and the
-class is left alone.
+class is left alone. Hooks with no state are not the trainer's modules and, as
+TorchRL's ``TargetNetUpdaterHook``, define no ``state_dict``.
 
 Examples:
     >>> import tempfile, warnings
@@ -267,16 +268,6 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
             f"directory (logger.run_dir in the examples)."
         ) from None
     _RUN_DIR_LOCKS[path] = fd
-
-
-class _StatelessHook(TrainerHookBase):
-    """A hook with nothing to checkpoint."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return
 
 
 def _around(trainer: Trainer, name: str, around: Callable) -> None:
@@ -698,7 +689,7 @@ _ENDING = "SIGINT SIGTERM SIGHUP SIGQUIT SIGUSR1 SIGUSR2 SIGXCPU".split()
 STOP_SIGNALS = tuple(getattr(signal, n) for n in _ENDING if hasattr(signal, n))
 
 
-class GracefulStop(_StatelessHook):
+class GracefulStop(TrainerHookBase):
     """Stops training at an iteration boundary, with a checkpoint, on the
     signals that end a training process (:data:`STOP_SIGNALS`).
 
@@ -816,7 +807,7 @@ def _worker_failure(err: Exception, collector, pids) -> str | None:
     return None
 
 
-class FailureCheckpoint(_StatelessHook):
+class FailureCheckpoint(TrainerHookBase):
     """Saves what was trained when training fails, then lets the error go on
     with a note saying where.
 
@@ -938,7 +929,7 @@ class _InputCheck:
         return {"owner": None}
 
 
-class PolicyInputCheck(_StatelessHook):
+class PolicyInputCheck(TrainerHookBase):
     """Refuses non-finite observations while the policy acts, naming them, and
     keeps what the trainer is doing in :attr:`phase`.
 

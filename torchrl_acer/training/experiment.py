@@ -103,7 +103,7 @@ def check_config(cfg: DictConfig) -> None:
     """Fails at start, naming the setting, its value and what it must be, for values
     that cannot work: a value of the wrong type (a string, or a bool, for a number),
     out of range or not finite (the checks of
-    :class:`~torchrl_acer.training.example_config.ExampleConfig`), or settings that
+    :mod:`~torchrl_acer.training.example_config`), or settings that
     contradict each other."""
 
     def need(condition, message):
@@ -213,21 +213,16 @@ def frames_to_run(cfg: DictConfig) -> int:
     ``collector.num_workers`` for a synchronous multi-worker collector), saying
     so when that differs from what was asked."""
     c = cfg.collector
-    per_batch = c.T * cfg.env.num_envs
-    if c.get("sync"):
-        per_batch *= collector_workers(cfg)
+    workers = collector_workers(cfg) if c.get("sync") else 1
+    per_batch = c.T * cfg.env.num_envs * workers
     batches = -(-c.total_frames // per_batch)
     frames = batches * per_batch
     if frames != c.total_frames:
-        workers = (
-            f" x collector.num_workers={c.num_workers}"
-            if per_batch != c.T * cfg.env.num_envs
-            else ""
-        )
+        times = f" x collector.num_workers={c.num_workers}" if workers > 1 else ""
         print(
             f"collector.total_frames={c.total_frames} is not a whole number of "
             f"batches of {per_batch} steps (env.num_envs={cfg.env.num_envs} x "
-            f"collector.T={c.T}{workers}): training runs {batches} batches, "
+            f"collector.T={c.T}{times}): training runs {batches} batches, "
             f"{frames} steps"
         )
     return frames
@@ -690,13 +685,6 @@ def make_trainer(
         )
         checkpoint.register("eval_envs", environments[1], adapter=envs_adapter)
     checkpoint.register("rng", GlobalRNGState())
-    policy_version, hint = None, "resume={}"
-    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
-        policy_version = PolicyVersion(cfg.collector.max_policy_lag)
-        hint += (
-            " (collector.num_workers may change on resume, except with the Atari "
-            "frame replay, which keeps each worker's environments apart)"
-        )
     if isinstance(replay, ReplayBuffer):
         # what it holds, not the capacity its storage is allocated at
         checkpoint.register("replay_buffer", ReplayContents(replay))
@@ -739,8 +727,13 @@ def make_trainer(
         raise RunDirectoryOwnedError(
             f"{err}. To resume it: resume={run_dir / 'checkpoints' / 'last'}"
         ) from None
-    if policy_version is not None:
-        policy_version.register(trainer)
+    hint = "resume={}"
+    if cfg.collector.get("backend", "single") in _TORCHRL_BACKENDS:
+        PolicyVersion(cfg.collector.max_policy_lag).register(trainer)
+        hint += (
+            " (collector.num_workers may change on resume, except with the Atari "
+            "frame replay, which keeps each worker's environments apart)"
+        )
     TrainingLog().register(trainer)
     trainer.evaluation = Evaluation(evaluator, cfg.eval.interval)
     trainer.evaluation.register(trainer)
