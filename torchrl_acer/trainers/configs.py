@@ -101,11 +101,12 @@ def field_checks(config: type) -> dict[str, Check]:
 def check_values(
     checks: type | Mapping[str, Check], values: Mapping, prefix: str = ""
 ) -> None:
-    """Check ``values`` against ``checks``: ``{name: Check}``, or a dataclass whose
-    fields carry them (:func:`field_checks`).
+    """Check ``values`` against ``checks``.
 
-    Raises ``ValueError`` for the first entry its check refuses, naming ``prefix`` +
-    the name, the value and what it must be; entries ``values`` lacks are skipped.
+    ``checks`` is ``{name: Check}``, or a dataclass whose fields carry them
+    (:func:`field_checks`). Raises ``ValueError`` for the first entry its check
+    refuses, naming ``prefix`` + the name, the value and what it must be; entries
+    ``values`` lacks are skipped.
     """
     if isinstance(checks, type):
         checks = field_checks(checks)
