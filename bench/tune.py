@@ -125,15 +125,22 @@ def parse_value(text: str):
         raise SystemExit(f"{text!r}: expected a JSON value (5, 0.5, null)") from None
 
 
+def named(option: str, spec: str, form: str) -> tuple[str, str]:
+    """``(name, what follows "=")`` of ``spec``, refused unless ``name`` is in
+    ``SPACE``."""
+    name, sep, rest = spec.partition("=")
+    if not sep or name not in SPACE:
+        raise SystemExit(
+            f"{option} {spec!r}: expected {form} with name one of {list(SPACE)}"
+        )
+    return name, rest
+
+
 def narrowed(specs: list[str]) -> dict:
     """``SPACE`` with the choices (or log range) of ``name=v1,v2,...`` replaced."""
     space = dict(SPACE)
     for spec in specs:
-        name, sep, values = spec.partition("=")
-        if not sep or name not in SPACE:
-            raise SystemExit(
-                f"--space {spec!r}: expected name=v1,v2,... with name one of {list(SPACE)}"
-            )
+        name, values = named("--space", spec, "name=v1,v2,...")
         key, kind, _ = SPACE[name]
         parsed = [parse_value(v) for v in values.split(",")]
         if kind == "log":
@@ -152,11 +159,7 @@ def first_trial(space: dict, specs: list[str]) -> dict:
     in ``space`` (Optuna would not take a categorical value outside its choices)."""
     params = dict(DEFAULTS)
     for spec in specs:
-        name, sep, value = spec.partition("=")
-        if not sep or name not in SPACE:
-            raise SystemExit(
-                f"--first {spec!r}: expected name=value with name one of {list(SPACE)}"
-            )
+        name, value = named("--first", spec, "name=value")
         params[name] = parse_value(value)
     for name, value in params.items():
         _, kind, values = space[name]
