@@ -100,6 +100,7 @@ from time_to_solve import (  # noqa: E402
     di_config,
     export_commit,
     pin_settings,
+    pinned,
     run_one,
     stats,
     tidy,
@@ -201,11 +202,6 @@ class BudgetRecorder(ResumableRecorder):
         self.clock = {s: t for s, t in kept["clock"].items() if int(s) <= steps}
         state = {"env_steps": steps, "train_s": self.clock[str(steps)]}
         self.restore({**state, "evals": kept["evals"]})
-
-
-def pinned(run_dir):
-    """The settings of ``run_dir``'s runs directory (``settings.json``)."""
-    return json.loads((run_dir.parent / "settings.json").read_text())
 
 
 def run_ours(task, seed, budget, max_minutes, run_dir, tree=ROOT):

@@ -70,6 +70,7 @@ from time_to_solve import (  # noqa: E402
     add_worker_arguments,
     latest_checkpoint,
     pin_settings,
+    pinned,
     run_one,
     stats,
     tidy,
@@ -204,9 +205,7 @@ def run_peer(algo, task, seed, budget, max_minutes, run_dir):
 
     if task not in gym.registry:
         register_envs()
-    save_interval = json.loads((run_dir.parent / "settings.json").read_text())[
-        "save_interval"
-    ]
+    save_interval = pinned(run_dir)["save_interval"]
     kwargs, n_envs = model_kwargs(algo, budget)
     rec = PeerRecorder(budget)
     steps, _, name, version = train_sb3(

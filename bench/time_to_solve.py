@@ -910,6 +910,12 @@ def run_one(candidate, task, seed, args, script=__file__, run_dir=None):
     return record
 
 
+def pinned(run_dir) -> dict:
+    """The settings of ``run_dir``'s runs directory (``settings.json``, written by
+    :func:`pin_settings`)."""
+    return json.loads((Path(run_dir).parent / "settings.json").read_text())
+
+
 def pin_settings(runs_dir, settings: dict, earlier: dict | None) -> dict:
     """Writes ``settings`` to ``runs_dir``'s ``settings.json``, which an earlier
     invocation's (``earlier``) must equal: a runs directory holds one setting."""
