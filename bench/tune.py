@@ -5,6 +5,8 @@
     python bench/tune.py --task CartPole-v1 --export       # the study as data, no runs
     nice -n 19 python bench/tune.py --task CartPole-v1 --study small_t \
         --space T=5,10 replay_ratio=1.0,2.0 --first T=5    # a second study, narrowed
+    nice -n 19 python bench/tune.py --task LunarLander-v3 --objective final_return \
+        --budget 500000 --trials 40                         # the return at 500k
 
 Each trial samples ACER's settings (``SPACE``: T, number of envs, replay ratio and
 start, replayed segments per batch, learning rate, entropy, δ, c, α, γ, critic
@@ -25,7 +27,10 @@ run within the budget costs, so that a trial that stays solved on more seeds alw
 ranks first. With ``--objective env_steps`` a trial is worth the mean
 env steps to the threshold instead, an unsolved or collapsed seed counting its env
 steps plus the budget: the study then looks for the fewest samples, whatever the
-compute. (The CartPole-v1 study ran with an unsolved seed at twice its CPU
+compute. With ``--objective final_return`` (a task judged at a fixed budget, as
+LunarLander-v3 is at 500k env steps, with ``bench/lunar_lander.py``'s protocol)
+every run goes on to the budget and a trial is worth minus the mean over its seeds
+of ``late_mean``. (The CartPole-v1 study ran with an unsolved seed at twice its CPU
 seconds, which let a cheap setting that never solved rank first; its export keeps
 those values as ``value_as_run`` and ranks the trials anew from their runs.) So the
 study looks for settings that solve soon in both samples and compute, and stay
@@ -60,6 +65,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import lunar_lander  # noqa: E402
 from _common import git_commit, machine  # noqa: E402
 from time_to_solve import (  # noqa: E402
     PROTOCOL,
@@ -72,6 +78,21 @@ from time_to_solve import (  # noqa: E402
 RUNS = ROOT / "bench" / "runs" / "tune"
 RESULTS = ROOT / "bench" / "results"
 TUNING_SEEDS = (100, 101, 102)
+# task: (threshold, evaluation protocol), each as its own benchmark measures it
+TASKS = {
+    **{
+        task: (
+            threshold,
+            {
+                "interval": PROTOCOL["interval"][task],
+                "episodes": PROTOCOL["episodes"],
+                "max_steps": PROTOCOL["max_steps"],
+            },
+        )
+        for task, threshold in THRESHOLDS.items()
+    },
+    lunar_lander.TASK: (lunar_lander.THRESHOLD, lunar_lander.PROTOCOL),
+}
 
 # name: (config key, kind, choices or (low, high)); categorical where the values
 # are few and meaningful, log-uniform for rates
@@ -197,17 +218,16 @@ class CPURecorder(Recorder):
 
 def run_seed(task, seed, budget, settle, late, params, run_dir):
     """One run of ``examples/acer_gym.py`` with ``params`` (in this process)."""
-    rec = CPURecorder(
-        THRESHOLDS[task], PROTOCOL["interval"][task], budget, settle=settle, late=late
-    )
+    threshold, protocol = TASKS[task]
+    rec = CPURecorder(threshold, protocol["interval"], budget, settle=settle, late=late)
     overrides = [
         f"env.name={task}",
         f"seed={seed}",
         "threads=1",
         f"collector.total_frames={budget}",
-        f"eval.interval={PROTOCOL['interval'][task]}",
-        f"eval.episodes={PROTOCOL['episodes']}",
-        f"eval.max_steps={PROTOCOL['max_steps']}",
+        f"eval.interval={protocol['interval']}",
+        f"eval.episodes={protocol['episodes']}",
+        f"eval.max_steps={protocol['max_steps']}",
         "logger.progress_bar=false",
         f"logger.run_dir={run_dir}",
         "checkpoint.every_minutes=null",
@@ -223,7 +243,7 @@ def run_seed(task, seed, budget, settle, late, params, run_dir):
         "env_steps_to_threshold": reached["env_steps"] if reached else None,
         "cpu_s_to_threshold": reached["train_s"] if reached else None,
         "late_mean": late_mean,
-        "stable": late_mean is not None and late_mean >= THRESHOLDS[task],
+        "stable": late_mean is not None and late_mean >= threshold,
         "final_env_steps": rec.evals[-1]["env_steps"] if rec.evals else 0,
         "cpu_s_total": rec.evals[-1]["train_s"] if rec.evals else None,
         "evals": [[e["env_steps"], round(e["return"], 2)] for e in rec.evals],
@@ -242,9 +262,14 @@ OBJECTIVES = {
     # any solved seed, whose env steps to the threshold are within the budget
     "env_steps": ("env_steps_to_threshold", "final_env_steps", lambda budget: budget),
 }
+# or, for a task judged by its return at a fixed budget (LunarLander-v3 at 500k):
+# minus the run's late_mean, the mean of its last evaluations before the budget
+FINAL_RETURN = "final_return"
 
 
 def seed_value(run: dict, objective: str = "cpu_s", budget: int = 0) -> float:
+    if objective == FINAL_RETURN:
+        return -run["late_mean"]
     solved, at_stop, penalty = OBJECTIVES[objective]
     if run["reached"] and run["stable"]:
         return run[solved]
@@ -257,6 +282,11 @@ def describe(objective: str, budget: int) -> str:
         return (
             "mean over seeds of CPU seconds to a stable solve; "
             f"unsolved or collapsed: CPU seconds at stop + {FAIL_S:g}"
+        )
+    if objective == FINAL_RETURN:
+        return (
+            "minus the mean over seeds of the mean greedy return of the last `late` "
+            f"evaluations before the budget ({budget} env steps; runs go on to it)"
         )
     return (
         "mean over seeds of env steps to a stable solve; "
@@ -383,8 +413,8 @@ def export(study, task, args, space: dict) -> Path:
         "commits": commits(results_path(task, args.study)),
         "machine": machine(),
         "task": task,
-        "threshold": THRESHOLDS[task],
-        "protocol": PROTOCOL,
+        "threshold": TASKS[task][0],
+        "protocol": TASKS[task][1],
         "settings": {
             "budget": args.budget,
             "settle": args.settle,
@@ -425,7 +455,7 @@ def export(study, task, args, space: dict) -> Path:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", default="CartPole-v1", choices=list(THRESHOLDS))
+    parser.add_argument("--task", default="CartPole-v1", choices=list(TASKS))
     parser.add_argument(
         "--trials", type=int, default=60, help="in all, resumed ones too"
     )
@@ -457,9 +487,10 @@ def main(argv=None):
     parser.add_argument(
         "--objective",
         default="cpu_s",
-        choices=list(OBJECTIVES),
+        choices=[*OBJECTIVES, FINAL_RETURN],
         help="what a trial minimises: CPU seconds (default) or env steps to a "
-        "stable solve",
+        "stable solve, or minus the return at the budget (final_return: the runs go "
+        "on to the budget, --settle ignored)",
     )
     # one run, in a process of its own (the driver's child)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -468,6 +499,9 @@ def main(argv=None):
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.objective == FINAL_RETURN:
+        # no run stops at the threshold: it settles no sooner than the budget
+        args.settle = args.budget
 
     if args.worker:
         import torch

@@ -133,3 +133,42 @@ def test_a_study_keeps_its_objective(dirs):
     assert "env steps" in exported["objective"]
     with pytest.raises(SystemExit, match="minimises env_steps"):
         tune.main(argv)
+
+
+def test_final_return_ranks_by_the_late_return_and_runs_to_the_budget(
+    dirs, monkeypatch
+):
+    # a higher return at the budget ranks first, whether or not it ever solved
+    steady = {**run(None, False, 500_000), "late_mean": 180.0}
+    spiked = {**run(100_000, False, 500_000), "late_mean": -20.0}
+    assert tune.seed_value(steady, "final_return", 500_000) == -180.0
+    assert tune.seed_value(spiked, "final_return", 500_000) == 20.0
+    # each run goes on past the threshold to the budget, with LunarLander's protocol
+    seen = {}
+
+    def fake_train(overrides, rec):
+        seen["overrides"], seen["rec"] = overrides, rec
+
+    def fake_run(task, seed, args, params, run_dir):
+        seen["settle"] = args.settle
+        result = tune.run_seed(
+            task, seed, args.budget, args.settle, args.late, params, run_dir
+        )
+        return {**result, "late_mean": 100.0 + seed}
+
+    monkeypatch.setattr(tune, "train_ours", fake_train)
+    monkeypatch.setattr(tune, "run_in_process", fake_run)
+    argv = ["--task", "LunarLander-v3", "--objective", "final_return"]
+    tune.main([*argv, "--budget", "500000", "--trials", "1", "--seeds", "100", "101"])
+    assert seen["settle"] == 500_000
+    assert "eval.interval=10000" in seen["overrides"]
+    assert "eval.max_steps=1000" in seen["overrides"]
+    assert seen["rec"].threshold == 200.0
+    exported = json.loads((dirs / "results" / "tune-lunarlander_v3.json").read_text())
+    assert exported["trials"][0]["value"] == -200.5  # minus the mean of 200 and 201
+    assert exported["protocol"] == {
+        "interval": 10_000,
+        "episodes": 10,
+        "max_steps": 1_000,
+    }
+    assert "--objective final_return" in exported["command"]
