@@ -437,7 +437,15 @@ def train_ours(overrides, rec, tree=ROOT, patch=None):
 
 
 def run_ours(
-    task, seed, budget, max_minutes, run_dir, tree=ROOT, preset=None, settle=None
+    task,
+    seed,
+    budget,
+    max_minutes,
+    run_dir,
+    tree=ROOT,
+    preset=None,
+    settle=None,
+    patch=None,
 ):
     rec = recorder(task, budget, max_minutes, settle)
     overrides = [
@@ -453,7 +461,7 @@ def run_ours(
         f"logger.run_dir={run_dir}",
         "checkpoint.every_minutes=null",
     ]
-    torchrl_version = train_ours(overrides, rec, tree)
+    torchrl_version = train_ours(overrides, rec, tree, patch)
     # the trainer evaluates last at the steps it stopped at
     frames = rec.evals[-1]["env_steps"] if rec.evals else 0
     out = rec.result(frames, rec.stop_reason(frames) or "budget")
