@@ -511,6 +511,58 @@ def time_to_solve_targets():
         source(path, r)
 
 
+PRIORITIZED_LABELS = {
+    "ours_tuned": "uniform segment replay (the preset as it is)",
+    "ours_tuned_prioritized": "prioritized segment replay",
+}
+
+
+def prioritized_replay():
+    """The tuned presets with and without prioritized segment replay
+    (bench/prioritized_replay.py): env steps and CPU seconds to the threshold, and
+    how many runs stayed solved."""
+    path, r = newest("prioritized_replay")
+    if r is None:
+        return
+    s = r["settings"]
+    p = s["prioritized"]
+    presets = ", ".join(f"{t}: `preset={name}`" for t, name in s["presets"].items())
+    print(
+        f"Each task's tuned preset ({presets}) with its uniform segment replay and "
+        f"with prioritized segment replay (priority: {p['priority']}; sampled by "
+        f"{p['sampler']}, alpha {p['alpha']:g}; importance weights "
+        f"{p['importance_weights']}), the time-to-solve protocol above, runs going "
+        f"on {s['settle_env_steps']:,} env steps past the threshold (solved for "
+        f"good: the mean of the last {s['late']} evaluations at or above it), "
+        f"budget {', '.join(f'{t} {b:,}' for t, b in s['budget_env_steps'].items())} "
+        "env steps."
+    )
+    print()
+    print(
+        "| task | replay | reached | env steps to threshold, median (range) "
+        "| training CPU s to threshold, median (range) | solved for good "
+        "| late mean, median (range) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    order = list(PRIORITIZED_LABELS)
+    for g in sorted(
+        r["summary"],
+        key=lambda g: (
+            list(s["thresholds"]).index(g["task"]),
+            order.index(g["candidate"]),
+        ),
+    ):
+        print(
+            f"| {g['task']} → {s['thresholds'][g['task']]:g} "
+            f"| {PRIORITIZED_LABELS[g['candidate']]} | {g['reached']}/{g['seeds']} "
+            f"| {fmt_range(g['env_steps_to_threshold'], 1000, 'k')} "
+            f"| {fmt_range(g['train_cpu_s_to_threshold'], 1, ' s')} "
+            f"| {solved_for_good(g)} | {fmt_range(g['late_mean'], missing='-')} |"
+        )
+    print()
+    source(path, r)
+
+
 def lunar_lander():
     """Ours against DI-engine's ACER on LunarLander (bench/lunar_lander.py): per
     candidate, the seeds that reached the threshold and when, and the evaluations
@@ -1846,6 +1898,9 @@ def pages():
                 "median training seconds, each over the seeds that reached.",
                 "",
                 captured(time_to_solve_targets),
+                "## Prioritized segment replay (issue #34)",
+                "",
+                captured(prioritized_replay),
             ]
         ),
         PAGES / "faults.md": "\n".join(
@@ -1917,6 +1972,7 @@ def main(argv=None):
         speed_and_memory()
         time_to_solve()
         time_to_solve_targets()
+        prioritized_replay()
         lunar_lander()
         minatar_peers()
         lunar_lander_peers()
