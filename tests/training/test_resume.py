@@ -54,6 +54,16 @@ RUNS = {
             "logger.log_interval": 25,
         },
     ),
+    # the learning rate falling linearly: its schedule resumes where it was
+    "CartPole-v1 (linear lr)": (
+        100,
+        {
+            "replay.start": 20,
+            "eval.interval": 30,
+            "logger.log_interval": 30,
+            "optim.schedule": "linear",
+        },
+    ),
     # a recurrent policy on CartPole without velocities: the hidden states the
     # collector carries between batches are in the checkpoint, and a burn-in
     "CartPole-v1 (LSTM)": (

@@ -322,6 +322,38 @@ def test_on_policy_only(tmp_path):
     close_trainer(trainer)
 
 
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
+def test_learning_rate_schedule(tmp_path, schedule):
+    trainer = small_trainer(
+        tmp_path,
+        **{"optim.schedule": schedule, "collector.total_frames": 60, "optim.lr": 0.01},
+    )
+    seen = []  # (frames, lr) after each batch, past the schedule's own hook
+    trainer.register_op(
+        "post_steps",
+        lambda: seen.append(
+            (trainer.collected_frames, trainer.optimizer.param_groups[0]["lr"])
+        ),
+    )
+    lrs = []  # the lr of each update, as the optimizer steps with it
+    trainer.register_op(
+        "post_optim", lambda: lrs.append(trainer.optimizer.param_groups[0]["lr"])
+    )
+    trainer.train()
+    close_trainer(trainer)
+    assert [frames for frames, _ in seen] == list(range(10, 70, 10))
+    if schedule == "constant":
+        assert {lr for _, lr in seen} | set(lrs) == {0.01}
+        return
+    # linear: from 0.01 at the start to 0 at the end of the run, set after each
+    # batch from the frames collected, so each batch's updates run at one lr
+    for frames, lr in seen:
+        assert lr == pytest.approx(0.01 * (1 - frames / 60))
+    assert lrs[0] == 0.01 and seen[-1][1] == 0.0
+    expected = [0.01] + [lr for _, lr in seen[:-1]]
+    assert sorted(set(lrs), reverse=True) == pytest.approx(expected)
+
+
 def test_evaluation_and_logging(tmp_path):
     trainer = small_trainer(
         tmp_path, **{"logger.backend": "csv", "logger.log_interval": 10}
@@ -357,6 +389,7 @@ def test_evaluation_and_logging(tmp_path):
         ({"env.num_envs": 0}, "env.num_envs=0"),
         ({"collector.T": 0}, "collector.T=0"),
         ({"optim.name": "sgd"}, "optim.name='sgd'"),
+        ({"optim.schedule": "cosine"}, "optim.schedule='cosine'"),
         ({"loss.gamma": 1.5}, "loss.gamma=1.5"),
         ({"replay.start": 10_000}, "replay.start=10000 exceeds replay.capacity"),
         ({"device": "gpu"}, "device='gpu' must be cpu, cuda or auto"),

@@ -101,6 +101,7 @@ SECTIONS: dict[str, dict[str, Check]] = {
     "optim": {
         "name": one_of("adam", "rmsprop"),
         "lr": ABOVE_0,
+        "schedule": one_of("constant", "linear"),
         "eps": AT_LEAST_0,
         "decay": finite("in [0, 1)", lambda v: 0 <= v < 1),
         "max_grad_norm": CLIP_NORM,

@@ -29,6 +29,7 @@ from torchrl.collectors import MultiAsyncCollector
 from torchrl.data import ReplayBuffer, Unbounded
 from torchrl.envs import TensorDictPrimer
 from torchrl.record.loggers import CSVLogger
+from torchrl.trainers import LRSchedulerHook
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from torchrl_acer.objectives.acer import ACERLoss
@@ -721,6 +722,16 @@ def make_trainer(
         checkpoint=checkpoint,
     )
     trainer.environments = environments
+    if cfg.optim.get("schedule", "constant") == "linear":
+        # the learning rate falls linearly to 0 over the run (baselines' ACER,
+        # lrschedule="linear"), set after each batch from the frames collected:
+        # a resumed run, or a collector with batches of its own size, follows
+        # the same line
+        total = trainer.total_frames
+        decay = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda _: max(0.0, 1 - trainer.collected_frames / total)
+        )
+        LRSchedulerHook(decay).register(trainer)
     try:
         RunDirectoryLock(run_dir, resume=bool(cfg.resume)).register(trainer)
     except RunDirectoryOwnedError as err:  # what to type, in the examples' terms
