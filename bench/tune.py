@@ -9,7 +9,7 @@
         --budget 500000 --trials 40                         # the return at 500k
 
 Each trial samples ACER's settings (``SPACE``: T, number of envs, replay ratio and
-start, replayed segments per batch, learning rate, entropy, δ, c, α, γ, critic
+start, replayed segments per batch, learning rate and its schedule, entropy, δ, c, α, γ, critic
 weight, network width, gradient clip) and trains ``examples/acer_gym.py`` with them
 once per tuning seed (100 and up, kept apart from the seeds results are reported
 on, 0-9), each seed in a process of its own on one thread, with the protocol of
@@ -103,6 +103,7 @@ SPACE = {
     "replay_start": ("replay.start", "cat", [0, 500, 1000, 2000]),
     "batch_segments": ("replay.batch_segments", "cat", [8, 16, 32]),
     "lr": ("optim.lr", "log", (1e-4, 5e-3)),
+    "lr_schedule": ("optim.schedule", "cat", ["constant", "linear"]),
     "entropy": ("loss.entropy_coeff", "log", (1e-4, 5e-2)),
     "delta": ("loss.trust_region_delta", "cat", [0.1, 0.3, 1.0, 3.0, None]),
     "c": ("loss.ratio_clip", "cat", [1.0, 3.0, 10.0]),
@@ -122,6 +123,7 @@ DEFAULTS = {
     "replay_start": 1000,
     "batch_segments": 32,
     "lr": 1e-3,
+    "lr_schedule": "constant",
     "entropy": 1e-2,
     "delta": 1.0,
     "c": 10.0,
@@ -371,7 +373,8 @@ def restore(study, path: Path, space: dict, objective: str, budget: int) -> None
                 attrs["value_as_run"] = as_run
             study.add_trial(
                 optuna.trial.create_trial(
-                    params=t["params"],
+                    # a setting added to SPACE after the trial ran at its default
+                    params={**DEFAULTS, **t["params"]},
                     distributions=distributions(space),
                     value=value,
                     user_attrs=attrs,

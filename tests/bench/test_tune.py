@@ -172,3 +172,20 @@ def test_final_return_ranks_by_the_late_return_and_runs_to_the_budget(
         "max_steps": 1_000,
     }
     assert "--objective final_return" in exported["command"]
+
+
+def test_a_trial_exported_before_a_setting_joined_the_space_ran_at_its_default(dirs):
+    older = {k: v for k, v in tune.DEFAULTS.items() if k != "lr_schedule"}
+    trial = {
+        "number": 0,
+        "state": "COMPLETE",
+        "value": 1.0,
+        "params": {**older, "lr": 0.002},
+        "runs": [run(8_000, True, 18_000)],
+    }
+    path = dirs / "results" / "tune-cartpole_v1.json"
+    path.write_text(json.dumps({"trials": [trial]}))
+    tune.main(["--task", "CartPole-v1", "--export"])
+    (restored,) = json.loads(path.read_text())["trials"]
+    assert restored["params"] == {**tune.DEFAULTS, "lr": 0.002}
+    assert restored["params"]["lr_schedule"] == "constant"
