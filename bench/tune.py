@@ -29,8 +29,9 @@ env steps to the threshold instead, an unsolved or collapsed seed counting its e
 steps plus the budget: the study then looks for the fewest samples, whatever the
 compute. With ``--objective final_return`` (a task judged at a fixed budget, as
 LunarLander-v3 is at 500k env steps, with ``bench/lunar_lander.py``'s protocol)
-every run goes on to the budget and a trial is worth minus the mean over its seeds
-of ``late_mean``. (The CartPole-v1 study ran with an unsolved seed at twice its CPU
+every run goes on to the budget, evaluating only from ``late`` evaluation intervals
+before it (earlier greedy episodes would cost as much as the training and count for
+nothing), and a trial is worth minus the mean over its seeds of ``late_mean``. (The CartPole-v1 study ran with an unsolved seed at twice its CPU
 seconds, which let a cheap setting that never solved rank first; its export keeps
 those values as ``value_as_run`` and ranks the trials anew from their runs.) So the
 study looks for settings that solve soon in both samples and compute, and stay
@@ -214,14 +215,29 @@ class CPURecorder(Recorder):
     does not stretch it), run with ``settle`` env steps past the first evaluation at
     the threshold (so that a collapse right after shows)."""
 
+    #: env steps before which evaluations are skipped (``None``: none is)
+    evaluate_from = None
+
     def timer(self):
         return time.process_time()
 
+    def evaluate(self, steps, fn):
+        if self.evaluate_from is not None and steps < self.evaluate_from:
+            return None  # the trainer's evaluation hook then logs nothing
+        return super().evaluate(steps, fn)
 
-def run_seed(task, seed, budget, settle, late, params, run_dir):
-    """One run of ``examples/acer_gym.py`` with ``params`` (in this process)."""
+
+def run_seed(task, seed, budget, settle, late, params, run_dir, objective="cpu_s"):
+    """One run of ``examples/acer_gym.py`` with ``params`` (in this process).
+
+    With ``final_return`` only the evaluations from ``late`` intervals before the
+    budget on are run: the trial's value reads the last ``late`` of them, and the
+    greedy episodes of every earlier one would cost as much as the training.
+    """
     threshold, protocol = TASKS[task]
     rec = CPURecorder(threshold, protocol["interval"], budget, settle=settle, late=late)
+    if objective == FINAL_RETURN:
+        rec.evaluate_from = budget - late * protocol["interval"]
     overrides = [
         f"env.name={task}",
         f"seed={seed}",
@@ -319,6 +335,8 @@ def run_in_process(task, seed, args, params, run_dir) -> dict:
         str(args.settle),
         "--late",
         str(args.late),
+        "--objective",
+        args.objective,
         "--params",
         json.dumps(params),
         "--run-dir",
@@ -518,6 +536,7 @@ def main(argv=None):
             args.late,
             json.loads(args.params),
             Path(args.run_dir),
+            args.objective,
         )
         Path(args.out).write_text(json.dumps(result) + "\n")
         return

@@ -152,7 +152,14 @@ def test_final_return_ranks_by_the_late_return_and_runs_to_the_budget(
     def fake_run(task, seed, args, params, run_dir):
         seen["settle"] = args.settle
         result = tune.run_seed(
-            task, seed, args.budget, args.settle, args.late, params, run_dir
+            task,
+            seed,
+            args.budget,
+            args.settle,
+            args.late,
+            params,
+            run_dir,
+            args.objective,
         )
         return {**result, "late_mean": 100.0 + seed}
 
@@ -164,6 +171,13 @@ def test_final_return_ranks_by_the_late_return_and_runs_to_the_budget(
     assert "eval.interval=10000" in seen["overrides"]
     assert "eval.max_steps=1000" in seen["overrides"]
     assert seen["rec"].threshold == 200.0
+    # evaluations only from late (5) intervals before the budget: those it reads
+    rec, calls = seen["rec"], []
+    rec.begin()
+    for steps in (10_000, 440_000, 450_000, 500_000):
+        rec.evaluate(steps, lambda steps=steps: calls.append(steps) or 100.0)
+    assert calls == [450_000, 500_000]
+    assert [e["env_steps"] for e in rec.evals] == [450_000, 500_000]
     exported = json.loads((dirs / "results" / "tune-lunarlander_v3.json").read_text())
     assert exported["trials"][0]["value"] == -200.5  # minus the mean of 200 and 201
     assert exported["protocol"] == {
