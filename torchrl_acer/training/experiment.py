@@ -643,6 +643,8 @@ def make_trainer(
       every ``checkpoint.every_minutes`` (:class:`SaveEvery`), at the end, on a
       stop signal (:class:`GracefulStop`) and after a failure
       (:class:`FailureCheckpoint`);
+    - the learning rate falling linearly to 0 with ``optim.schedule: linear``
+      (TorchRL's ``LRSchedulerHook``);
     - the run directory owned by this run (:class:`RunDirectoryLock`);
     - policy versions and lag (:class:`PolicyVersion`) for collectors whose
       workers act with their own copy of the policy;
