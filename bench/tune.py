@@ -38,7 +38,8 @@ study looks for settings that solve soon in both samples and compute, and stay
 solved.
 
 The study lives in ``bench/runs/tune/<task>.db`` (SQLite; the study resumes from
-it: run the same command again), and after every trial it is exported to
+it: run the same command again; a second process may run it side by side with
+``--sampler-seed 1``), and after every trial it is exported to
 ``bench/results/tune-<task>.json``: the commit, the machine, the space, every trial
 with its settings, per-seed results and value, and the best trial's settings as
 overrides of ``examples/acer_gym.py``.
@@ -387,6 +388,8 @@ def restore(study, path: Path, space: dict, objective: str, budget: int) -> None
             )
             as_run = t.get("value_as_run", t["value"])
             attrs = {"runs": t["runs"]}
+            if "sampler_seed" in t:
+                attrs["sampler_seed"] = t["sampler_seed"]
             if as_run != value:
                 attrs["value_as_run"] = as_run
             study.add_trial(
@@ -441,7 +444,8 @@ def export(study, task, args, space: dict) -> Path:
             "settle": args.settle,
             "late": args.late,
             "seeds": list(args.seeds),
-            "sampler": "TPESampler(seed=0)",
+            # each trial's sampler_seed: that of the process that ran it
+            "sampler": "TPESampler(seed=sampler_seed), 0 where a trial has none",
         },
         "objective": describe(args.objective, args.budget),
         "space": {k: [v[0], v[1], v[2]] for k, v in space.items()},
@@ -453,6 +457,11 @@ def export(study, task, args, space: dict) -> Path:
                 **(
                     {"value_as_run": t.user_attrs["value_as_run"]}
                     if "value_as_run" in t.user_attrs
+                    else {}
+                ),
+                **(
+                    {"sampler_seed": t.user_attrs["sampler_seed"]}
+                    if "sampler_seed" in t.user_attrs
                     else {}
                 ),
                 "params": t.params,
@@ -513,6 +522,13 @@ def main(argv=None):
         "stable solve, or minus the return at the budget (final_return: the runs go "
         "on to the budget, --settle ignored)",
     )
+    parser.add_argument(
+        "--sampler-seed",
+        type=int,
+        default=0,
+        help="seeds this process's sampler: processes running one study side by "
+        "side each need their own, or they sample the same trials",
+    )
     # one run, in a process of its own (the driver's child)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -550,7 +566,7 @@ def main(argv=None):
     study = optuna.create_study(
         study_name=f"acer-{name}",
         storage=f"sqlite:///{RUNS / name}.db",
-        sampler=optuna.samplers.TPESampler(seed=0),
+        sampler=optuna.samplers.TPESampler(seed=args.sampler_seed),
         direction="minimize",
         load_if_exists=True,
     )
@@ -582,6 +598,7 @@ def main(argv=None):
 
     def objective(trial):
         params = sample(trial, space)
+        trial.set_user_attr("sampler_seed", args.sampler_seed)
         runs = []
         for seed in args.seeds:
             run_dir = RUNS / name / f"trial{trial.number}-seed{seed}"

@@ -166,7 +166,10 @@ def test_final_return_ranks_by_the_late_return_and_runs_to_the_budget(
     monkeypatch.setattr(tune, "train_ours", fake_train)
     monkeypatch.setattr(tune, "run_in_process", fake_run)
     argv = ["--task", "LunarLander-v3", "--objective", "final_return"]
-    tune.main([*argv, "--budget", "500000", "--trials", "1", "--seeds", "100", "101"])
+    tune.main(
+        [*argv, "--budget", "500000", "--trials", "1", "--seeds", "100", "101"]
+        + ["--sampler-seed", "3"]
+    )
     assert seen["settle"] == 500_000
     assert "eval.interval=10000" in seen["overrides"]
     assert "eval.max_steps=1000" in seen["overrides"]
@@ -180,6 +183,7 @@ def test_final_return_ranks_by_the_late_return_and_runs_to_the_budget(
     assert [e["env_steps"] for e in rec.evals] == [450_000, 500_000]
     exported = json.loads((dirs / "results" / "tune-lunarlander_v3.json").read_text())
     assert exported["trials"][0]["value"] == -200.5  # minus the mean of 200 and 201
+    assert exported["trials"][0]["sampler_seed"] == 3  # the process's that ran it
     assert exported["protocol"] == {
         "interval": 10_000,
         "episodes": 10,
@@ -194,6 +198,7 @@ def test_a_trial_exported_before_a_setting_joined_the_space_ran_at_its_default(d
         "number": 0,
         "state": "COMPLETE",
         "value": 1.0,
+        "sampler_seed": 1,
         "params": {**older, "lr": 0.002},
         "runs": [run(8_000, True, 18_000)],
     }
@@ -203,3 +208,4 @@ def test_a_trial_exported_before_a_setting_joined_the_space_ran_at_its_default(d
     (restored,) = json.loads(path.read_text())["trials"]
     assert restored["params"] == {**tune.DEFAULTS, "lr": 0.002}
     assert restored["params"]["lr_schedule"] == "constant"
+    assert restored["sampler_seed"] == 1
