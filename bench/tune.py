@@ -9,13 +9,13 @@
         --budget 500000 --trials 40                         # the return at 500k
 
 Each trial samples ACER's settings (``SPACE``: T, number of envs, replay ratio and
-start, replayed segments per batch, learning rate and its schedule, entropy, δ, c, α, γ, critic
-weight, network width, gradient clip) and trains ``examples/acer_gym.py`` with them
-once per tuning seed (100 and up, kept apart from the seeds results are reported
-on, 0-9), each seed in a process of its own on one thread, with the protocol of
-``bench/time_to_solve.py`` (a greedy evaluation of ``episodes`` environment copies
-every ``interval`` env steps). A run stops ``settle`` env steps after its first
-evaluation at the threshold, or at the budget.
+start, replayed segments per batch, learning rate and its schedule, entropy, δ, c,
+α, γ, critic weight, network width, gradient clip) and trains
+``examples/acer_gym.py`` with them once per tuning seed (100 and up, kept apart from
+the seeds results are reported on, 0-9), each seed in a process of its own on one
+thread, with the protocol of ``bench/time_to_solve.py`` (a greedy evaluation of
+``episodes`` environment copies every ``interval`` env steps). A run stops ``settle``
+env steps after its first evaluation at the threshold, or at the budget.
 
 What a trial is worth (lower is better): the mean over its seeds of the CPU
 seconds of the training loop until the threshold was first reached (evaluation
@@ -27,15 +27,17 @@ run within the budget costs, so that a trial that stays solved on more seeds alw
 ranks first. With ``--objective env_steps`` a trial is worth the mean
 env steps to the threshold instead, an unsolved or collapsed seed counting its env
 steps plus the budget: the study then looks for the fewest samples, whatever the
-compute. With ``--objective final_return`` (a task judged at a fixed budget, as
-LunarLander-v3 is at 500k env steps, with ``bench/lunar_lander.py``'s protocol)
-every run goes on to the budget, evaluating only from ``late`` evaluation intervals
-before it (earlier greedy episodes would cost as much as the training and count for
-nothing), and a trial is worth minus the mean over its seeds of ``late_mean``. (The CartPole-v1 study ran with an unsolved seed at twice its CPU
+compute. (The CartPole-v1 study ran with an unsolved seed at twice its CPU
 seconds, which let a cheap setting that never solved rank first; its export keeps
 those values as ``value_as_run`` and ranks the trials anew from their runs.) So the
 study looks for settings that solve soon in both samples and compute, and stay
 solved.
+
+With ``--objective final_return`` (a task judged at a fixed budget, as
+LunarLander-v3 is at 500k env steps, with ``bench/lunar_lander.py``'s protocol)
+every run goes on to the budget, evaluating only from ``late`` evaluation intervals
+before it (earlier greedy episodes would cost as much as the training and count for
+nothing), and a trial is worth minus the mean over its seeds of ``late_mean``.
 
 The study lives in ``bench/runs/tune/<task>.db`` (SQLite; the study resumes from
 it: run the same command again; a second process may run it side by side with
