@@ -446,7 +446,8 @@ def export(study, task, args, space: dict) -> Path:
             "settle": args.settle,
             "late": args.late,
             "seeds": list(args.seeds),
-            # each trial's sampler_seed: that of the process that ran it
+            # each trial's sampler_seed: that of the process that ran it, its
+            # --sampler-seed + 1000 x the trials the study held when it started
             "sampler": "TPESampler(seed=sampler_seed), 0 where a trial has none",
         },
         "objective": describe(args.objective, args.budget),
@@ -568,7 +569,6 @@ def main(argv=None):
     study = optuna.create_study(
         study_name=f"acer-{name}",
         storage=f"sqlite:///{RUNS / name}.db",
-        sampler=optuna.samplers.TPESampler(seed=args.sampler_seed),
         direction="minimize",
         load_if_exists=True,
     )
@@ -595,12 +595,16 @@ def main(argv=None):
     if args.export:
         print(export(study, args.task, args, space))
         return
+    # a resumed process must not draw its first start's trials again (the same
+    # settings, the same runs): its seed moves on with the trials the study holds
+    sampler_seed = args.sampler_seed + 1000 * len(study.trials)
+    study.sampler = optuna.samplers.TPESampler(seed=sampler_seed)
     if not study.trials:  # the example's defaults first: the baseline to beat
         study.enqueue_trial(first)
 
     def objective(trial):
         params = sample(trial, space)
-        trial.set_user_attr("sampler_seed", args.sampler_seed)
+        trial.set_user_attr("sampler_seed", sampler_seed)
         runs = []
         for seed in args.seeds:
             run_dir = RUNS / name / f"trial{trial.number}-seed{seed}"

@@ -209,3 +209,24 @@ def test_a_trial_exported_before_a_setting_joined_the_space_ran_at_its_default(d
     assert restored["params"] == {**tune.DEFAULTS, "lr": 0.002}
     assert restored["params"]["lr_schedule"] == "constant"
     assert restored["sampler_seed"] == 1
+
+
+def test_a_resumed_process_draws_other_trials_than_its_first_start(dirs, monkeypatch):
+    # the sampler is seeded anew at each start: with only --sampler-seed, a process
+    # resumed with the same seed drew its first start's trials again (same settings,
+    # same runs, the same value: the LunarLander study repeated two trials so)
+    def fake_run(task, seed, args, params, run_dir):
+        return run(8_000, True, 18_000)
+
+    monkeypatch.setattr(tune, "run_in_process", fake_run)
+    argv = ["--task", "CartPole-v1", "--seeds", "100", "--sampler-seed", "1"]
+    tune.main([*argv, "--trials", "3"])  # the defaults, then two sampled trials
+    tune.main([*argv, "--trials", "5"])  # resumed: two more
+    path = dirs / "results" / "tune-cartpole_v1.json"
+    trials = json.loads(path.read_text())["trials"]
+    assert len(trials) == 5
+    settings = [json.dumps(t["params"], sort_keys=True) for t in trials]
+    assert len(set(settings)) == 5
+    # each records the seed its process's sampler had: reproducible from the study
+    seeds = [t["sampler_seed"] for t in trials]
+    assert seeds[:3] == [1, 1, 1] and seeds[3] == seeds[4] != 1
