@@ -9,8 +9,9 @@
         --budget 500000 --trials 40                         # the return at 500k
 
 Each trial samples ACER's settings (``SPACE``: T, number of envs, replay ratio and
-start, replayed segments per batch, learning rate and its schedule, entropy, δ, c,
-α, γ, critic weight, network width, gradient clip) and trains
+start, whether each fresh batch gets an update of its own, replayed segments per
+batch, learning rate and its schedule, entropy, δ, c, α, γ, critic weight, network
+width, gradient clip) and trains
 ``examples/acer_gym.py`` with them once per tuning seed (100 and up, kept apart from
 the seeds results are reported on, 0-9), each seed in a process of its own on one
 thread, with the protocol of ``bench/time_to_solve.py`` (a greedy evaluation of
@@ -49,7 +50,8 @@ overrides of ``examples/acer_gym.py``.
 A second study of a task goes apart from the first with ``--study NAME``: its own
 ``bench/runs/tune/<task>-<NAME>.db`` and ``bench/results/tune-<task>-<NAME>.json``.
 ``--space name=v1,v2,...`` narrows it: a categorical's choices (JSON values, ``null``
-for none), or a log range as ``name=low,high``; the rest of ``SPACE`` stays as is.
+for none), or a log range as ``name=low,high``, or ``name=value`` to pin either; the
+rest of ``SPACE`` stays as is.
 The study keeps its space and objective and refuses to resume with others (repeat
 the same command). Its first trial is the example's defaults (``DEFAULTS``), with
 ``--first name=value ...`` in place of those the narrowed space leaves out.
@@ -105,6 +107,8 @@ SPACE = {
     "num_envs": ("env.num_envs", "cat", [4, 8, 16]),
     "replay_ratio": ("replay.ratio", "cat", [0.0, 1.0, 2.0, 4.0, 8.0]),
     "replay_start": ("replay.start", "cat", [0, 500, 1000, 2000]),
+    # false: fully off-policy, the fresh batch only stored (needs replay_ratio > 0)
+    "on_policy": ("replay.on_policy_updates", "cat", [True, False]),
     "batch_segments": ("replay.batch_segments", "cat", [8, 16, 32]),
     "lr": ("optim.lr", "log", (1e-4, 5e-3)),
     "lr_schedule": ("optim.schedule", "cat", ["constant", "linear"]),
@@ -125,6 +129,7 @@ DEFAULTS = {
     "num_envs": 8,
     "replay_ratio": 4.0,
     "replay_start": 1000,
+    "on_policy": True,
     "batch_segments": 32,
     "lr": 1e-3,
     "lr_schedule": "constant",
@@ -142,6 +147,8 @@ DEFAULTS = {
 def override(key: str, value) -> str:
     if key == "model.num_cells":
         return f"{key}=[{value},{value}]"
+    if isinstance(value, bool):  # Hydra's spelling
+        return f"{key}={str(value).lower()}"
     return f"{key}={'null' if value is None else value}"
 
 
@@ -170,11 +177,13 @@ def narrowed(specs: list[str]) -> dict:
         name, values = named("--space", spec, "name=v1,v2,...")
         key, kind, _ = SPACE[name]
         parsed = [parse_value(v) for v in values.split(",")]
-        if kind == "log":
+        if kind == "log" and len(parsed) == 1:
+            kind = "cat"  # one value: pinned, as a categorical of one choice
+        elif kind == "log":
             if len(parsed) != 2 or not 0 < parsed[0] < parsed[1]:
                 raise SystemExit(
                     f"--space {spec!r}: {name} is log-uniform, expected name=low,high "
-                    "with 0 < low < high"
+                    "with 0 < low < high, or name=value to pin it"
                 )
             parsed = (float(parsed[0]), float(parsed[1]))
         space[name] = (key, kind, parsed)
@@ -605,6 +614,9 @@ def main(argv=None):
     def objective(trial):
         params = sample(trial, space)
         trial.set_user_attr("sampler_seed", sampler_seed)
+        if not params["on_policy"] and params["replay_ratio"] == 0:
+            # the example refuses it: nothing would ever train
+            raise optuna.TrialPruned("on_policy=false needs replay_ratio > 0")
         runs = []
         for seed in args.seeds:
             run_dir = RUNS / name / f"trial{trial.number}-seed{seed}"

@@ -22,6 +22,8 @@ def test_space_replaces_only_the_named_choices_and_ranges():
     unchanged = set(tune.SPACE) - {"T", "replay_ratio", "lr"}
     assert {k: space[k] for k in unchanged} == {k: tune.SPACE[k] for k in unchanged}
     assert tune.narrowed(["delta=0.3,null"])["delta"][2] == [0.3, None]
+    # one value pins a setting, a log-uniform one too (as one choice)
+    assert tune.narrowed(["lr=0.002"])["lr"] == ("optim.lr", "cat", [0.002])
 
 
 @pytest.mark.parametrize(
@@ -29,7 +31,6 @@ def test_space_replaces_only_the_named_choices_and_ranges():
     [
         ("horizon=5,10", "name one of"),
         ("T", "name one of"),
-        ("lr=1e-3", "low,high"),
         ("lr=1e-3,1e-4", "low,high"),
         ("T=five", "JSON value"),
     ],
@@ -230,3 +231,20 @@ def test_a_resumed_process_draws_other_trials_than_its_first_start(dirs, monkeyp
     # each records the seed its process's sampler had: reproducible from the study
     seeds = [t["sampler_seed"] for t in trials]
     assert seeds[:3] == [1, 1, 1] and seeds[3] == seeds[4] != 1
+
+
+def test_fully_off_policy_trials_need_replay(dirs, monkeypatch):
+    assert tune.override("replay.on_policy_updates", False).endswith("=false")
+    assert tune.DEFAULTS["on_policy"] is True  # the example's default
+    ran = []
+    monkeypatch.setattr(
+        tune, "run_in_process", lambda *a: ran.append(a) or run(8_000, True, 18_000)
+    )
+    argv = ["--task", "CartPole-v1", "--study", "off", "--seeds", "100"]
+    space = ["--space", "on_policy=false", "replay_ratio=0.0,2.0"]
+    first = ["--first", "on_policy=false", "replay_ratio=0.0"]
+    tune.main([*argv, *space, *first, "--trials", "1"])
+    path = dirs / "results" / "tune-cartpole_v1-off.json"
+    (trial,) = json.loads(path.read_text())["trials"]
+    # the example would refuse it: pruned, never run
+    assert trial["state"] == "PRUNED" and not ran
