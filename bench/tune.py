@@ -54,7 +54,8 @@ for none), or a log range as ``name=low,high``, or ``name=value`` to pin either;
 rest of ``SPACE`` stays as is.
 The study keeps its space and objective and refuses to resume with others (repeat
 the same command). Its first trial is the example's defaults (``DEFAULTS``), with
-``--first name=value ...`` in place of those the narrowed space leaves out.
+``--first name=value ...`` in place of those the narrowed space leaves out. With
+``--grid`` (every setting pinned or listed) it runs each combination once instead.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -428,9 +430,10 @@ def command(args) -> str:
         f"nice -n 19 python bench/tune.py --task {args.task}",
         *([f"--study {args.study}"] if args.study else []),
         f"--trials {args.trials} --budget {args.budget} --settle {args.settle}",
-        *(["--space", *args.space] if args.space else []),
-        *(["--first", *args.first] if args.first else []),
+        *(["--space", *map(shlex.quote, args.space)] if args.space else []),
+        *(["--first", *map(shlex.quote, args.first)] if args.first else []),
         *([f"--objective {args.objective}"] if args.objective != "cpu_s" else []),
+        *(["--grid"] if args.grid else []),
     ]
     return " ".join(words)
 
@@ -457,7 +460,8 @@ def export(study, task, args, space: dict) -> Path:
             "seeds": list(args.seeds),
             # each trial's sampler_seed: that of the process that ran it, its
             # --sampler-seed + 1000 x the trials the study held when it started
-            "sampler": "TPESampler(seed=sampler_seed), 0 where a trial has none",
+            "sampler": f"{'GridSampler' if args.grid else 'TPESampler'}"
+            "(seed=sampler_seed), 0 where a trial has none",
         },
         "objective": describe(args.objective, args.budget),
         "space": {k: [v[0], v[1], v[2]] for k, v in space.items()},
@@ -535,6 +539,12 @@ def main(argv=None):
         "on to the budget, --settle ignored)",
     )
     parser.add_argument(
+        "--grid",
+        action="store_true",
+        help="every combination of the space once (each setting pinned or listed "
+        "with --space), in place of TPE's choices and the defaults' first trial",
+    )
+    parser.add_argument(
         "--sampler-seed",
         type=int,
         default=0,
@@ -607,9 +617,16 @@ def main(argv=None):
     # a resumed process must not draw its first start's trials again (the same
     # settings, the same runs): its seed moves on with the trials the study holds
     sampler_seed = args.sampler_seed + 1000 * len(study.trials)
-    study.sampler = optuna.samplers.TPESampler(seed=sampler_seed)
-    if not study.trials:  # the example's defaults first: the baseline to beat
-        study.enqueue_trial(first)
+    if args.grid:  # every combination once, in an order drawn from the seed
+        logs = [n for n, (_, kind, _) in space.items() if kind == "log"]
+        if logs:
+            raise SystemExit(f"--grid: pin or list the choices of {logs} (--space)")
+        grid = {name: values for name, (_, _, values) in space.items()}
+        study.sampler = optuna.samplers.GridSampler(grid, seed=sampler_seed)
+    else:
+        study.sampler = optuna.samplers.TPESampler(seed=sampler_seed)
+        if not study.trials:  # the example's defaults first: the baseline to beat
+            study.enqueue_trial(first)
 
     def objective(trial):
         params = sample(trial, space)

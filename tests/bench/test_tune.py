@@ -248,3 +248,19 @@ def test_fully_off_policy_trials_need_replay(dirs, monkeypatch):
     (trial,) = json.loads(path.read_text())["trials"]
     # the example would refuse it: pruned, never run
     assert trial["state"] == "PRUNED" and not ran
+
+
+def test_grid_runs_each_combination_once(dirs, monkeypatch):
+    ran = []
+    monkeypatch.setattr(
+        tune, "run_in_process", lambda *a: ran.append(a[3]) or run(8_000, True, 18_000)
+    )
+    pinned = [f"{k}={json.dumps(v)}" for k, v in tune.DEFAULTS.items()]
+    space = [*pinned, "on_policy=true,false", "replay_ratio=2.0,4.0"]
+    argv = ["--task", "CartPole-v1", "--study", "grid", "--seeds", "100", "--grid"]
+    tune.main([*argv, "--space", *space, "--trials", "10"])
+    combos = sorted((p["on_policy"], p["replay_ratio"]) for p in ran)
+    assert combos == [(False, 2.0), (False, 4.0), (True, 2.0), (True, 4.0)]
+    assert all(p["lr"] == tune.DEFAULTS["lr"] for p in ran)  # pinned
+    with pytest.raises(SystemExit, match="lr"):
+        tune.main([*argv[:2], "--study", "grid2", "--grid", "--trials", "1"])
