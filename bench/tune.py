@@ -582,7 +582,8 @@ def main(argv=None):
     import optuna
 
     space = narrowed(args.space)
-    first = first_trial(space, args.first)
+    # a grid has no first trial of its own: its combinations come in its order
+    first = None if args.grid else first_trial(space, args.first)
     name = args.task + (f"-{args.study}" if args.study else "")
     RUNS.mkdir(parents=True, exist_ok=True)
     study = optuna.create_study(

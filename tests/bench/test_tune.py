@@ -256,11 +256,12 @@ def test_grid_runs_each_combination_once(dirs, monkeypatch):
         tune, "run_in_process", lambda *a: ran.append(a[3]) or run(8_000, True, 18_000)
     )
     pinned = [f"{k}={json.dumps(v)}" for k, v in tune.DEFAULTS.items()]
-    space = [*pinned, "on_policy=true,false", "replay_ratio=2.0,4.0"]
+    # the defaults need not be in a grid
+    space = [*pinned, "num_envs=4", "on_policy=true,false", "replay_ratio=2.0,4.0"]
     argv = ["--task", "CartPole-v1", "--study", "grid", "--seeds", "100", "--grid"]
     tune.main([*argv, "--space", *space, "--trials", "10"])
     combos = sorted((p["on_policy"], p["replay_ratio"]) for p in ran)
     assert combos == [(False, 2.0), (False, 4.0), (True, 2.0), (True, 4.0)]
-    assert all(p["lr"] == tune.DEFAULTS["lr"] for p in ran)  # pinned
+    assert all(p["lr"] == tune.DEFAULTS["lr"] and p["num_envs"] == 4 for p in ran)
     with pytest.raises(SystemExit, match="lr"):
         tune.main([*argv[:2], "--study", "grid2", "--grid", "--trials", "1"])
