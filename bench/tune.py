@@ -615,16 +615,19 @@ def main(argv=None):
     if args.export:
         print(export(study, args.task, args, space))
         return
-    # a resumed process must not draw its first start's trials again (the same
-    # settings, the same runs): its seed moves on with the trials the study holds
-    sampler_seed = args.sampler_seed + 1000 * len(study.trials)
     if args.grid:  # every combination once, in an order drawn from the seed
         logs = [n for n, (_, kind, _) in space.items() if kind == "log"]
         if logs:
             raise SystemExit(f"--grid: pin or list the choices of {logs} (--space)")
         grid = {name: values for name, (_, _, values) in space.items()}
+        # a trial's grid id indexes that order: every process of the grid, first
+        # or resumed, needs the same seed
+        sampler_seed = args.sampler_seed
         study.sampler = optuna.samplers.GridSampler(grid, seed=sampler_seed)
     else:
+        # a resumed process must not draw its first start's trials again (the
+        # same settings and runs): its seed moves on with the trials the study holds
+        sampler_seed = args.sampler_seed + 1000 * len(study.trials)
         study.sampler = optuna.samplers.TPESampler(seed=sampler_seed)
         if not study.trials:  # the example's defaults first: the baseline to beat
             study.enqueue_trial(first)

@@ -259,7 +259,8 @@ def test_grid_runs_each_combination_once(dirs, monkeypatch):
     # the defaults need not be in a grid
     space = [*pinned, "num_envs=4", "on_policy=true,false", "replay_ratio=2.0,4.0"]
     argv = ["--task", "CartPole-v1", "--study", "grid", "--seeds", "100", "--grid"]
-    tune.main([*argv, "--space", *space, "--trials", "10"])
+    tune.main([*argv, "--space", *space, "--trials", "2"])
+    tune.main([*argv, "--space", *space, "--trials", "10"])  # resumed: the rest
     combos = sorted((p["on_policy"], p["replay_ratio"]) for p in ran)
     assert combos == [(False, 2.0), (False, 4.0), (True, 2.0), (True, 4.0)]
     assert all(p["lr"] == tune.DEFAULTS["lr"] and p["num_envs"] == 4 for p in ran)
