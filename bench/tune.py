@@ -458,8 +458,9 @@ def export(study, task, args, space: dict) -> Path:
             "settle": args.settle,
             "late": args.late,
             "seeds": list(args.seeds),
-            # each trial's sampler_seed: that of the process that ran it, its
-            # --sampler-seed + 1000 x the trials the study held when it started
+            # each trial's sampler_seed: that of the process that ran it (TPE: its
+            # --sampler-seed + 1000 x the trials the study held when it started; a
+            # grid: its --sampler-seed)
             "sampler": f"{'GridSampler' if args.grid else 'TPESampler'}"
             "(seed=sampler_seed), 0 where a trial has none",
         },
@@ -549,7 +550,8 @@ def main(argv=None):
         type=int,
         default=0,
         help="seeds this process's sampler: processes running one study side by "
-        "side each need their own, or they sample the same trials",
+        "side each need their own, or they sample the same trials (those of a "
+        "--grid study the same one)",
     )
     # one run, in a process of its own (the driver's child)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
