@@ -11,12 +11,12 @@
 Each trial samples ACER's settings (``SPACE``: T, number of envs, replay ratio and
 start, whether each fresh batch gets an update of its own, replayed segments per
 batch, learning rate and its schedule, entropy, δ, c, α, γ, critic weight, network
-width, gradient clip) and trains
-``examples/acer_gym.py`` with them once per tuning seed (100 and up, kept apart from
-the seeds results are reported on, 0-9), each seed in a process of its own on one
-thread, with the protocol of ``bench/time_to_solve.py`` (a greedy evaluation of
-``episodes`` environment copies every ``interval`` env steps). A run stops ``settle``
-env steps after its first evaluation at the threshold, or at the budget.
+width, gradient clip) and trains ``examples/acer_gym.py`` with them once per tuning
+seed (100 and up, kept apart from the seeds results are reported on, 0-9), each seed
+in a process of its own on one thread, with the protocol of
+``bench/time_to_solve.py`` (a greedy evaluation of ``episodes`` environment copies
+every ``interval`` env steps). A run stops ``settle`` env steps after its first
+evaluation at the threshold, or at the budget.
 
 What a trial is worth (lower is better): the mean over its seeds of the CPU
 seconds of the training loop until the threshold was first reached (evaluation
@@ -55,7 +55,8 @@ rest of ``SPACE`` stays as is.
 The study keeps its space and objective and refuses to resume with others (repeat
 the same command). Its first trial is the example's defaults (``DEFAULTS``), with
 ``--first name=value ...`` in place of those the narrowed space leaves out. With
-``--grid`` (every setting pinned or listed) it runs each combination once instead.
+``--grid`` (every setting pinned or listed) it runs each combination once instead;
+the processes of a grid share one ``--sampler-seed`` (its order).
 """
 
 from __future__ import annotations
