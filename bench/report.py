@@ -279,6 +279,7 @@ TIME_TO_SOLVE_LABELS = {
     "sb3_a2c": "Stable-Baselines3 A2C (zoo)",
     "sb3_dqn": "Stable-Baselines3 DQN (zoo)",
     "di_acer": "DI-engine 0.5.3 ACER (dizoo)",
+    "torchrl_ppo": "TorchRL PPO (zoo settings)",
 }
 # what must agree between two time-to-solve files read side by side
 SAME_PROTOCOL = ("thresholds", "budget_env_steps", "max_minutes")

@@ -41,6 +41,11 @@ Candidates:
   hyperparameters (``ZOO``, from rl_zoo3 2.9.2's ``hyperparams/ppo.yml``,
   ``a2c.yml`` and ``dqn.yml``), in ``.venv-bench``. A learning-rate or clip schedule runs over the
   zoo's ``n_timesteps``, which also ends a run if it is below the budget.
+- ``torchrl_ppo``: TorchRL's own PPO (``ClipPPOLoss``, ``GAE``, ``Collector``, the
+  loop of TorchRL's ``sota-implementations/ppo/``) with the zoo's PPO settings of
+  ``sb3_ppo`` (TorchRL's sota configs are for MuJoCo and Atari, none for these
+  tasks), in the project's venv (TorchRL is its dependency; nothing else is
+  needed); see :func:`train_torchrl_ppo` for where it differs from SB3's PPO.
 - ``di_acer``: DI-engine 0.5.3's ACER with dizoo's CartPole config
   (``dizoo/classic_control/cartpole/config/cartpole_acer_config.py``), its serial
   off-policy loop (collect ``n_sample`` sequences, push, ``update_per_collect``
@@ -81,7 +86,15 @@ RUNS = ROOT / "bench" / "runs" / "time_to_solve"
 INVOCATION = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 THRESHOLDS = {"CartPole-v1": 500.0, "Acrobot-v1": -100.0}
-CANDIDATES = ("ours", "ours_tuned", "sb3_ppo", "sb3_a2c", "sb3_dqn", "di_acer")
+CANDIDATES = (
+    "ours",
+    "ours_tuned",
+    "sb3_ppo",
+    "sb3_a2c",
+    "sb3_dqn",
+    "di_acer",
+    "torchrl_ppo",
+)
 # ours_tuned: examples/acer_gym.py with preset=PRESETS[task] (examples/preset/)
 PRESETS = {"CartPole-v1": "cartpole", "Acrobot-v1": "acrobot"}
 PROTOCOL = {
@@ -673,6 +686,201 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir, settle=None):
     return out
 
 
+# Stable-Baselines3 2.9's PPO defaults, for what the zoo's entries leave out: torchrl_ppo
+# takes the zoo's PPO settings (ZOO's sb3_ppo entries) over these, as SB3 does
+SB3_PPO_DEFAULTS = {
+    "n_envs": 1,
+    "learning_rate": 3e-4,
+    "n_steps": 2048,
+    "batch_size": 64,
+    "n_epochs": 10,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip_range": 0.2,
+    "ent_coef": 0.0,
+    "vf_coef": 0.5,
+    "max_grad_norm": 0.5,
+    "normalize": False,
+}
+
+
+def train_torchrl_ppo(
+    task,
+    hp,
+    seed,
+    rec,
+    total_timesteps,
+    episodes=PROTOCOL["episodes"],
+    max_steps=PROTOCOL["max_steps"],
+):
+    """TorchRL's own PPO on ``task`` with the zoo's PPO hyperparameters ``hp`` (as
+    ``ZOO``'s ``sb3_ppo`` entries, over :data:`SB3_PPO_DEFAULTS`), in this process,
+    ``rec`` timing it and evaluating the greedy policy as :func:`train_sb3` does.
+
+    The loop of TorchRL's ``sota-implementations/ppo/``: a ``Collector`` batch of
+    ``n_envs x n_steps`` env steps (a gymnasium ``SyncVectorEnv`` under
+    ``GymWrapper``, in this process as SB3's ``DummyVecEnv``), then for each epoch
+    ``GAE`` on the whole batch and minibatches of it without replacement through
+    ``ClipPPOLoss`` (normalized advantages, an L2 critic loss weighted ``vf_coef``),
+    Adam with eps 1e-5, the gradient's norm clipped at ``max_grad_norm`` (SB3's).
+    The policy and the value are tanh ``[64, 64]`` MLPs (SB3's ``MlpPolicy``) with
+    TorchRL's default initialization, as its discrete-action (Atari) PPO has (with
+    the MuJoCo script's orthogonal weights of gain 1, Acrobot-v1's greedy return
+    stayed at -500 for 60k env steps, seed 0). A ``("linear", x)``
+    learning rate or clip range is ``x`` times the fraction of ``total_timesteps``
+    left after each batch (SB3's schedule). ``normalize`` normalizes the
+    observations with TorchRL's ``VecNorm`` (statistics over every copy), as
+    TorchRL's PPO scripts do; SB3's ``VecNormalize`` also scales the rewards by the
+    running std of the discounted return, which no TorchRL transform does, and
+    ``VecNorm`` on the rewards too (standardized, not scaled) left Acrobot-v1 at
+    -394 after 60k env steps (seed 0), so the rewards stay as they are. Returns the env steps,
+    why the run stopped, and TorchRL's version."""
+    import gymnasium as gym
+    import torch
+    import torchrl
+    from tensordict.nn import TensorDictModule
+    from torchrl.collectors import Collector
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+    from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
+    from torchrl.envs import GymWrapper, VecNorm
+    from torchrl.modules import (
+        MLP,
+        OneHotCategorical,
+        ProbabilisticActor,
+        ValueOperator,
+    )
+    from torchrl.objectives import ClipPPOLoss
+    from torchrl.objectives.value import GAE
+
+    hp = {**SB3_PPO_DEFAULTS, **hp}
+    torch.manual_seed(seed)
+    n_envs = hp["n_envs"]
+    env = GymWrapper(
+        gym.vector.SyncVectorEnv(
+            [lambda: gym.make(task)] * n_envs,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+    )
+    vecnorm = None
+    if hp["normalize"]:
+        vecnorm = VecNorm(in_keys=["observation"], new_api=True, reduce_batch_dims=True)
+        env = env.append_transform(vecnorm)
+    env.set_seed(seed)
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    spec = env.full_action_spec_unbatched
+
+    def mlp(out):
+        return MLP(
+            in_features=obs_dim,
+            out_features=out,
+            num_cells=[64, 64],
+            activation_class=torch.nn.Tanh,
+        )
+
+    policy = mlp(spec["action"].space.n)
+    actor = ProbabilisticActor(
+        TensorDictModule(policy, ["observation"], ["logits"]),
+        in_keys=["logits"],
+        spec=spec,
+        distribution_class=OneHotCategorical,
+        return_log_prob=True,
+    )
+    critic = ValueOperator(mlp(1), in_keys=["observation"])
+    frames = n_envs * hp["n_steps"]
+    collector = Collector(
+        env,
+        actor,
+        frames_per_batch=frames,
+        total_frames=-1,
+        auto_register_policy_transforms=False,  # feed-forward: no InitTracker
+    )
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(frames),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=hp["batch_size"],
+    )
+    gae = GAE(
+        gamma=hp["gamma"],
+        lmbda=hp["gae_lambda"],
+        value_network=critic,
+        average_gae=False,
+    )
+    lr, clip = (_schedule(hp[k]) for k in ("learning_rate", "clip_range"))
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=clip(1.0) if callable(clip) else clip,
+        entropy_coeff=hp["ent_coef"],
+        critic_coeff=hp["vf_coef"],
+        loss_critic_type="l2",
+        normalize_advantage=True,
+    )
+    optim = torch.optim.Adam(
+        loss.parameters(), lr=lr(1.0) if callable(lr) else lr, eps=1e-5
+    )
+    envs = eval_envs(task, episodes)
+
+    @torch.no_grad()
+    def act(obs):
+        x = torch.as_tensor(obs, dtype=torch.float32)
+        if vecnorm is not None:  # the training statistics as they are
+            x = (x - vecnorm.loc["observation"]) / vecnorm.scale["observation"]
+        return policy(x).argmax(-1).numpy()
+
+    def evaluate():
+        return greedy_return(envs, act, seed, not rec.evals, max_steps)
+
+    rec.begin()
+    steps, stop = 0, None
+    for data in collector:
+        steps += data.numel()
+        remaining = max(0.0, 1.0 - steps / total_timesteps)
+        if callable(lr):
+            for group in optim.param_groups:
+                group["lr"] = lr(remaining)
+        if callable(clip):
+            loss.clip_epsilon.copy_(clip(remaining))
+        for _ in range(hp["n_epochs"]):
+            with torch.no_grad():
+                data = gae(data)
+            buffer.extend(data.reshape(-1))
+            for batch in buffer:
+                out = loss(batch)
+                total = sum(v for k, v in out.items() if k.startswith("loss_"))
+                optim.zero_grad()
+                total.backward()
+                torch.nn.utils.clip_grad_norm_(loss.parameters(), hp["max_grad_norm"])
+                optim.step()
+        if rec.due(steps) or steps >= rec.budget:
+            rec.evaluate(steps, evaluate)
+        stop = rec.stop_reason(steps)
+        if stop is not None or steps >= total_timesteps:
+            break
+    collector.shutdown()
+    if stop is None:  # total_timesteps ran out first: one last evaluation
+        if not rec.evals or rec.evals[-1]["env_steps"] != steps:
+            rec.evaluate(steps, evaluate)
+        stop = rec.stop_reason(steps) or "zoo n_timesteps"
+    return steps, stop, torchrl.__version__
+
+
+def run_torchrl_ppo(task, seed, budget, max_minutes, run_dir, settle=None):
+    hp = ZOO[("sb3_ppo", task)]
+    rec = recorder(task, budget, max_minutes, settle)
+    # the zoo's n_timesteps ends a run below the budget, as sb3_ppo's
+    steps, stop, version = train_torchrl_ppo(task, hp, seed, rec, hp["n_timesteps"])
+    out = rec.result(steps, stop)
+    out["settings"] = {
+        "algo": "ClipPPOLoss + GAE (TorchRL)",
+        "zoo": hp,
+        "defaults": SB3_PPO_DEFAULTS,
+        "source": f"rl_zoo3 2.9.2 hyperparams/ppo.yml, {task}, over SB3 2.9's PPO "
+        "defaults; the loop of TorchRL's sota-implementations/ppo/ppo_mujoco.py",
+    }
+    out["versions"] = {"torchrl": version}
+    return out
+
+
 def train_di_acer(
     config,
     create_config,
@@ -851,7 +1059,8 @@ def worker(args, runners):
 
 
 def python_for(candidate, bench_venv):
-    if candidate.startswith("ours"):
+    # TorchRL's PPO needs nothing but TorchRL, the project's own dependency
+    if candidate.startswith("ours") or candidate == "torchrl_ppo":
         return sys.executable
     python = Path(bench_venv) / "bin" / "python"
     if not python.exists():
@@ -1056,6 +1265,7 @@ def main():
                 "sb3_a2c": functools.partial(run_sb3, "sb3_a2c", **settle),
                 "sb3_dqn": functools.partial(run_sb3, "sb3_dqn", **settle),
                 "di_acer": functools.partial(run_di_acer, **settle),
+                "torchrl_ppo": functools.partial(run_torchrl_ppo, **settle),
             },
         )
 

@@ -138,3 +138,23 @@ def test_report_takes_ours_per_task_from_the_newest_file_that_ran_it(
     }
     assert set(settings["thresholds"]) == set(both)
     assert len(runs) == len(groups)
+
+
+@pytest.mark.parametrize("zoo_timesteps, stopped", [(10_000, "budget"), (256, None)])
+def test_torchrl_ppo_trains_until_the_budget_or_the_zoo_timesteps(
+    zoo_timesteps, stopped
+):
+    """TorchRL's PPO peer, a real run of two Collector batches (8 envs x 32 steps)
+    at most: it ends at the budget, or at the zoo's n_timesteps when that comes
+    first, with a last greedy evaluation there; it runs in the project's venv."""
+    hp = time_to_solve.ZOO[("sb3_ppo", "CartPole-v1")]
+    rec = time_to_solve.recorder("CartPole-v1", 512, None)
+    steps, stop, version = time_to_solve.train_torchrl_ppo(
+        "CartPole-v1", hp, 0, rec, zoo_timesteps, episodes=2, max_steps=50
+    )
+    assert steps == min(512, zoo_timesteps)
+    assert stop == (stopped or "zoo n_timesteps")
+    assert [e["env_steps"] for e in rec.evals] == [steps]
+    assert 2 <= rec.evals[0]["return"] <= 50  # two greedy episodes, capped at 50
+    assert version
+    assert time_to_solve.python_for("torchrl_ppo", "/nowhere") == sys.executable
