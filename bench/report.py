@@ -1886,7 +1886,8 @@ def pages():
                 "Ours (with its tuned preset, `examples/preset/` from the Optuna "
                 "study of `bench/tune.py` on tuning seeds 100 and up, where a file ran "
                 "it; else at its defaults) against the peers users would pick instead "
-                "(Stable-Baselines3 with rl-baselines3-zoo's tuned settings), from the "
+                "(Stable-Baselines3 with rl-baselines3-zoo's tuned settings, and "
+                "TorchRL's own PPO with the zoo's PPO settings), from the "
                 "newest `bench/time_to_solve.py` file of each, which must share the "
                 "protocol; what the numbers mean: [the discussion](discussion.md).",
                 "",
