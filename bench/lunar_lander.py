@@ -56,6 +56,12 @@ Candidates:
   as rl_zoo3's own ``--n-timesteps`` does. PPO's rollout is 16 x 1024 env steps,
   so its last one ends past the budget (507 904 at 500k).
 
+- ``torchrl_ppo``: TorchRL's own PPO with the zoo's PPO settings above (16 envs,
+  rollouts of 1024 steps, minibatches of 64, 4 epochs, gamma 0.999, GAE lambda
+  0.98, entropy 0.01; SB3's defaults for the rest), in the project's venv
+  (time_to_solve.py's ``train_torchrl_ppo``: the loop of TorchRL's
+  ``sota-implementations/ppo/``). Not resumable: a run stopped starts again.
+
 Resumable: each finished run writes ``record.json`` in its directory
 (``--runs-dir``/``<candidate>-seed<S>``), and the same command run again skips it.
 Ours and SB3 save every ``--checkpoint-interval`` env steps (50k). An unfinished
@@ -107,12 +113,13 @@ from time_to_solve import (  # noqa: E402
     train_di_acer,
     train_ours,
     train_sb3,
+    train_torchrl_ppo,
     worker,
 )
 
 TASK = "LunarLander-v3"
 THRESHOLD = 200.0
-CANDIDATES = ("ours", "di_acer", "sb3_a2c", "sb3_ppo", "sb3_dqn")
+CANDIDATES = ("ours", "di_acer", "sb3_a2c", "sb3_ppo", "sb3_dqn", "torchrl_ppo")
 PROTOCOL = {
     "interval": 10_000,  # env steps between greedy evaluations
     "episodes": 10,  # greedy episodes per evaluation, one per environment copy
@@ -311,6 +318,30 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir):
     return out
 
 
+def run_torchrl_ppo(task, seed, budget, max_minutes, run_dir):
+    rec = BudgetRecorder(budget)
+    steps, stop, version = train_torchrl_ppo(
+        task,
+        ZOO["sb3_ppo"],
+        seed,
+        rec,
+        total_timesteps=budget,
+        episodes=PROTOCOL["episodes"],
+        max_steps=PROTOCOL["max_steps"],
+    )
+    out = rec.result(steps, stop)
+    out["settings"] = {
+        "algo": "ClipPPOLoss + GAE (TorchRL)",
+        "zoo": ZOO["sb3_ppo"],
+        "source": f"{ZOO_SOURCE}, the PPO entry, over SB3 2.9's PPO defaults; the "
+        "loop of TorchRL's sota-implementations/ppo/ (time_to_solve.py's "
+        "train_torchrl_ppo)",
+        "changed": ZOO_CHANGED,
+    }
+    out["versions"] = {"torchrl": version}
+    return out
+
+
 # -- the driver: every run, one at a time, each finished one recorded ------------------
 
 
@@ -426,7 +457,9 @@ def write_result(args, settings, records):
             **({"di_acer_source": DI_SOURCE} if "di_acer" in args.candidates else {}),
             **(
                 {"zoo": ZOO, "zoo_source": ZOO_SOURCE, "zoo_changed": ZOO_CHANGED}
-                if any(c.startswith("sb3") for c in args.candidates)
+                if any(
+                    c.startswith("sb3") or c == "torchrl_ppo" for c in args.candidates
+                )
                 else {}
             ),
         },
@@ -487,6 +520,7 @@ def main():
     if args.worker:
         runners = {"ours": run_ours, "di_acer": run_di_acer}
         runners.update({c: functools.partial(run_sb3, c) for c in ZOO})
+        runners["torchrl_ppo"] = run_torchrl_ppo
         return worker(args, runners)
 
     args.runs_dir = args.runs_dir.resolve()

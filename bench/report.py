@@ -744,6 +744,16 @@ def lunar_lander_peer_groups():
     return [(path, r), (peer_path, peer)], s, rows
 
 
+def peer_version(result, prefix, package):
+    """``package``'s version in the first run of ``result`` whose candidate starts
+    with ``prefix``."""
+    return next(
+        run["versions"][package]
+        for run in result["runs"]
+        if run["candidate"].startswith(prefix)
+    )
+
+
 def lunar_lander_peers():
     """LunarLander at the SB3 peers' budget: every candidate's greedy evaluation
     there and the env steps to the threshold by then, ours and DI-engine's read
@@ -755,10 +765,18 @@ def lunar_lander_peers():
     (path, r), (peer_path, peer) = files
     budget, threshold = s["budget_env_steps"], s["threshold"]
     latest = max(a["env_steps"] for row in rows for a in row["at_budget"])
+    sb3_version = peer_version(peer, "sb3", "stable_baselines3")
     print(
         f"{s['task']} at {budget:,} env steps, the same protocol as above. "
-        f"Stable-Baselines3 {peer['runs'][0]['versions']['stable_baselines3']} "
-        f"with {s['zoo_source']}; {s['zoo_changed']}. Ours and DI-engine's ACER "
+        f"Stable-Baselines3 {sb3_version} with {s['zoo_source']}"
+        + (
+            " (TorchRL's PPO, in TorchRL "
+            + peer_version(peer, "torchrl_ppo", "torchrl")
+            + ", with its PPO entry)"
+            if any(run["candidate"] == "torchrl_ppo" for run in peer["runs"])
+            else ""
+        )
+        + f"; {s['zoo_changed']}. Ours and DI-engine's ACER "
         f"are their runs above (`{path.name}`) read at {budget:,} env steps; every run "
         f"is read at its first evaluation at or past {budget:,} env steps (the latest "
         f"at {latest:,}: a peer's last batch may end past it). "

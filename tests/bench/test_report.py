@@ -101,3 +101,16 @@ def test_a_lunar_lander_run_that_stops_before_the_budget_is_refused():
     }
     with pytest.raises(ValueError, match="sb3_dqn seed 3 stops at 10000"):
         report.at_budget(run, 500_000, 200.0)
+
+
+def test_a_peer_file_names_each_librarys_version_from_its_own_runs():
+    """A LunarLander peers' file whose first run is TorchRL's PPO still names the
+    Stable-Baselines3 version of its SB3 runs, and TorchRL's from TorchRL's."""
+    result = {
+        "runs": [
+            {"candidate": "torchrl_ppo", "versions": {"torchrl": "0.14.1"}},
+            {"candidate": "sb3_a2c", "versions": {"stable_baselines3": "2.9.2"}},
+        ]
+    }
+    assert report.peer_version(result, "sb3", "stable_baselines3") == "2.9.2"
+    assert report.peer_version(result, "torchrl_ppo", "torchrl") == "0.14.1"
