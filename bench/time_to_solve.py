@@ -726,15 +726,15 @@ def train_torchrl_ppo(
     The policy and the value are tanh ``[64, 64]`` MLPs (SB3's ``MlpPolicy``) with
     TorchRL's default initialization, as its discrete-action (Atari) PPO has (with
     the MuJoCo script's orthogonal weights of gain 1, Acrobot-v1's greedy return
-    stayed at -500 for 60k env steps, seed 0). A ``("linear", x)``
-    learning rate or clip range is ``x`` times the fraction of ``total_timesteps``
-    left after each batch (SB3's schedule). ``normalize`` normalizes the
-    observations with TorchRL's ``VecNorm`` (statistics over every copy), as
-    TorchRL's PPO scripts do; SB3's ``VecNormalize`` also scales the rewards by the
-    running std of the discounted return, which no TorchRL transform does, and
-    ``VecNorm`` on the rewards too (standardized, not scaled) left Acrobot-v1 at
-    -394 after 60k env steps (seed 0), so the rewards stay as they are. Returns the env steps,
-    why the run stopped, and TorchRL's version."""
+    stayed at -500 for 60k env steps, seed 0). A ``("linear", x)`` learning rate or
+    clip range is ``x`` times the fraction of ``total_timesteps`` left after each
+    batch (SB3's schedule). ``normalize`` normalizes the observations with
+    TorchRL's ``VecNorm`` (statistics over every copy), as TorchRL's PPO scripts
+    do; SB3's ``VecNormalize`` also scales the rewards by the running std of the
+    discounted return, which no TorchRL transform does, and ``VecNorm`` on the
+    rewards too (standardized, not scaled) left Acrobot-v1 at -394 after 60k env
+    steps (seed 0), so the rewards stay as they are. Returns the env steps, why the
+    run stopped, and TorchRL's version."""
     import gymnasium as gym
     import torch
     import torchrl
