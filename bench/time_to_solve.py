@@ -686,8 +686,9 @@ def run_sb3(algo, task, seed, budget, max_minutes, run_dir, settle=None):
     return out
 
 
-# Stable-Baselines3 2.9's PPO defaults, for what the zoo's entries leave out: torchrl_ppo
-# takes the zoo's PPO settings (ZOO's sb3_ppo entries) over these, as SB3 does
+# Stable-Baselines3 2.9's PPO defaults, for what the zoo's entries leave out:
+# torchrl_ppo takes the zoo's PPO settings (ZOO's sb3_ppo entries) over these, as
+# SB3 does
 SB3_PPO_DEFAULTS = {
     "n_envs": 1,
     "learning_rate": 3e-4,
