@@ -190,10 +190,11 @@ lunar_lander() {  # #19: ours against DI-engine 0.5.3's ACER (dizoo's config), 1
   # needs bash bench/peers_setup.sh and the box2d extra; run again to continue stopped runs
   $PY bench/lunar_lander.py --seeds 0 1 2 3 4 ${JOBS:+--jobs $JOBS}
 }
-lunar_lander_sb3() {  # #34: Stable-Baselines3 A2C, PPO, DQN (rl_zoo3 2.9.2's settings), 500k env
-  # steps a run (ours and DI-engine are read at 500k of lunar_lander's runs); needs
-  # bash bench/peers_setup.sh; run again to continue (finished runs are kept)
-  $PY bench/lunar_lander.py --candidates sb3_a2c sb3_ppo sb3_dqn --seeds 0 1 2 3 4 \
+lunar_lander_sb3() {  # #34: Stable-Baselines3 A2C, PPO, DQN (rl_zoo3 2.9.2's settings) and
+  # TorchRL's PPO (the zoo's PPO settings), 500k env steps a run (ours and DI-engine are read
+  # at 500k of lunar_lander's runs); needs bash bench/peers_setup.sh; run again to continue
+  # (finished runs are kept)
+  $PY bench/lunar_lander.py --candidates sb3_a2c sb3_ppo sb3_dqn torchrl_ppo --seeds 0 1 2 3 4 \
     --budget 500000 --runs-dir bench/runs/lunar_lander_500k --result-name lunar_lander_sb3 \
     ${JOBS:+--jobs $JOBS}
 }
