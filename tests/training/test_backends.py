@@ -244,6 +244,36 @@ def recorder_of(trainer):
     return trainer._modules["policy_version"]
 
 
+def test_a_broken_pipe_waits_for_the_killed_workers_exit_code():
+    """A killed worker's pipe can break before its exit is reaped (seen under
+    load): the failure still names the worker once its exit code shows."""
+    from types import SimpleNamespace
+
+    from torchrl_acer.trainers.hooks import _worker_failure
+
+    class Reaped:
+        """A worker whose exit code shows ``delay`` seconds after the pipe broke."""
+
+        def __init__(self, code, delay):
+            self.code, self.at = code, time.monotonic() + delay
+
+        @property
+        def exitcode(self):
+            return self.code if time.monotonic() >= self.at else None
+
+    alive = SimpleNamespace(exitcode=None)
+    collector = SimpleNamespace(procs=[alive, Reaped(-signal.SIGKILL, 0.3)])
+    found = _worker_failure(BrokenPipeError(32, "Broken pipe"), collector, [11, 12])
+    assert found == "collector worker 1 (SimpleNamespace, pid 12, killed by SIGKILL)"
+    # another error with every worker alive: nobody is blamed, after no wait
+    start = time.monotonic()
+    assert (
+        _worker_failure(RuntimeError("boom"), SimpleNamespace(procs=[alive]), [])
+        is None
+    )
+    assert time.monotonic() - start < 0.5
+
+
 def test_ray_collectors_train_the_gym_example(tmp_path):
     """``collector.backend=ray``: the example on a local two-worker Ray cluster."""
     pytest.importorskip("ray", reason="Ray is an extra: pip install -e .[ray]")

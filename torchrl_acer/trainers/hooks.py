@@ -65,6 +65,7 @@ import os
 import re
 import signal
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
@@ -765,6 +766,18 @@ class GracefulStop(TrainerHookBase):
             raise KeyboardInterrupt(f"{name}: a second signal; stopped without saving")
 
 
+def _exit_codes(collector) -> list[tuple[int, int]]:
+    """``(index, exit code)`` of the collector's worker processes that have exited."""
+    exits = []
+    for i, proc in enumerate(getattr(collector, "procs", None) or []):
+        try:
+            if proc.exitcode is not None:
+                exits.append((i, proc.exitcode))
+        except ValueError:  # closed: one TorchRL terminated
+            continue
+    return exits
+
+
 def _worker_failure(err: Exception, collector, pids) -> str | None:
     """The collector worker that died when collecting raised ``err``, or ``None``.
 
@@ -777,13 +790,14 @@ def _worker_failure(err: Exception, collector, pids) -> str | None:
     if found is not None:
         index, code = int(found.group(1)), int(found.group(2))
     else:
-        exits = []
-        for i, proc in enumerate(getattr(collector, "procs", None) or []):
-            try:
-                if proc.exitcode is not None:
-                    exits.append((i, proc.exitcode))
-            except ValueError:  # closed: one TorchRL terminated
-                continue
+        exits = _exit_codes(collector)
+        if not exits and isinstance(err, (BrokenPipeError, ConnectionError, EOFError)):
+            # a killed worker's pipe can break before its exit is reaped (under
+            # load): wait up to 2 s for its exit code
+            deadline = time.monotonic() + 2.0
+            while not exits and time.monotonic() < deadline:
+                time.sleep(0.05)
+                exits = _exit_codes(collector)
         # the one that died first, not one TorchRL terminated after it (SIGTERM)
         exits = [e for e in exits if e[1] != -signal.SIGTERM] or exits
         if exits:
