@@ -265,12 +265,15 @@ def test_a_broken_pipe_waits_for_the_killed_workers_exit_code():
     collector = SimpleNamespace(procs=[alive, Reaped(-signal.SIGKILL, 0.3)])
     found = _worker_failure(BrokenPipeError(32, "Broken pipe"), collector, [11, 12])
     assert found == "collector worker 1 (SimpleNamespace, pid 12, killed by SIGKILL)"
-    # another error with every worker alive: nobody is blamed, after no wait
+    # another error with every worker alive, or a broken pipe in a collector
+    # without worker processes: nobody is blamed, after no wait
     start = time.monotonic()
     assert (
         _worker_failure(RuntimeError("boom"), SimpleNamespace(procs=[alive]), [])
         is None
     )
+    pipe = BrokenPipeError(32, "Broken pipe")
+    assert _worker_failure(pipe, SimpleNamespace(), []) is None
     assert time.monotonic() - start < 0.5
 
 

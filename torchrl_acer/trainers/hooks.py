@@ -791,9 +791,10 @@ def _worker_failure(err: Exception, collector, pids) -> str | None:
         index, code = int(found.group(1)), int(found.group(2))
     else:
         exits = _exit_codes(collector)
-        if not exits and isinstance(err, (BrokenPipeError, ConnectionError, EOFError)):
-            # a killed worker's pipe can break before its exit is reaped (under
-            # load): wait up to 2 s for its exit code
+        # a killed worker's pipe can break (BrokenPipeError, a ConnectionError)
+        # before its exit is reaped, under load: wait up to 2 s for its exit code
+        broken = isinstance(err, (ConnectionError, EOFError))
+        if broken and not exits and getattr(collector, "procs", None):
             deadline = time.monotonic() + 2.0
             while not exits and time.monotonic() < deadline:
                 time.sleep(0.05)
