@@ -270,6 +270,14 @@ class Recorder:
             return "time cap"
         return None
 
+    def ran_out(self, steps, evaluate_at):
+        """Why a run whose ``total_timesteps`` (the zoo's ``n_timesteps``) ran out
+        before the recorder stopped it ended, after one last evaluation at
+        ``steps`` (``evaluate_at(steps)``) unless the last one was there."""
+        if not self.evals or self.evals[-1]["env_steps"] != steps:
+            evaluate_at(steps)
+        return self.stop_reason(steps) or "zoo n_timesteps"
+
     def result(self, steps, stopped):
         reached = self.reached
         eval_before = (
@@ -662,10 +670,8 @@ def train_sb3(
     )
     steps = model.num_timesteps
     stop = progress.stop
-    if stop is None:  # total_timesteps ran out first: one last evaluation
-        if not rec.evals or rec.evals[-1]["env_steps"] != steps:
-            evaluate_at(steps)
-        stop = rec.stop_reason(steps) or "zoo n_timesteps"
+    if stop is None:
+        stop = rec.ran_out(steps, evaluate_at)
     if run_dir is not None:  # the checkpoints go once the record is kept (tidy)
         model.save(run_dir / "model.zip")
     return steps, stop, cls.__name__, stable_baselines3.__version__
@@ -858,10 +864,8 @@ def train_torchrl_ppo(
         if stop is not None or steps >= total_timesteps:
             break
     collector.shutdown()
-    if stop is None:  # total_timesteps ran out first: one last evaluation
-        if not rec.evals or rec.evals[-1]["env_steps"] != steps:
-            rec.evaluate(steps, evaluate)
-        stop = rec.stop_reason(steps) or "zoo n_timesteps"
+    if stop is None:
+        stop = rec.ran_out(steps, lambda steps: rec.evaluate(steps, evaluate))
     return steps, stop, torchrl.__version__
 
 
