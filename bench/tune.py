@@ -387,14 +387,26 @@ def distributions(space: dict) -> dict:
 
 
 def restore(study, path: Path, space: dict, objective: str, budget: int) -> None:
-    """The committed export's finished trials into a new study, so that a study
-    goes on in a fresh checkout (the SQLite file is not committed)."""
+    """The committed export's trials into a new study, so that a study goes on in a
+    fresh checkout (the SQLite file is not committed). A trial that had not
+    finished (failed, or running when its machine went) comes back as failed, with
+    the runs it had finished, so that every trial keeps the number the export and
+    the docs give it."""
     import optuna
 
     if not path.exists():
         return
     for t in json.loads(path.read_text())["trials"]:
-        if t["state"] == "COMPLETE":
+        if t["state"] != "COMPLETE":
+            study.add_trial(
+                optuna.trial.create_trial(
+                    state=optuna.trial.TrialState.FAIL,
+                    params={**DEFAULTS, **t["params"]},
+                    distributions=distributions(space),
+                    user_attrs={"runs": t["runs"] or []},
+                )
+            )
+        else:
             # ranked by this objective, from the runs (an export of an earlier
             # objective keeps its values as value_as_run)
             value = statistics.fmean(

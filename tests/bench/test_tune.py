@@ -212,6 +212,43 @@ def test_a_trial_exported_before_a_setting_joined_the_space_ran_at_its_default(d
     assert restored["sampler_seed"] == 1
 
 
+def test_a_restored_study_keeps_every_trials_number(dirs):
+    # a failed trial and one still running when the machine went sit between two
+    # finished ones: each keeps its number (the docs name trials by it), and the
+    # unfinished ones come back failed, with the runs they had finished
+    def trial(number, state, lr, runs):
+        value = 1.0 if state == "COMPLETE" else None
+        params = {**tune.DEFAULTS, "lr": lr}
+        return {
+            "number": number,
+            "state": state,
+            "value": value,
+            "params": params,
+            "runs": runs,
+        }
+
+    trials = [
+        trial(0, "COMPLETE", 0.001, [run(8_000, True, 18_000)]),
+        trial(1, "FAIL", 0.002, []),
+        trial(2, "RUNNING", 0.003, [run(9_000, True, 19_000)]),
+        trial(3, "COMPLETE", 0.004, [run(7_000, True, 17_000, cpu_s=3.0)]),
+    ]
+    path = dirs / "results" / "tune-cartpole_v1.json"
+    path.write_text(json.dumps({"trials": trials}))
+    tune.main(["--task", "CartPole-v1", "--export"])
+    exported = json.loads(path.read_text())["trials"]
+    assert [(t["number"], t["state"]) for t in exported] == [
+        (0, "COMPLETE"),
+        (1, "FAIL"),
+        (2, "FAIL"),
+        (3, "COMPLETE"),
+    ]
+    assert [t["params"]["lr"] for t in exported] == [0.001, 0.002, 0.003, 0.004]
+    assert exported[2]["runs"] == trials[2]["runs"]
+    # the best by its number: trial 3 (1.5 CPU s to a stable solve, trial 0 2.5)
+    assert json.loads(path.read_text())["best"]["number"] == 3
+
+
 def test_a_resumed_process_draws_other_trials_than_its_first_start(dirs, monkeypatch):
     # the sampler is seeded anew at each start: with only --sampler-seed, a process
     # resumed with the same seed drew its first start's trials again (same settings,
