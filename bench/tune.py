@@ -397,36 +397,30 @@ def restore(study, path: Path, space: dict, objective: str, budget: int) -> None
     if not path.exists():
         return
     for t in json.loads(path.read_text())["trials"]:
-        if t["state"] != "COMPLETE":
-            study.add_trial(
-                optuna.trial.create_trial(
-                    state=optuna.trial.TrialState.FAIL,
-                    params={**DEFAULTS, **t["params"]},
-                    distributions=distributions(space),
-                    user_attrs={"runs": t["runs"] or []},
-                )
-            )
-        else:
+        attrs = {"runs": t["runs"] or []}
+        if "sampler_seed" in t:
+            attrs["sampler_seed"] = t["sampler_seed"]
+        value, state = None, optuna.trial.TrialState.FAIL
+        if t["state"] == "COMPLETE":
             # ranked by this objective, from the runs (an export of an earlier
             # objective keeps its values as value_as_run)
             value = statistics.fmean(
                 seed_value(r, objective, budget) for r in t["runs"]
             )
+            state = optuna.trial.TrialState.COMPLETE
             as_run = t.get("value_as_run", t["value"])
-            attrs = {"runs": t["runs"]}
-            if "sampler_seed" in t:
-                attrs["sampler_seed"] = t["sampler_seed"]
             if as_run != value:
                 attrs["value_as_run"] = as_run
-            study.add_trial(
-                optuna.trial.create_trial(
-                    # a setting added to SPACE after the trial ran at its default
-                    params={**DEFAULTS, **t["params"]},
-                    distributions=distributions(space),
-                    value=value,
-                    user_attrs=attrs,
-                )
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=state,
+                # a setting added to SPACE after the trial ran at its default
+                params={**DEFAULTS, **t["params"]},
+                distributions=distributions(space),
+                value=value,
+                user_attrs=attrs,
             )
+        )
     print(f"restored {len(study.trials)} trials from {path}", flush=True)
 
 

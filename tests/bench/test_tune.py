@@ -230,7 +230,7 @@ def test_a_restored_study_keeps_every_trials_number(dirs):
     trials = [
         trial(0, "COMPLETE", 0.001, [run(8_000, True, 18_000)]),
         trial(1, "FAIL", 0.002, []),
-        trial(2, "RUNNING", 0.003, [run(9_000, True, 19_000)]),
+        {**trial(2, "RUNNING", 0.003, [run(9_000, True, 19_000)]), "sampler_seed": 7},
         trial(3, "COMPLETE", 0.004, [run(7_000, True, 17_000, cpu_s=3.0)]),
     ]
     path = dirs / "results" / "tune-cartpole_v1.json"
@@ -245,6 +245,7 @@ def test_a_restored_study_keeps_every_trials_number(dirs):
     ]
     assert [t["params"]["lr"] for t in exported] == [0.001, 0.002, 0.003, 0.004]
     assert exported[2]["runs"] == trials[2]["runs"]
+    assert exported[2]["sampler_seed"] == 7
     # the best by its number: trial 3 (1.5 CPU s to a stable solve, trial 0 2.5)
     assert json.loads(path.read_text())["best"]["number"] == 3
 
