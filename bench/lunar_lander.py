@@ -5,6 +5,8 @@ and DQN, each at its own settings.
     pip install -e ".[box2d]"                  # LunarLander in the project's venv
     python bench/lunar_lander.py               # ours and DI-engine: 5 seeds, 1M steps
     python bench/lunar_lander.py --summary     # the result of the runs finished so far
+    python bench/lunar_lander.py ... --continue bench/results/lunar_lander_sb3-<stamp>.json
+                                               # a fresh checkout: the missing runs only
     python bench/lunar_lander.py --candidates sb3_a2c sb3_ppo sb3_dqn --budget 500000 \\
         --runs-dir bench/runs/lunar_lander_500k --result-name lunar_lander_sb3
     RESULTS_DIR=/tmp/ll python bench/lunar_lander.py --seeds 0 --budget 5000 \\
@@ -107,6 +109,7 @@ from time_to_solve import (  # noqa: E402
     export_commit,
     pin_settings,
     pinned,
+    restore_runs,
     run_one,
     stats,
     tidy,
@@ -347,7 +350,13 @@ def run_torchrl_ppo(task, seed, budget, max_minutes, run_dir):
 
 def check_settings(args):
     """The runs directory's setting (``settings.json``): written by the first
-    invocation, and every later one must match it."""
+    invocation (or taken from the result file of ``--continue``), and every later
+    one must match it."""
+    if args.resume:
+        keys = ("task", "threshold", "budget_env_steps", "protocol")
+        keys += ("checkpoint_interval", "ours_commit")
+        folder = "{0[candidate]}-seed{0[seed]}".format
+        restore_runs(args.resume, args.runs_dir, keys, folder)
     path = args.runs_dir / "settings.json"
     earlier = json.loads(path.read_text()) if path.exists() else None
     rev = args.ours_commit or (earlier or {}).get("ours_commit") or "HEAD"
@@ -510,6 +519,14 @@ def main():
         "--result-name",
         default="lunar_lander",
         help="the result file's name before its stamp: one per runs directory",
+    )
+    parser.add_argument(
+        "--continue",
+        dest="resume",
+        type=Path,
+        metavar="JSON",
+        help="a committed result of these settings: its finished runs are restored "
+        "into the (empty) --runs-dir and kept, the missing ones run",
     )
     add_worker_arguments(parser, CANDIDATES)
     # the 1M comparison's; the SB3 peers run at 500k in a runs directory of their own

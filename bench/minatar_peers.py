@@ -3,6 +3,8 @@
     bash bench/peers_setup.sh                  # once: .venv-bench with SB3 and MinAtar
     nice -n 19 python bench/minatar_peers.py --bench-venv .venv-bench   # every run
     python bench/minatar_peers.py --summary    # the result of the runs finished so far
+    python bench/minatar_peers.py --continue bench/results/minatar_peers-<stamp>.json
+                                               # a fresh checkout: the missing runs only
     python bench/minatar_peers.py --status     # each run's progress
     RESULTS_DIR=/tmp/mp python bench/minatar_peers.py --seeds 0 --budget 3000 \\
         --save-interval 1000 --runs-dir /tmp/mp/runs             # smoke
@@ -71,6 +73,7 @@ from time_to_solve import (  # noqa: E402
     latest_checkpoint,
     pin_settings,
     pinned,
+    restore_runs,
     run_one,
     stats,
     tidy,
@@ -243,7 +246,12 @@ def run_peer(algo, task, seed, budget, max_minutes, run_dir):
 
 def check_settings(args):
     """The runs directory's setting (``settings.json``): written by the first
-    invocation, and every later one must match it."""
+    invocation (or taken from the result file of ``--continue``), and every later
+    one must match it."""
+    if args.resume:
+        keys = ("games", "budget_env_steps", "protocol", "save_interval", "settings")
+        folder = "{0[game]}-{0[candidate]}-seed{0[seed]}".format
+        restore_runs(args.resume, args.runs_dir, keys, folder)
     path = args.runs_dir / "settings.json"
     earlier = json.loads(path.read_text()) if path.exists() else None
     settings = {
@@ -424,6 +432,14 @@ def main():
     )
     parser.add_argument(
         "--status", action="store_true", help="print each run's progress, run none"
+    )
+    parser.add_argument(
+        "--continue",
+        dest="resume",
+        type=Path,
+        metavar="JSON",
+        help="a committed result of these settings: its finished runs are restored "
+        "into the (empty) --runs-dir and kept, the missing ones run",
     )
     add_worker_arguments(parser, ALGOS)
     parser.set_defaults(max_minutes=None)  # no time cap: runs go to the budget

@@ -1154,6 +1154,28 @@ def pin_settings(runs_dir, settings: dict, earlier: dict | None) -> dict:
     return settings
 
 
+def restore_runs(result: Path, runs_dir: Path, keys, folder) -> None:
+    """A committed result's finished runs back in an empty ``runs_dir``, so that
+    a fresh checkout (run directories are not committed) goes on with the runs it
+    lacks: the result's settings under ``keys`` as ``settings.json`` (which
+    :func:`pin_settings` then holds the invocation to), each run as
+    ``runs_dir / folder(run) / record.json``."""
+    if runs_dir.exists() and any(runs_dir.iterdir()):
+        raise SystemExit(
+            f"--continue: {runs_dir} already holds runs; continue there without "
+            "--continue, or pass another --runs-dir"
+        )
+    payload = json.loads(Path(result).read_text())
+    settings = {key: payload["settings"][key] for key in keys}
+    runs_dir.mkdir(parents=True)
+    (runs_dir / "settings.json").write_text(json.dumps(settings, indent=1) + "\n")
+    for run in payload["runs"]:
+        run_dir = runs_dir / folder(run)
+        run_dir.mkdir()
+        (run_dir / "record.json").write_text(json.dumps(run, indent=1) + "\n")
+    print(f"restored {len(payload['runs'])} finished runs from {result}", flush=True)
+
+
 def stats(values):
     values = sorted(v for v in values if v is not None)
     if not values:

@@ -230,3 +230,52 @@ def test_an_sb3_run_resumes_from_its_latest_save_with_its_evaluations_and_clock(
         capsys.readouterr().out
     )
     assert json.loads((run_dir / "model.zip").read_text()) == 50_000  # the final
+
+
+def test_continue_restores_a_committed_results_runs_and_holds_to_its_settings(
+    tmp_path, monkeypatch
+):
+    # a fresh checkout has no runs directory: --continue brings back the finished
+    # runs of the committed result, so that only the missing ones run
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setattr(lunar_lander, "export_commit", lambda rev: (rev, tmp_path))
+    settings = {
+        "task": lunar_lander.TASK,
+        "threshold": lunar_lander.THRESHOLD,
+        "budget_env_steps": 500_000,
+        "protocol": lunar_lander.PROTOCOL,
+        "checkpoint_interval": lunar_lander.CHECKPOINT_INTERVAL,
+        "ours_commit": "abc123",
+        "seeds": [0, 1],  # the rest of a result's settings is not the runs'
+    }
+    runs = [record("sb3_dqn", 0, 80_000, 250.5), record("sb3_ppo", 0, None, 150.0)]
+    for run in runs:
+        run["settings"] = {"algo": run["candidate"]}
+    committed = tmp_path / "lunar_lander_sb3-20270101T000000Z.json"
+    committed.write_text(json.dumps({"settings": settings, "runs": runs}))
+
+    def main(runs_dir, budget=500_000, resume=committed):
+        argv = ["--candidates", "sb3_dqn", "--seeds", "0", "1", "--summary"]
+        argv += ["--budget", str(budget), "--runs-dir", str(runs_dir)]
+        argv += ["--result-name", "ll"] + (
+            ["--continue", str(resume)] if resume else []
+        )
+        monkeypatch.setattr(sys, "argv", ["lunar_lander.py", *argv])
+        lunar_lander.main()
+
+    main(tmp_path / "runs")
+    record_file = tmp_path / "runs" / "sb3_dqn-seed0" / "record.json"
+    assert json.loads(record_file.read_text()) == runs[0]
+    (result,) = (tmp_path / "results").glob("ll-*.json")
+    payload = json.loads(result.read_text())
+    assert [(r["candidate"], r["seed"]) for r in payload["runs"]] == [("sb3_dqn", 0)]
+    assert not payload["complete"]
+    assert payload["settings"]["ours_commit"] == "abc123"  # the committed runs'
+    # the restored directory goes on as any other; restoring into it again would
+    # mix two results
+    main(tmp_path / "runs", resume=None)
+    with pytest.raises(SystemExit, match="already holds runs"):
+        main(tmp_path / "runs")
+    # runs of another setting than the committed ones are refused
+    with pytest.raises(SystemExit, match="another setting"):
+        main(tmp_path / "other", budget=400_000)

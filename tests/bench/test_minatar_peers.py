@@ -3,6 +3,7 @@ checkpoint, the summary gives every game's peers over the seeds finished beside
 ours, and bench/report.py puts the best finished peer in the README's MinAtar rows
 (from fake records: no training, no Stable-Baselines3)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -92,3 +93,44 @@ def test_the_headline_names_the_best_finished_peer_and_its_file(monkeypatch):
     # no peer finished on SpaceInvaders, and no file has Asterix
     assert report.minatar_best_peer("minatar_space_invaders") is None
     assert report.minatar_best_peer("minatar_asterix") is None
+
+
+def test_continue_restores_a_committed_results_runs_and_holds_to_its_settings(
+    tmp_path, monkeypatch
+):
+    # as bench/lunar_lander.py's --continue: a fresh checkout goes on from the
+    # committed result's finished runs
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path / "results"))
+    settings = {
+        "games": peers.GAMES,
+        "budget_env_steps": 1_000_000,
+        "protocol": peers.PROTOCOL,
+        "save_interval": peers.SAVE_INTERVAL,
+        "settings": json.loads(json.dumps(peers.SETTINGS)),
+        "seeds": [0, 1, 2],  # the rest of a result's settings is not the runs'
+    }
+    runs = [
+        record("breakout", "sb3_dqn", 0, 9.4),
+        record("breakout", "sb3_ppo", 1, 5.1),
+    ]
+    committed = tmp_path / "minatar_peers-20270101T000000Z.json"
+    committed.write_text(json.dumps({"settings": settings, "runs": runs}))
+
+    def main(runs_dir, budget=1_000_000, resume=committed):
+        argv = ["--summary", "--budget", str(budget), "--runs-dir", str(runs_dir)]
+        argv += ["--continue", str(resume)] if resume else []
+        monkeypatch.setattr(sys, "argv", ["minatar_peers.py", *argv])
+        peers.main()
+
+    main(tmp_path / "runs")
+    record_file = tmp_path / "runs" / "breakout-sb3_dqn-seed0" / "record.json"
+    assert json.loads(record_file.read_text()) == runs[0]
+    (result,) = (tmp_path / "results").glob("minatar_peers-*.json")
+    payload = json.loads(result.read_text())
+    finished = [(r["game"], r["candidate"], r["seed"]) for r in payload["runs"]]
+    assert sorted(finished) == [("breakout", "sb3_dqn", 0), ("breakout", "sb3_ppo", 1)]
+    main(tmp_path / "runs", resume=None)  # the restored directory goes on
+    with pytest.raises(SystemExit, match="already holds runs"):
+        main(tmp_path / "runs")
+    with pytest.raises(SystemExit, match="another setting"):
+        main(tmp_path / "other", budget=500_000)
