@@ -103,6 +103,7 @@ from _common import checkpoint_path  # noqa: E402
 from time_to_solve import (  # noqa: E402
     ROOT,
     ResumableRecorder,
+    add_continue_argument,
     add_run_arguments,
     add_worker_arguments,
     di_config,
@@ -520,14 +521,7 @@ def main():
         default="lunar_lander",
         help="the result file's name before its stamp: one per runs directory",
     )
-    parser.add_argument(
-        "--continue",
-        dest="resume",
-        type=Path,
-        metavar="JSON",
-        help="a committed result of these settings: its finished runs are restored "
-        "into the (empty) --runs-dir and kept, the missing ones run",
-    )
+    add_continue_argument(parser)
     add_worker_arguments(parser, CANDIDATES)
     # the 1M comparison's; the SB3 peers run at 500k in a runs directory of their own
     parser.set_defaults(

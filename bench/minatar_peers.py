@@ -69,6 +69,7 @@ from time_to_solve import (  # noqa: E402
     ROOT,
     ResumableRecorder,
     _schedule,
+    add_continue_argument,
     add_worker_arguments,
     latest_checkpoint,
     pin_settings,
@@ -433,14 +434,7 @@ def main():
     parser.add_argument(
         "--status", action="store_true", help="print each run's progress, run none"
     )
-    parser.add_argument(
-        "--continue",
-        dest="resume",
-        type=Path,
-        metavar="JSON",
-        help="a committed result of these settings: its finished runs are restored "
-        "into the (empty) --runs-dir and kept, the missing ones run",
-    )
+    add_continue_argument(parser)
     add_worker_arguments(parser, ALGOS)
     parser.set_defaults(max_minutes=None)  # no time cap: runs go to the budget
     args = parser.parse_args()

@@ -1154,6 +1154,18 @@ def pin_settings(runs_dir, settings: dict, earlier: dict | None) -> dict:
     return settings
 
 
+def add_continue_argument(parser):
+    """``--continue JSON`` of the resumable benches (:func:`restore_runs`)."""
+    parser.add_argument(
+        "--continue",
+        dest="resume",
+        type=Path,
+        metavar="JSON",
+        help="a committed result of these settings: its finished runs are restored "
+        "into the (empty) --runs-dir and kept, the missing ones run",
+    )
+
+
 def restore_runs(result: Path, runs_dir: Path, keys, folder) -> None:
     """A committed result's finished runs back in an empty ``runs_dir``, so that
     a fresh checkout (run directories are not committed) goes on with the runs it
