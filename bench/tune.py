@@ -45,7 +45,9 @@ it: run the same command again; a second process may run it side by side with
 ``--sampler-seed 1``), and after every trial it is exported to
 ``bench/results/tune-<task>.json``: the commit, the machine, the space, every trial
 with its settings, per-seed results and value, and the best trial's settings as
-overrides of ``examples/acer_gym.py``.
+overrides of ``examples/acer_gym.py``. In a fresh checkout (no database) the same
+command restores the study from that export, every trial under its own number (one
+that had not finished comes back failed, with the runs it had finished), and goes on.
 
 A second study of a task goes apart from the first with ``--study NAME``: its own
 ``bench/runs/tune/<task>-<NAME>.db`` and ``bench/results/tune-<task>-<NAME>.json``.
