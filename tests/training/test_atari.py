@@ -38,6 +38,8 @@ def test_game_names():
 
 def test_preprocessing_and_training_signals():
     env = make_atari_env("ALE/Breakout-v5", num_envs=2, seed=0)
+    # named, so that a collector brings a GPU policy's actions back (test_envs.py)
+    assert env.device == torch.device("cpu")
     td = env.rollout(300, break_when_any_done=False)
     assert (
         td["pixels"].shape == (2, 300, 4, 84, 84) and td["pixels"].dtype == torch.uint8

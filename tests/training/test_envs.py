@@ -1,6 +1,8 @@
-"""Environments the networks cannot take are refused at build time, naming the space."""
+"""Environments the networks cannot take are refused at build time, naming the space;
+the ones built name their device."""
 
 import pytest
+import torch
 
 from torchrl_acer.training.envs import make_env
 
@@ -239,3 +241,13 @@ def test_the_examples_refuse_observations_their_networks_cannot_take(
     # refused before training: nothing to resume, no checkpoint written
     assert "resume" not in (out.stdout + out.stderr).lower()
     assert not (run / "checkpoints").exists()
+
+
+def test_the_env_names_its_device_so_a_gpu_policys_actions_come_back():
+    """TorchRL's Collector moves the policy's outputs to ``env.device`` before a
+    step, and nowhere when the env names none (GymWrapper's default): a policy on a
+    GPU then handed CUDA tensors to this CPU env, which failed at its first partial
+    reset (found by bench/gpu_check.sh on a lent H200)."""
+    env = make_env("CartPole-v1", num_envs=2)
+    assert env.device == torch.device("cpu")
+    env.close()

@@ -146,7 +146,7 @@ def make_atari_env(
         raise ConfigError(
             f"env.name={env_id!r}: the ALE cannot make it ({err})"
         ) from err
-    env = GymWrapper(vector)
+    env = GymWrapper(vector, device="cpu")  # see make_env: None breaks GPU policies
     env = env.append_transform(RenameTransform(["observation"], ["pixels"]))
     env.append_transform(RewardSum())
     if training_signals:

@@ -250,11 +250,15 @@ def make_env(
         vector, make_copy = gym.vector.AsyncVectorEnv, make_one_in_worker
     else:
         vector, make_copy = gym.vector.SyncVectorEnv, make_one
+    # device="cpu": GymWrapper's default, None, leaves a collector with its
+    # policy on a GPU nothing to bring the actions back to (the env then
+    # steps and resets with CUDA tensors in its input and fails)
     env = GymWrapper(
         vector(
             [make_copy] * num_envs,
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-        )
+        ),
+        device="cpu",
     )
     if any(
         spec.dtype == torch.float64 for spec in env.observation_spec.values(True, True)
