@@ -39,6 +39,10 @@ def results_dir() -> Path:
 
 
 def git_commit() -> str:
+    # ACER_COMMIT first: a lent GPU machine's copy of the working tree may carry a
+    # .git at another commit (it named the session's first commit, "-dirty")
+    if os.environ.get("ACER_COMMIT"):
+        return os.environ["ACER_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],
@@ -54,9 +58,8 @@ def git_commit() -> str:
             cwd=Path(__file__).parent,
         ).stdout.strip()
         return out + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        # a copy of the working tree without .git (a lent GPU machine's)
-        return os.environ.get("ACER_COMMIT", "unknown")
+    except (OSError, subprocess.CalledProcessError):  # a copy without .git
+        return "unknown"
 
 
 def _version(package: str) -> str | None:

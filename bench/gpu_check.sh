@@ -21,8 +21,9 @@
 #      wheels that machine lacks: torchrl, tensordict, gymnasium, ale-py, hydra...);
 #   2. the device tool's run, with carry [".whl"], timeout_s 540 and the command
 #          ACER_COMMIT=<the output of git rev-parse HEAD here> bash bench/gpu_check.sh
-#      (the copy of the working tree there has no .git: ACER_COMMIT names the
-#      commit in the results; commit first so that it names what ran);
+#      (the copy of the working tree there has no .git, or one at another commit:
+#      ACER_COMMIT names the commit in the results; commit first so that it names
+#      what ran);
 #   3. the reply's files lie under its files_at: copy the JSON files into
 #      bench/results/ (loss_cuda-*.json, throughput_cuda-*.json, gpu_check-*.json;
 #      bench/report.py reads only the CPU loss-/throughput- files) and commit them
