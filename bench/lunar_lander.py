@@ -354,10 +354,8 @@ def check_settings(args):
     invocation (or taken from the result file of ``--continue``), and every later
     one must match it."""
     if args.resume:
-        keys = ("task", "threshold", "budget_env_steps", "protocol")
-        keys += ("checkpoint_interval", "ours_commit")
         folder = "{0[candidate]}-seed{0[seed]}".format
-        restore_runs(args.resume, args.runs_dir, keys, folder)
+        restore_runs(args.resume, args.runs_dir, folder)
     path = args.runs_dir / "settings.json"
     earlier = json.loads(path.read_text()) if path.exists() else None
     rev = args.ours_commit or (earlier or {}).get("ours_commit") or "HEAD"

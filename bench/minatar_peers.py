@@ -250,9 +250,8 @@ def check_settings(args):
     invocation (or taken from the result file of ``--continue``), and every later
     one must match it."""
     if args.resume:
-        keys = ("games", "budget_env_steps", "protocol", "save_interval", "settings")
         folder = "{0[game]}-{0[candidate]}-seed{0[seed]}".format
-        restore_runs(args.resume, args.runs_dir, keys, folder)
+        restore_runs(args.resume, args.runs_dir, folder)
     path = args.runs_dir / "settings.json"
     earlier = json.loads(path.read_text()) if path.exists() else None
     settings = {

@@ -1139,12 +1139,12 @@ def pinned(run_dir) -> dict:
 
 
 def pin_settings(runs_dir, settings: dict, earlier: dict | None) -> dict:
-    """Writes ``settings`` to ``runs_dir``'s ``settings.json``, which an earlier
-    invocation's (``earlier``) must equal: a runs directory holds one setting."""
-    if earlier is not None and earlier != settings:
-        diff = {
-            k: (earlier.get(k), v) for k, v in settings.items() if earlier.get(k) != v
-        }
+    """Writes ``settings`` to ``runs_dir``'s ``settings.json``, whose every entry an
+    earlier invocation's (``earlier``, or a restored result's) must equal: a runs
+    directory holds one setting."""
+    earlier = settings if earlier is None else earlier
+    diff = {k: (earlier.get(k), v) for k, v in settings.items() if earlier.get(k) != v}
+    if diff:
         raise SystemExit(
             f"{runs_dir} holds runs of another setting ((there, here): {diff}); "
             "pass the same settings, or another --runs-dir"
@@ -1166,21 +1166,21 @@ def add_continue_argument(parser):
     )
 
 
-def restore_runs(result: Path, runs_dir: Path, keys, folder) -> None:
+def restore_runs(result: Path, runs_dir: Path, folder) -> None:
     """A committed result's finished runs back in an empty ``runs_dir``, so that
     a fresh checkout (run directories are not committed) goes on with the runs it
-    lacks: the result's settings under ``keys`` as ``settings.json`` (which
-    :func:`pin_settings` then holds the invocation to), each run as
-    ``runs_dir / folder(run) / record.json``."""
+    lacks: the result's settings as ``settings.json`` (which :func:`pin_settings`
+    then holds the invocation to), each run as ``runs_dir / folder(run) /
+    record.json``."""
     if runs_dir.exists() and any(runs_dir.iterdir()):
         raise SystemExit(
             f"--continue: {runs_dir} already holds runs; continue there without "
             "--continue, or pass another --runs-dir"
         )
     payload = json.loads(Path(result).read_text())
-    settings = {key: payload["settings"][key] for key in keys}
     runs_dir.mkdir(parents=True)
-    (runs_dir / "settings.json").write_text(json.dumps(settings, indent=1) + "\n")
+    settings = json.dumps(payload["settings"], indent=1)
+    (runs_dir / "settings.json").write_text(settings + "\n")
     for run in payload["runs"]:
         run_dir = runs_dir / folder(run)
         run_dir.mkdir()
