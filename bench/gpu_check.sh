@@ -11,6 +11,10 @@
 #   2. bench/loss.py --device cuda: the loss's overhead over its bare networks;
 #   3. bench/throughput.py --device cuda: Atari training throughput with the
 #      learner on the GPU (environments on the CPU) against its compute bound;
+#   4. the examples as a user runs them with device=cuda, briefly: acer_gym.py
+#      (CartPole) with multiprocess collection, acer_atari.py (Breakout) with one
+#      process and with collector processes (each to its final checkpoint; the
+#      logged env steps per second, time/fps, compared);
 #   then a summary, gpu_check-<UTC stamp>.json: commit, torch/CUDA versions, the
 #   GPU's name, each step's status, test counts and the benchmarks' ratios.
 # Results go to ${OUT:-bench/results} (the device tool returns $OUT), with a log of
@@ -55,7 +59,9 @@ if ((DRY)); then
     LOSS_ARGS=(--rounds 1 --B 2 --T 4)
     THROUGHPUT_ARGS=(--batches 1 --repeats 1 --envs 2 --T 4 --prefill 1)
     # seconds per step: this CPU is slow and shared
-    TEST_LIMIT=420 LOSS_LIMIT=240 THROUGHPUT_LIMIT=300
+    TEST_LIMIT=420 LOSS_LIMIT=240 THROUGHPUT_LIMIT=300 EXAMPLE_LIMIT=300
+    GYM_FRAMES=640 ATARI_FRAMES=480 ATARI_WORKERS=2
+    ATARI_ARGS=(env.num_envs=2 replay.start=160 replay.capacity=2000 logger.log_interval=80)
 else
     DEVICE=cuda
     RESULTS_DIR=${OUT:-bench/results}
@@ -69,6 +75,13 @@ else
     LOSS_ARGS=(--rounds 30)
     THROUGHPUT_ARGS=(--batches 12 --repeats 3)
     TEST_LIMIT=200 LOSS_LIMIT=100 THROUGHPUT_LIMIT=180
+    # The examples: start-up takes seconds, the Atari checkpoint holds the replay
+    # (20k frame-lean steps, about 150 MB); Breakout in one process runs about 500
+    # agent steps/s (step 3), so 20k steps there take about 40 s, fewer with 4
+    # collector processes of the 16 cores. Expected: about 2 minutes for the three.
+    EXAMPLE_LIMIT=100
+    GYM_FRAMES=20000 ATARI_FRAMES=20000 ATARI_WORKERS=4
+    ATARI_ARGS=(replay.start=5000 replay.capacity=20000 logger.log_interval=1000)
 fi
 mkdir -p "$RESULTS_DIR"
 RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
@@ -129,6 +142,23 @@ main() {
     step loss "$LOSS_LIMIT" "$PYTHON" bench/loss.py --device "$DEVICE" "${LOSS_ARGS[@]}"
     step throughput "$THROUGHPUT_LIMIT" "$PYTHON" bench/throughput.py --device "$DEVICE" \
         "${THROUGHPUT_ARGS[@]}"
+
+    # example NAME SCRIPT OVERRIDES...: a short run of an example on $DEVICE, its run
+    # directory (summary.json, logs) in $STEPS/NAME for the summary below
+    example() {
+        local name=$1 script=$2
+        shift 2
+        step "$name" "$EXAMPLE_LIMIT" "$PYTHON" "examples/$script" device="$DEVICE" \
+            logger.progress_bar=false logger.run_dir="$STEPS/$name" \
+            checkpoint.every_minutes=null "$@"
+    }
+    example example_gym_multiprocess acer_gym.py collector.backend=multiprocess \
+        collector.num_workers=2 collector.total_frames="$GYM_FRAMES" eval.interval="$GYM_FRAMES"
+    atari=(env.name=ALE/Breakout-v5 collector.total_frames="$ATARI_FRAMES" "${ATARI_ARGS[@]}"
+        eval.interval="$ATARI_FRAMES" eval.episodes=2 eval.max_steps=1000)
+    example example_atari_single acer_atari.py "${atari[@]}"
+    example example_atari_multiprocess acer_atari.py "${atari[@]}" \
+        collector.backend=multiprocess collector.num_workers="$ATARI_WORKERS"
 
     echo
     SUMMARY=$RESULTS_DIR/gpu_check-$STAMP.json
@@ -199,6 +229,22 @@ if "throughput" in saved:
         "time_in_updates": median(r["time_in_updates"]),
     }
 
+examples = {}
+for name in steps:
+    run_dir = steps_dir / name
+    if name.startswith("example_") and (run_dir / "summary.json").exists():
+        run = json.loads((run_dir / "summary.json").read_text())
+        fps_csv = run_dir / "logs" / "scalars" / "time" / "fps.csv"
+        rows = fps_csv.read_text().split()[1:] if fps_csv.exists() else []
+        fps = [float(row.split(",")[1]) for row in rows]
+        examples[name] = {
+            "frames": run["frames"],
+            "updates": run["updates"],
+            "final_eval_reward": run["final_eval"]["reward"],
+            "fps_median": sorted(fps)[len(fps) // 2] if fps else None,
+            "fps_logged": len(fps),
+        }
+
 failed = [n for n, s in steps.items() if s["exit_status"] != 0]
 summary = {
     "check": "gpu_check",
@@ -215,11 +261,13 @@ summary = {
     "tests": tests,
     "loss_over_bare": loss,
     "throughput": throughput,
+    "examples": examples,
     "files": {n: Path(p).name for n, p in saved.items()},
     "ok": not failed,
 }
 Path(env["SUMMARY"]).write_text(json.dumps(summary, indent=2) + "\n")
-print(json.dumps({k: summary[k] for k in ("tests", "loss_over_bare", "throughput")}, indent=1))
+shown = ("tests", "loss_over_bare", "throughput", "examples")
+print(json.dumps({k: summary[k] for k in shown}, indent=1))
 EOF
     summary_rc=$?
     ((summary_rc == 0)) || FAILED+=(summary)

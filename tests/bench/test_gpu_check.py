@@ -57,7 +57,7 @@ def test_save_writes_to_results_dir_and_timers_wait_for_sync(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_gpu_check_dry_run(tmp_path):
-    """About 3 minutes on the 2 shared cores this was written on."""
+    """About 5 minutes on the 2 shared cores this was written on."""
     results = ROOT / "bench" / "results"
     start = time.time()
     out = subprocess.run(
@@ -80,7 +80,17 @@ def test_gpu_check_dry_run(tmp_path):
     summary = json.loads(summary_path.read_text())
     assert summary["ok"] and summary["dry_run"] and summary["device"] == "cpu"
     assert summary["failed_steps"] == []
-    assert set(summary["steps"]) == {"tests", "loss", "throughput"}
+    examples = {
+        "example_gym_multiprocess",
+        "example_atari_single",
+        "example_atari_multiprocess",
+    }
+    assert set(summary["steps"]) == {"tests", "loss", "throughput", *examples}
+    # each example trained to its end on the "device", with its collector
+    assert set(summary["examples"]) == examples
+    assert all(
+        e["frames"] > 0 and e["updates"] > 0 for e in summary["examples"].values()
+    )
     tests = summary["tests"]
     assert tests["tests"] >= 9 and tests["passed"] == tests["tests"]  # none skipped
     assert len(summary["loss_over_bare"]) == 3
