@@ -439,6 +439,13 @@ def command(args) -> str:
         f"nice -n 19 python bench/tune.py --task {args.task}",
         *([f"--study {args.study}"] if args.study else []),
         f"--trials {args.trials} --budget {args.budget} --settle {args.settle}",
+        # the settings a run's result depends on, where not the defaults
+        *(
+            ["--seeds", *map(str, args.seeds)]
+            if tuple(args.seeds) != TUNING_SEEDS
+            else []
+        ),
+        *([f"--late {args.late}"] if args.late != 5 else []),
         *(["--space", *map(shlex.quote, args.space)] if args.space else []),
         *(["--first", *map(shlex.quote, args.first)] if args.first else []),
         *([f"--objective {args.objective}"] if args.objective != "cpu_s" else []),

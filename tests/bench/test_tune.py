@@ -67,10 +67,19 @@ def test_a_named_study_has_its_own_files_and_keeps_its_space(dirs):
     assert exported["space"]["T"] == ["collector.T", "cat", [5, 10]]
     assert "--study small" in exported["command"]
     assert "--space T=5,10" in exported["command"]
+    assert "--seeds" not in exported["command"]  # the tuning seeds: the default
     # resumed over the same space: fine; over another: refused
     tune.main([*argv, "--first", "T=5", "--export"])
     with pytest.raises(SystemExit, match="another space"):
         tune.main([*argv[:-1], "T=5,20", "--first", "T=5", "--export"])
+
+
+def test_the_exported_command_names_seeds_and_late_when_not_the_defaults(dirs):
+    argv = ["--task", "CartPole-v1", "--seeds", "100", "101", "102", "103"]
+    tune.main([*argv, "--late", "3", "--export"])
+    exported = json.loads((dirs / "results" / "tune-cartpole_v1.json").read_text())
+    assert "--seeds 100 101 102 103 --late 3" in exported["command"]
+    assert exported["settings"]["seeds"] == [100, 101, 102, 103]
 
 
 def test_without_study_the_first_study_files_are_used(dirs):
