@@ -275,6 +275,7 @@ def speed_and_memory():
 TIME_TO_SOLVE_LABELS = {
     "ours_tuned": "ours, tuned preset",
     "ours": "ours (`examples/acer_gym.py` defaults)",
+    "ours_preset": "ours, `preset=lunar_lander`",
     "sb3_ppo": "Stable-Baselines3 PPO (zoo)",
     "sb3_a2c": "Stable-Baselines3 A2C (zoo)",
     "sb3_dqn": "Stable-Baselines3 DQN (zoo)",
@@ -727,6 +728,11 @@ def lunar_lander_peer_groups():
             )
     budget, threshold = s["budget_env_steps"], s["threshold"]
     rows = []
+    files = [(path, r), (peer_path, peer)]
+    preset_path, preset = newest("learning-lunar_lander_preset")
+    if preset is not None:
+        rows.append(preset_row(preset_path, preset, s))
+        files.insert(0, (preset_path, preset))
     for source_file, result in ((path, r), (peer_path, peer)):
         missing = result.get("missing_runs", [])
         for candidate in result["settings"]["candidates"]:
@@ -741,7 +747,47 @@ def lunar_lander_peer_groups():
                     "at_budget": [at_budget(run, budget, threshold) for run in runs],
                 }
             )
-    return [(path, r), (peer_path, peer)], s, rows
+    return files, s, rows
+
+
+def preset_row(path, r, s):
+    """Ours with ``preset=lunar_lander`` (a ``bench/learning.py`` file) as a row of
+    :func:`lunar_lander_peer_groups`, refused unless it ran the peers' protocol."""
+    p = s["protocol"]
+    wanted = {
+        f"env.name={s['task']}",
+        f"eval.interval={p['interval']}",
+        f"eval.episodes={p['episodes']}",
+        f"eval.max_steps={p['max_steps']}",
+        "preset=lunar_lander",
+    }
+    if not wanted <= set(r["overrides"]) or r["threshold"] != s["threshold"]:
+        raise ValueError(
+            f"{path.name} is not preset=lunar_lander under the protocol of the "
+            f"peers ({sorted(wanted)}, threshold {s['threshold']:g})"
+        )
+    runs = [
+        {
+            "candidate": "ours_preset",
+            "seed": run["seed"],
+            "evals": [
+                {"env_steps": steps, "return": ret}
+                for steps, ret in zip(
+                    run["eval_steps"], run["eval_reward"], strict=True
+                )
+            ],
+        }
+        for run in r["runs"]
+    ]
+    ran = {run["seed"] for run in runs}
+    return {
+        "candidate": "ours_preset",
+        "file": path,
+        "missing": [seed for seed in s["seeds"] if seed not in ran],
+        "at_budget": [
+            at_budget(run, s["budget_env_steps"], s["threshold"]) for run in runs
+        ],
+    }
 
 
 def peer_version(result, prefix, package):
@@ -762,7 +808,7 @@ def lunar_lander_peers():
     if found is None:
         return
     files, s, rows = found
-    (path, r), (peer_path, peer) = files
+    (path, r), (peer_path, peer) = files[-2:]
     budget, threshold = s["budget_env_steps"], s["threshold"]
     latest = max(a["env_steps"] for row in rows for a in row["at_budget"])
     sb3_version = peer_version(peer, "sb3", "stable_baselines3")
@@ -776,11 +822,19 @@ def lunar_lander_peers():
             if any(run["candidate"] == "torchrl_ppo" for run in peer["runs"])
             else ""
         )
-        + f"; {s['zoo_changed']}. Ours and DI-engine's ACER "
+        + f"; {s['zoo_changed']}. Ours at its defaults and DI-engine's ACER "
         f"are their runs above (`{path.name}`) read at {budget:,} env steps; every run "
         f"is read at its first evaluation at or past {budget:,} env steps (the latest "
         f"at {latest:,}: a peer's last batch may end past it). "
         "Each peer's settings are in the file."
+        + (
+            f" Ours with `preset=lunar_lander` ran to {budget:,} env steps "
+            f"(`{files[0][0].name}`, `bench/learning.py`: an evaluation after the "
+            "first batch and after each batch that takes the env steps to or past a "
+            "multiple of the interval)."
+            if len(files) > 2
+            else ""
+        )
         + (
             ""
             if peer["complete"]
@@ -819,6 +873,8 @@ def lunar_lander_peers():
         )
     print()
     source(peer_path, peer)
+    if len(files) > 2:
+        source(*files[0])
 
 
 LEARNING_RUNS = [
@@ -1007,10 +1063,18 @@ def headline():
                 f"reached {s['threshold']:g}"
             )
 
-        ours = next(row for row in rows if row["candidate"] == "ours")
+        # ours with its LunarLander preset where it has run, else the defaults
+        ours = min(
+            (row for row in rows if row["candidate"] in ("ours_preset", "ours")),
+            key=lambda row: row["candidate"] != "ours_preset",
+        )
         # the peer with most seeds reaching, then the best median at the budget
         best = max(
-            (row for row in rows if row is not ours and row["at_budget"]),
+            (
+                row
+                for row in rows
+                if not row["candidate"].startswith("ours") and row["at_budget"]
+            ),
             key=lambda row: (
                 sum(a["to_threshold"] is not None for a in row["at_budget"])
                 / len(row["at_budget"]),
@@ -1023,13 +1087,19 @@ def headline():
             for row in rows
             if row["missing"]
         )
+        if ours["candidate"] == "ours":
+            label, longer = "", "ours and DI-engine read from their 1M runs"
+        else:
+            label, longer = (
+                "ours, `preset=lunar_lander`: ",
+                "DI-engine read from its 1M runs",
+            )
         print(
-            f"| {s['task']} at {budget // 1000}k | {summed(ours)} "
+            f"| {s['task']} at {budget // 1000}k | {label}{summed(ours)} "
             f"| {TIME_TO_SOLVE_LABELS[best['candidate']]}: {summed(best)} "
             f"| {len(s['seeds'])} seeds"
             + (f" ({seeds})" if seeds else "")
-            + f", {budget // 1000}k env steps, greedy eval every 10k; "
-            "ours and DI-engine read from their 1M runs "
+            + f", {budget // 1000}k env steps, greedy eval every 10k; {longer} "
             f"| {', '.join(f'`{path.name}`' for path, _ in files)} |"
         )
     path, r = newest("learning-cartpole_pomdp_lstm_burn_in")

@@ -114,3 +114,53 @@ def test_a_peer_file_names_each_librarys_version_from_its_own_runs():
     }
     assert report.peer_version(result, "sb3", "stable_baselines3") == "2.9.2"
     assert report.peer_version(result, "torchrl_ppo", "torchrl") == "0.14.1"
+
+
+def preset_file(overrides, seeds=(0, 1)):
+    """A bench/learning.py file as ``preset_row`` reads it."""
+    steps = [160, 250_080, 500_000]
+    return {
+        "overrides": overrides,
+        "threshold": 200.0,
+        "runs": [
+            {
+                "seed": seed,
+                "eval_steps": [float(s) for s in steps],
+                "eval_reward": [-100.0, 210.0 + seed, 250.0 + seed],
+            }
+            for seed in seeds
+        ],
+    }
+
+
+PEERS = {
+    "task": "LunarLander-v3",
+    "threshold": 200.0,
+    "budget_env_steps": 500_000,
+    "seeds": [0, 1, 2],
+    "protocol": {"interval": 10_000, "episodes": 10, "max_steps": 1_000},
+}
+PRESET = [
+    "preset=lunar_lander",
+    "env.name=LunarLander-v3",
+    "eval.interval=10000",
+    "eval.episodes=10",
+    "eval.max_steps=1000",
+]
+
+
+def test_the_lunar_lander_preset_run_is_read_at_the_peers_budget(tmp_path):
+    row = report.preset_row(tmp_path / "x.json", preset_file(PRESET), PEERS)
+    assert row["candidate"] == "ours_preset" and row["missing"] == [2]
+    assert [a["return"] for a in row["at_budget"]] == [250.0, 251.0]
+    assert [a["to_threshold"] for a in row["at_budget"]] == [250_080, 250_080]
+
+
+@pytest.mark.parametrize(
+    "changed", ["eval.episodes=5", "env.name=LunarLander-v2", "preset=default"]
+)
+def test_a_preset_run_under_another_protocol_is_refused(tmp_path, changed):
+    name = changed.split("=")[0]
+    overrides = [o for o in PRESET if not o.startswith(name + "=")] + [changed]
+    with pytest.raises(ValueError, match="not preset=lunar_lander under the protocol"):
+        report.preset_row(tmp_path / "x.json", preset_file(overrides), PEERS)
