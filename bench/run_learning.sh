@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning benchmarks of the README, in order (hours on a 2-core CPU).
-#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_asterix_ablations|minatar_seaquest_ablations|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|cue_recall|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_learned_scale|halfcheetah_plot|atari|lunar_lander|lunar_lander_sb3|summary_plot]...
+#   [JOBS=1] bash bench/run_learning.sh [cartpole|cartpole_main|cartpole_ablations|minatar|minatar_more|minatar_asterix_ablations|minatar_seaquest_ablations|minatar_multiprocess|minatar_recurrent|cartpole_pomdp|cue_recall|minatar_ablations|ablation_plots|pendulum|halfcheetah|halfcheetah_sweep|halfcheetah_scale03|halfcheetah_learned_scale|halfcheetah_plot|atari|lunar_lander|lunar_lander_sb3|lunar_lander_preset|summary_plot]...
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -197,6 +197,13 @@ lunar_lander_sb3() {  # #34: Stable-Baselines3 A2C, PPO, DQN (rl_zoo3 2.9.2's se
   $PY bench/lunar_lander.py --candidates sb3_a2c sb3_ppo sb3_dqn torchrl_ppo --seeds 0 1 2 3 4 \
     --budget 500000 --runs-dir bench/runs/lunar_lander_500k --result-name lunar_lander_sb3 \
     ${JOBS:+--jobs $JOBS}
+}
+lunar_lander_preset() {  # #34: ours with preset=lunar_lander on the reporting seeds, to 500k env
+  # steps, under lunar_lander_sb3's evaluation (report.py reads it beside the peers)
+  $L lunar_lander_preset --seeds 0 1 2 3 4 --threshold 200 --jobs ${JOBS:-2} \
+    --protocol "LunarLander-v3, env steps, greedy eval (argmax) mean of 10 episodes of at most 1000 steps every 10k env steps; preset=lunar_lander on the reporting seeds" \
+    -- preset=lunar_lander env.name=LunarLander-v3 collector.total_frames=500000 \
+       eval.interval=10000 eval.episodes=10 eval.max_steps=1000 logger.progress_bar=false
 }
 summary_plot() {  # the README's one-page figure: every task's main curve, from the result files
   $PY bench/summary_figure.py
