@@ -513,6 +513,75 @@ def time_to_solve_targets():
         source(path, r)
 
 
+def return_target_met(ours, peers):
+    """``yes`` where ours' median return is at least every peer's, ``no`` where a
+    peer's is higher, ``open: ...`` while a peer has seeds to finish; ``peers`` are
+    ``(label, returns, all seeds done)``."""
+    if not all(done for *_, done in peers):
+        return "open: a peer has seeds to finish"
+    best = max(stats(returns)["median"] for _, returns, _ in peers)
+    return "yes" if stats(ours)["median"] >= best else "no"
+
+
+def return_targets():
+    """Issue #34's targets on LunarLander and MinAtar, each met or missed: ours' final
+    greedy return at the peers' env steps (median over seeds) at least every peer's;
+    open while a peer has seeds to finish."""
+    rows = []  # (task, ours' label, ours' returns, [(peer label, returns, done)], files)
+    found = lunar_lander_peer_groups()
+    if found:
+        files, s, groups = found
+        ours = min(
+            (g for g in groups if g["candidate"] in ("ours_preset", "ours")),
+            key=lambda g: g["candidate"] != "ours_preset",
+        )
+        peers = [
+            (
+                TIME_TO_SOLVE_LABELS[g["candidate"]],
+                [a["return"] for a in g["at_budget"]],
+                not g["missing"],
+            )
+            for g in groups
+            if not g["candidate"].startswith("ours") and g["at_budget"]
+        ]
+        budget = s["budget_env_steps"] // 1000
+        task = f"{s['task']} at {budget}k"
+        returns = [a["return"] for a in ours["at_budget"]]
+        names = [path.name for path, _ in files]
+        label = TIME_TO_SOLVE_LABELS[ours["candidate"]]
+        rows.append((task, label, returns, peers, names))
+    path, r = newest("minatar_peers")
+    if r:
+        s = r["settings"]
+        for game in r["summary"]:
+            peers = [
+                (
+                    MINATAR_PEER_LABELS[g["algo"]],
+                    list(g["final_eval_per_seed"].values()),
+                    not g["missing_seeds"],
+                )
+                for g in game["peers"]
+                if g["final_eval_per_seed"]
+            ]
+            task = f"{s['games'][game['game']]} at {s['budget_env_steps'] // 10**6}M"
+            label = "ours (`examples/acer_gym.py` defaults)"
+            ours = list(game["ours"]["final_eval_per_seed"].values())
+            rows.append((task, label, ours, peers, [game["ours"]["file"], path.name]))
+    if not rows:
+        return
+    print("| task | ours | best peer, median | met | data |")
+    print("|---|---|---|---|---|")
+    for task, label, ours, peers, names in rows:
+        best_label, best, _ = max(peers, key=lambda p: stats(p[1])["median"])
+        print(
+            f"| {task} | {label}: {fmt_range(stats(ours))} "
+            f"| {best_label}: {fmt_range(stats(best))} "
+            f"| {return_target_met(ours, peers)} "
+            f"| {', '.join(f'`{name}`' for name in names)} |"
+        )
+    print()
+
+
 PRIORITIZED_LABELS = {
     "ours_tuned": "uniform segment replay (the preset as it is)",
     "ours_tuned_prioritized": "prioritized segment replay",
@@ -1988,6 +2057,11 @@ def pages():
                 "median training seconds, each over the seeds that reached.",
                 "",
                 captured(time_to_solve_targets),
+                "On LunarLander and MinAtar the target is the final greedy return "
+                "at the peers' env steps, median over the seeds, at least every "
+                "peer's (the tables: [learning](learning.md)):",
+                "",
+                captured(return_targets),
                 "## Prioritized segment replay (issue #34)",
                 "",
                 captured(prioritized_replay),

@@ -164,3 +164,13 @@ def test_a_preset_run_under_another_protocol_is_refused(tmp_path, changed):
     overrides = [o for o in PRESET if not o.startswith(name + "=")] + [changed]
     with pytest.raises(ValueError, match="not preset=lunar_lander under the protocol"):
         report.preset_row(tmp_path / "x.json", preset_file(overrides), PEERS)
+
+
+def test_the_return_target_is_met_only_at_or_above_every_finished_peer():
+    ours = [10.0, 14.0, 16.0]  # median 14
+    below = ("dqn", [9.0, 10.0, 11.0], True)
+    assert report.return_target_met(ours, [below, ("ppo", [5.0] * 3, True)]) == "yes"
+    assert report.return_target_met(ours, [below, ("a2c", [14.0] * 3, True)]) == "yes"
+    assert report.return_target_met(ours, [below, ("a2c", [15.0] * 3, True)]) == "no"
+    unfinished = ("dqn", [20.0], False)  # ahead so far, seeds to go
+    assert report.return_target_met(ours, [unfinished]).startswith("open")
