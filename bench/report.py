@@ -531,10 +531,7 @@ def return_targets():
     found = lunar_lander_peer_groups()
     if found:
         files, s, groups = found
-        ours = min(
-            (g for g in groups if g["candidate"] in ("ours_preset", "ours")),
-            key=lambda g: g["candidate"] != "ours_preset",
-        )
+        ours = lunar_lander_ours(groups)
         peers = [
             (
                 TIME_TO_SOLVE_LABELS[g["candidate"]],
@@ -817,6 +814,15 @@ def lunar_lander_peer_groups():
                 }
             )
     return files, s, rows
+
+
+def lunar_lander_ours(rows):
+    """Ours' row of :func:`lunar_lander_peer_groups`: with ``preset=lunar_lander``
+    where it has run, else at its defaults."""
+    return min(
+        (row for row in rows if row["candidate"] in ("ours_preset", "ours")),
+        key=lambda row: row["candidate"] != "ours_preset",
+    )
 
 
 def preset_row(path, r, s):
@@ -1132,11 +1138,7 @@ def headline():
                 f"reached {s['threshold']:g}"
             )
 
-        # ours with its LunarLander preset where it has run, else the defaults
-        ours = min(
-            (row for row in rows if row["candidate"] in ("ours_preset", "ours")),
-            key=lambda row: row["candidate"] != "ours_preset",
-        )
+        ours = lunar_lander_ours(rows)
         # the peer with most seeds reaching, then the best median at the budget
         best = max(
             (
@@ -1159,10 +1161,8 @@ def headline():
         if ours["candidate"] == "ours":
             label, longer = "", "ours and DI-engine read from their 1M runs"
         else:
-            label, longer = (
-                "ours, `preset=lunar_lander`: ",
-                "DI-engine read from its 1M runs",
-            )
+            label = f"{TIME_TO_SOLVE_LABELS['ours_preset']}: "
+            longer = "DI-engine read from its 1M runs"
         print(
             f"| {s['task']} at {budget // 1000}k | {label}{summed(ours)} "
             f"| {TIME_TO_SOLVE_LABELS[best['candidate']]}: {summed(best)} "
