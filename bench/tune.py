@@ -89,6 +89,8 @@ from time_to_solve import (  # noqa: E402
 RUNS = ROOT / "bench" / "runs" / "tune"
 RESULTS = ROOT / "bench" / "results"
 TUNING_SEEDS = (100, 101, 102)
+# evaluations in a run's late_mean, unless --late says otherwise
+LATE = 5
 # task: (threshold, evaluation protocol), each as its own benchmark measures it
 TASKS = {
     **{
@@ -445,7 +447,7 @@ def command(args) -> str:
             if tuple(args.seeds) != TUNING_SEEDS
             else []
         ),
-        *([f"--late {args.late}"] if args.late != 5 else []),
+        *([f"--late {args.late}"] if args.late != LATE else []),
         *(["--space", *map(shlex.quote, args.space)] if args.space else []),
         *(["--first", *map(shlex.quote, args.first)] if args.first else []),
         *([f"--objective {args.objective}"] if args.objective != "cpu_s" else []),
@@ -527,7 +529,9 @@ def main(argv=None):
     parser.add_argument(
         "--settle", type=int, default=10_000, help="env steps run past the threshold"
     )
-    parser.add_argument("--late", type=int, default=5, help="evaluations in late_mean")
+    parser.add_argument(
+        "--late", type=int, default=LATE, help="evaluations in late_mean"
+    )
     parser.add_argument("--export", action="store_true", help="only write the JSON")
     parser.add_argument(
         "--study",
