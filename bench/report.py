@@ -561,7 +561,7 @@ def return_targets():
                 if g["final_eval_per_seed"]
             ]
             task = f"{s['games'][game['game']]} at {s['budget_env_steps'] // 10**6}M"
-            label = "ours (`examples/acer_gym.py` defaults)"
+            label = TIME_TO_SOLVE_LABELS["ours"]
             ours = list(game["ours"]["final_eval_per_seed"].values())
             rows.append((task, label, ours, peers, [game["ours"]["file"], path.name]))
     if not rows:
