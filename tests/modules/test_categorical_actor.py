@@ -97,12 +97,37 @@ def test_the_draws_follow_the_policy():
     assert torch.allclose(frequencies, probs, atol=0.015)
 
 
+@pytest.mark.filterwarnings("ignore:deterministic_sample wasn't found")
 @pytest.mark.parametrize("mode", [InteractionType.DETERMINISTIC, InteractionType.MODE])
-def test_other_interaction_types_run_the_probabilistic_path(mode):
-    lean, reference = actors(OneHotCategorical)
-    td = TensorDict({"observation": torch.randn(6, 4)}, [6])
-    (out, _), (ref, _) = run_both(lean, reference, td, mode=mode)
+@pytest.mark.parametrize("distribution_class", [OneHotCategorical, D.Categorical])
+@pytest.mark.parametrize("tied", [False, True])
+def test_greedy_actions_as_the_probabilistic_actor(
+    mode, distribution_class, tied, monkeypatch
+):
+    """The greedy (evaluation) call takes the distribution's mode without building
+    it: the reference's actions and log-probabilities, ties included (equal
+    logits: every action for OneHotCategorical's mode, the first for
+    Categorical's)."""
+    lean, reference = actors(distribution_class)
+    if tied:
+        with torch.no_grad():
+            for p in lean.parameters():
+                p.zero_()
+    td = TensorDict({"observation": 3 * torch.randn(6, 4)}, [6])
+    called = []
+    original = ProbabilisticTensorDictModule.get_dist
+
+    def spy(self, *args, **kwargs):
+        called.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ProbabilisticTensorDictModule, "get_dist", spy)
+    (out, after), (ref, ref_after) = run_both(lean, reference, td, mode=mode)
+    assert called == [reference.module[-1]]  # the lean path ran
     assert_same(out, ref)
+    assert torch.equal(after, ref_after)  # and drew nothing
+    if tied and distribution_class is OneHotCategorical:
+        assert (out["action"] == 1).all()
 
 
 def test_hooks_on_the_actor_run_on_the_lean_path():

@@ -1,4 +1,4 @@
-"""A categorical actor that samples without building a distribution object.
+"""A categorical actor that samples (or acts greedily) without a distribution object.
 
 Collecting runs the policy once per environment step on a handful of
 observations, where the network is a few microseconds and TensorDict's
@@ -22,7 +22,7 @@ __all__ = ["CategoricalActor"]
 
 class CategoricalActor(ProbabilisticActor):
     """A :class:`~torchrl.modules.ProbabilisticActor` over categorical logits
-    whose sampling call skips the distribution object.
+    whose sampling and greedy calls skip the distribution object.
 
     Built like a ``ProbabilisticActor`` whose module is one
     :class:`~tensordict.nn.TensorDictModule` writing the logits, with
@@ -39,10 +39,12 @@ class CategoricalActor(ProbabilisticActor):
 
     with the same random draws (``torch.multinomial`` on the same probabilities),
     so its actions, log-probabilities and the random state it leaves are those of
-    the ``ProbabilisticActor`` it replaces, bit for bit. Every other call
-    (deterministic or mode evaluation, ``tensordict_out``, skip-existing, NaN
-    logits, a sampling ``generator=``, another structure) runs
-    ``ProbabilisticActor.forward``. The network runs through its own call: hooks
+    the ``ProbabilisticActor`` it replaces, bit for bit. Greedy calls
+    (``InteractionType.DETERMINISTIC`` or ``MODE``, as evaluations run it) take the
+    distribution's mode the same way: every maximal logit for
+    ``OneHotCategorical``, the first for ``Categorical``. Every other call
+    (``tensordict_out``, skip-existing, NaN logits, a sampling ``generator=``,
+    another structure) runs ``ProbabilisticActor.forward``. The network runs through its own call: hooks
     on it and on the actor run as usual.
 
     Examples:
@@ -108,12 +110,12 @@ class CategoricalActor(ProbabilisticActor):
         tensordict_out: TensorDictBase | None = None,
         **kwargs,
     ) -> TensorDictBase:
-        plan = self._lean
+        plan, mode = self._lean, interaction_type()
         if (
             plan is None
             or tensordict_out is not None
             or kwargs
-            or interaction_type() is not InteractionType.RANDOM
+            or mode not in _LEAN_MODES
             or skip_existing()
         ):
             return super().forward(tensordict, tensordict_out, **kwargs)
@@ -125,12 +127,26 @@ class CategoricalActor(ProbabilisticActor):
         if n < 2 or torch.isnan(logits).any():
             return super().forward(tensordict, tensordict_out, **kwargs)
         normalized = logits - logits.logsumexp(dim=-1, keepdim=True)
-        probs = torch.softmax(normalized, dim=-1)
-        index = torch.multinomial(probs.reshape(-1, n), 1, True).T
-        index = index.reshape(logits.shape[:-1])
+        if mode is InteractionType.RANDOM:
+            probs = torch.softmax(normalized, dim=-1)
+            index = torch.multinomial(probs.reshape(-1, n), 1, True).T
+            index = index.reshape(logits.shape[:-1])
+            action = torch.nn.functional.one_hot(index, n) if one_hot else index
+        elif one_hot:  # TorchRL's OneHotCategorical.mode: every maximal logit
+            action = (normalized == normalized.max(-1, True)[0]).to(torch.long)
+            index = action.argmax(-1)  # its log_prob reads the first
+        else:  # torch's Categorical.mode
+            index = action = torch.softmax(normalized, dim=-1).argmax(-1)
         log_prob = normalized.gather(-1, index.unsqueeze(-1)).squeeze(-1)
-        tensordict.set(
-            action_key, torch.nn.functional.one_hot(index, n) if one_hot else index
-        )
+        tensordict.set(action_key, action)
         tensordict.set(log_prob_key, log_prob)
         return tensordict
+
+
+# sampling, and the greedy interaction types (a categorical's deterministic
+# sample is its mode)
+_LEAN_MODES = (
+    InteractionType.RANDOM,
+    InteractionType.DETERMINISTIC,
+    InteractionType.MODE,
+)
