@@ -1,6 +1,7 @@
 """What a new user waits for: the gym example's start-up, and one greedy evaluation.
 
     python bench/first_run.py [--rounds 3] [--checkout PATH ...] [--episodes 5]
+                              [--bench-venv .venv-bench]
 
 Start-up: seconds from launching ``examples/acer_gym.py`` (its defaults, one torch
 thread) to its progress bar's first line, when training starts; the process is
@@ -14,7 +15,13 @@ on the example's evaluation environments (``--episodes`` CartPole copies, one
 thread) with the example's MLP set by hand to balance the pole (as a trained
 policy does: episodes of up to 500 steps, and an evaluation's cost grows with
 the longest), the median over ``--calls`` calls after one warm-up; with each
-checkout's package in a subprocess of its own.
+checkout's package in a subprocess of its own. Beside it, in the same rounds,
+what a Stable-Baselines3 user's evaluation costs (in the benchmark venv,
+``--bench-venv``, when it exists: ``bash bench/peers_setup.sh``): SB3's
+``evaluate_policy`` (deterministic actions, one episode per copy of a
+``make_vec_env`` of ``--episodes`` CartPole copies) with an A2C ``MlpPolicy``
+([64, 64] tanh, as the zoo's A2C) set by hand to the same controller; reported per
+round as ours over SB3's.
 
 Saves ``bench/results/first_run-*.json``.
 """
@@ -33,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import save  # noqa: E402
+from _common import per_round_ratios, save  # noqa: E402
 
 EVAL = """
 import json, statistics, sys, time, torch
@@ -69,6 +76,36 @@ print(json.dumps({"seconds": statistics.median(times), "all": times, "reward": r
 """
 
 
+# Stable-Baselines3's evaluation of the same controller, in the benchmark venv
+SB3_EVAL = """
+import json, statistics, sys, time, torch
+torch.set_num_threads(1)
+from stable_baselines3 import A2C
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+episodes, calls = int(sys.argv[1]), int(sys.argv[2])
+env = make_vec_env("CartPole-v1", n_envs=episodes, seed=10_000)
+model = A2C("MlpPolicy", env, device="cpu", seed=0)
+# tanh(tanh(angle + angular velocity)) pushes the same way as ours' controller
+policy = model.policy
+linears = [*policy.mlp_extractor.policy_net, policy.action_net]
+linears = [m for m in linears if isinstance(m, torch.nn.Linear)]
+with torch.no_grad():
+    for m in linears:
+        m.weight.zero_(), m.bias.zero_()
+    linears[0].weight[0] = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    linears[1].weight[0, 0] = 1.0
+    linears[2].weight[1, 0] = 10.0
+evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True)
+times = []
+for _ in range(calls):
+    start = time.perf_counter()
+    mean, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True)
+    times.append(time.perf_counter() - start)
+print(json.dumps({"seconds": statistics.median(times), "all": times, "reward": mean}))
+"""
+
+
 def startup(checkout: Path) -> float:
     """Seconds to the progress bar's first line of one run of ``checkout``'s
     gym example."""
@@ -89,7 +126,9 @@ def startup(checkout: Path) -> float:
         )
         try:
             seen = b""
-            while b"frames" not in seen:  # tqdm's first line: "0%| | 0/60000 [...]"
+            while (
+                b"it/s]" not in seen
+            ):  # tqdm's first line: "| 0/60000 [00:00<?, ?it/s]"
                 chunk = process.stderr.read1(4096)
                 if not chunk:
                     raise RuntimeError(f"{checkout}: no progress bar: {seen[-2000:]}")
@@ -112,20 +151,48 @@ def evaluation(checkout: Path, episodes: int, calls: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def sb3_evaluation(venv: Path, episodes: int, calls: int) -> dict:
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", SB3_EVAL, str(episodes), str(calls)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def peer_version(venv: Path) -> str:
+    out = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import stable_baselines3 as s; print(s.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--checkout", type=Path, action="append", default=[])
     parser.add_argument("--episodes", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--bench-venv", type=Path, default=ROOT / ".venv-bench")
     args = parser.parse_args()
     checkouts = [ROOT, *[c.resolve() for c in args.checkout]]
     starts = {str(c): [] for c in checkouts}
     evals = {str(c): [] for c in checkouts}
+    sb3 = [] if (args.bench_venv / "bin" / "python").exists() else None
     for r in range(args.rounds):
         for c in checkouts if r % 2 == 0 else checkouts[::-1]:
             starts[str(c)].append(startup(c))
             evals[str(c)].append(evaluation(c, args.episodes, args.calls))
+        if sb3 is not None:
+            sb3.append(sb3_evaluation(args.bench_venv, args.episodes, args.calls))
     result = {
         "startup_seconds": {
             c: {"median": statistics.median(v), "all": v} for c, v in starts.items()
@@ -141,6 +208,16 @@ def main():
         "episodes": args.episodes,
         "rounds": args.rounds,
     }
+    if sb3 is not None:
+        ours = [e["seconds"] for e in evals[str(ROOT)]]
+        theirs = [e["seconds"] for e in sb3]
+        result["sb3_evaluation_seconds"] = {
+            "median": statistics.median(theirs),
+            "per_round": theirs,
+            "reward": sb3[-1]["reward"],
+            "stable_baselines3": peer_version(args.bench_venv),
+        }
+        result["evaluation_over_sb3"] = per_round_ratios(ours, theirs)
     print(json.dumps(result, indent=1))
     save("first_run", result)
 

@@ -1592,6 +1592,17 @@ def first_run():
         "episodes with a hand-set balancing policy. The checkouts are the versions "
         "compared when the file was written (the command's `--checkout`)."
     )
+    sb3 = r.get("sb3_evaluation_seconds")
+    if sb3 is not None:
+        ratio = r["evaluation_over_sb3"]
+        print(
+            f"In the same rounds, Stable-Baselines3 {sb3['stable_baselines3']}'s "
+            f"`evaluate_policy` of the same controller (an A2C `MlpPolicy` set by "
+            f"hand; {r['episodes']} CartPole copies, one episode each): "
+            f"{over_seeds(sb3['per_round'], 3)} s (return {sb3['reward']:g}); "
+            f"this checkout's evaluation over SB3's, per round: "
+            f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})."
+        )
     print()
     source(path, r)
 
