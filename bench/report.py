@@ -1705,6 +1705,70 @@ def loop_settings():
     print()
 
 
+def compile_cost():
+    """Whether ``compile=true`` pays in each example, compile time included: each
+    example from the newest file that measured it."""
+    files, examples = [], {}
+    for path, r in reversed(every("compile_cost")):
+        mine = {k: v for k, v in r["examples"].items() if k not in examples}
+        if mine:
+            files.append((path, r))
+            examples.update({k: (v, r["settings"]) for k, v in mine.items()})
+    if not files:
+        return
+
+    def steps(value):
+        return "never" if value is None else f"{value / 1000:,.0f}k"
+
+    print(
+        "| example | env steps per second, compiled over eager | compiling's extra "
+        "seconds, first run: median (range) | with a warm cache | pays past, env "
+        "steps (each round's) | the example's default run |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name in ("gym", "atari", "mujoco"):
+        if name not in examples:
+            continue
+        e, _ = examples[name]
+        rounds = e["per_round"]
+        extra = [x["compile_extra_fixed_s"] for x in rounds]
+        speed = [x["speedup_per_step"] for x in rounds]
+        each = ", ".join(steps(x["break_even_env_steps"]) for x in rounds)
+        print(
+            f"| `examples/acer_{name}.py` ({e['env']}) "
+            f"| {e['speedup_per_step']:.2f} ({min(speed):.2f}-{max(speed):.2f}) "
+            f"| {e['compile_extra_fixed_s']:.0f} ({min(extra):.0f}-{max(extra):.0f}) "
+            f"| {e['warm_cache_extra_fixed_s']:.0f} "
+            f"| {steps(e['break_even_env_steps'])} ({each}) "
+            f"| {e['default_total_frames'] / 1000:,.0f}k env steps: "
+            f"{'pays' if e['pays_at_default'] else 'does not pay'} |"
+        )
+    print()
+    lengths = "; ".join(
+        f"{n} {e['lengths'][0]:,} and {e['lengths'][1]:,}"
+        for n, (e, _) in sorted(examples.items())
+    )
+    early = "; ".join(
+        f"{n}: " + " ".join(f"{k}={v}" for k, v in settings["steady"][n].items())
+        for n, (_, settings) in sorted(examples.items())
+        if settings["steady"].get(n)
+    )
+    print(
+        f"Each example's script run as a user runs it, eager (`compile=false`) and "
+        f"compiled (`compile=true loss.check_values=false`), for two lengths "
+        f"({lengths} env steps; Atari's are agent steps), "
+        f"{files[0][1]['settings']['rounds']} interleaved rounds; the process's wall "
+        f"seconds, start-up, compilation (from an empty inductor cache, as a first "
+        f"run on a machine; a warm cache: a later run), final evaluation and "
+        f"checkpoint included; one torch thread, replay started early ({early}). A "
+        f"line through the two lengths per setting, from the medians (and from each "
+        f"round's runs), gives the speed per env step and the fixed cost."
+    )
+    print()
+    for path, r in files:
+        source(path, r)
+
+
 def loss_row(r, case):
     return next(row for row in r["rows"] if row["case"] == case)
 
@@ -2029,6 +2093,12 @@ def pages():
                 "with:",
                 "",
                 captured(loop_settings),
+                "## Compile",
+                "",
+                "Whether `compile=true` pays in each example, its compile time "
+                "included (`bench/compile_cost.py`):",
+                "",
+                captured(compile_cost),
                 "## Time to solve",
                 "",
                 "Ours against the libraries users would pick instead, with every "
