@@ -154,8 +154,10 @@ main() {
     }
     example example_gym_multiprocess acer_gym.py collector.backend=multiprocess \
         collector.num_workers=2 collector.total_frames="$GYM_FRAMES" eval.interval="$GYM_FRAMES"
+    # compile=false: the example's default compiles the loss, a minute or more per
+    # run, which these short runs of the device path cannot spare
     atari=(env.name=ALE/Breakout-v5 collector.total_frames="$ATARI_FRAMES" "${ATARI_ARGS[@]}"
-        eval.interval="$ATARI_FRAMES" eval.episodes=2 eval.max_steps=1000)
+        eval.interval="$ATARI_FRAMES" eval.episodes=2 eval.max_steps=1000 compile=false)
     example example_atari_single acer_atari.py "${atari[@]}"
     example example_atari_multiprocess acer_atari.py "${atari[@]}" \
         collector.backend=multiprocess collector.num_workers="$ATARI_WORKERS"

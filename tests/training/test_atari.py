@@ -68,17 +68,24 @@ def test_unknown_game_is_named():
         make_atari_env("ALE/NoSuchGame-v5")
 
 
+# a short run of the example: 2 games, replay from the start, one short evaluation game
+SHORT_RUN = [
+    "env.num_envs=2",
+    "collector.T=10",
+    "replay.start=0",
+    "replay.capacity=400",
+    "eval.episodes=1",
+    "eval.max_steps=30",
+    "logger.progress_bar=false",
+]
+
+
 def test_pong_smoke_with_checkpoint_and_resume(tmp_path):
     """A few hundred agent steps of Pong through the whole loop, then a resume."""
     common = [
-        "env.num_envs=2",
-        "collector.T=10",
-        "replay.start=0",
-        "replay.capacity=400",
+        *SHORT_RUN,
+        "compile=false",  # the default compiles: a minute for a few hundred steps
         "eval.interval=200",
-        "eval.episodes=1",
-        "eval.max_steps=30",
-        "logger.progress_bar=false",
         "logger.log_interval=100",
         "checkpoint.interval=200",
     ]
@@ -104,6 +111,26 @@ def test_pong_smoke_with_checkpoint_and_resume(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "at 300 frames" in out.stdout and "after 400 env steps" in out.stdout
+
+
+@pytest.mark.slow  # compiling the loss takes a minute or more on a small CPU
+def test_the_default_compiled_loss_trains(tmp_path):
+    """The example's defaults compile the loss (``compile=true``, with
+    ``loss.check_values=false``): a short run trains with it, on-policy and
+    replayed updates, and ends with its evaluation."""
+    out = run_example(
+        "acer_atari.py",
+        *SHORT_RUN,
+        "eval.interval=100",
+        "collector.total_frames=100",
+        f"logger.run_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "final greedy evaluation (1 episodes) after 100 env steps" in out.stdout
+    checkpoint = tmp_path / "run" / "checkpoints" / "last"
+    stepper = checkpoint_component(checkpoint, "trainer_module.optimization_stepper")
+    assert stepper["optimizer_step_count"] > 5  # replayed updates beside one per batch
 
 
 def breakout(num_envs, seed):
@@ -190,15 +217,10 @@ def test_ray_workers_train_the_example_with_the_frame_replay(tmp_path):
     numbers."""
     pytest.importorskip("ray", reason="Ray is an extra: pip install -e .[ray]")
     common = [
+        *SHORT_RUN,
         "env.name=ALE/Breakout-v5",
-        "env.num_envs=2",
-        "collector.T=10",
-        "replay.start=0",
-        "replay.capacity=400",
+        "compile=false",
         "eval.interval=null",
-        "eval.episodes=1",
-        "eval.max_steps=30",
-        "logger.progress_bar=false",
         "logger.log_interval=100",
         f"logger.run_dir={tmp_path / 'run'}",
         "threads=1",
