@@ -55,12 +55,9 @@ def assert_same(a, b):
         assert torch.equal(a[key], b[key]), key
 
 
-@pytest.mark.parametrize("distribution_class", [OneHotCategorical, D.Categorical])
-@pytest.mark.parametrize("batch", [[8], [3, 5], []])
-def test_samples_as_the_probabilistic_actor(distribution_class, batch, monkeypatch):
-    lean, reference = actors(distribution_class)
-    # logits far apart and close, so that draws land on every action
-    td = TensorDict({"observation": 3 * torch.randn(*batch, 4)}, batch)
+@pytest.fixture
+def built_distributions(monkeypatch):
+    """The probabilistic modules that build a distribution, in call order."""
     called = []
     original = ProbabilisticTensorDictModule.get_dist
 
@@ -69,9 +66,20 @@ def test_samples_as_the_probabilistic_actor(distribution_class, batch, monkeypat
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(ProbabilisticTensorDictModule, "get_dist", spy)
+    return called
+
+
+@pytest.mark.parametrize("distribution_class", [OneHotCategorical, D.Categorical])
+@pytest.mark.parametrize("batch", [[8], [3, 5], []])
+def test_samples_as_the_probabilistic_actor(
+    distribution_class, batch, built_distributions
+):
+    lean, reference = actors(distribution_class)
+    # logits far apart and close, so that draws land on every action
+    td = TensorDict({"observation": 3 * torch.randn(*batch, 4)}, batch)
     (out, after), (ref, ref_after) = run_both(lean, reference, td)
     # the lean path ran (the reference alone built a distribution) ...
-    assert called == [reference.module[-1]]
+    assert built_distributions == [reference.module[-1]]
     # ... with the reference's actions, log-probabilities and random state
     assert_same(out, ref)
     assert torch.equal(after, ref_after)
@@ -102,7 +110,7 @@ def test_the_draws_follow_the_policy():
 @pytest.mark.parametrize("distribution_class", [OneHotCategorical, D.Categorical])
 @pytest.mark.parametrize("tied", [False, True])
 def test_greedy_actions_as_the_probabilistic_actor(
-    mode, distribution_class, tied, monkeypatch
+    mode, distribution_class, tied, built_distributions
 ):
     """The greedy (evaluation) call takes the distribution's mode without building
     it: the reference's actions and log-probabilities, ties included (equal
@@ -114,16 +122,8 @@ def test_greedy_actions_as_the_probabilistic_actor(
             for p in lean.parameters():
                 p.zero_()
     td = TensorDict({"observation": 3 * torch.randn(6, 4)}, [6])
-    called = []
-    original = ProbabilisticTensorDictModule.get_dist
-
-    def spy(self, *args, **kwargs):
-        called.append(self)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(ProbabilisticTensorDictModule, "get_dist", spy)
     (out, after), (ref, ref_after) = run_both(lean, reference, td, mode=mode)
-    assert called == [reference.module[-1]]  # the lean path ran
+    assert built_distributions == [reference.module[-1]]  # the lean path ran
     assert_same(out, ref)
     assert torch.equal(after, ref_after)  # and drew nothing
     if tied and distribution_class is OneHotCategorical:
