@@ -44,8 +44,8 @@ class CategoricalActor(ProbabilisticActor):
     distribution's mode the same way: every maximal logit for
     ``OneHotCategorical``, the first for ``Categorical``. Every other call
     (``tensordict_out``, skip-existing, NaN logits, a sampling ``generator=``,
-    another structure) runs ``ProbabilisticActor.forward``. The network runs through its own call: hooks
-    on it and on the actor run as usual.
+    another structure) runs ``ProbabilisticActor.forward``. The network runs
+    through its own call: hooks on it and on the actor run as usual.
 
     Examples:
         >>> import torch
