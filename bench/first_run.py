@@ -80,6 +80,7 @@ print(json.dumps({"seconds": statistics.median(times), "all": times, "reward": r
 SB3_EVAL = """
 import json, statistics, sys, time, torch
 torch.set_num_threads(1)
+import stable_baselines3
 from stable_baselines3 import A2C
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
@@ -102,7 +103,8 @@ for _ in range(calls):
     start = time.perf_counter()
     mean, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True)
     times.append(time.perf_counter() - start)
-print(json.dumps({"seconds": statistics.median(times), "all": times, "reward": mean}))
+print(json.dumps({"seconds": statistics.median(times), "all": times, "reward": mean,
+                  "stable_baselines3": stable_baselines3.__version__}))
 """
 
 
@@ -126,9 +128,8 @@ def startup(checkout: Path) -> float:
         )
         try:
             seen = b""
-            while (
-                b"it/s]" not in seen
-            ):  # tqdm's first line: "| 0/60000 [00:00<?, ?it/s]"
+            # tqdm's first line: "| 0/60000 [00:00<?, ?it/s]"
+            while b"it/s]" not in seen:
                 chunk = process.stderr.read1(4096)
                 if not chunk:
                     raise RuntimeError(f"{checkout}: no progress bar: {seen[-2000:]}")
@@ -139,40 +140,23 @@ def startup(checkout: Path) -> float:
             process.wait()
 
 
+def last_json_line(args: list[str], **kwargs) -> dict:
+    """The JSON a script's subprocess prints last."""
+    out = subprocess.run(args, capture_output=True, text=True, check=True, **kwargs)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def evaluation(checkout: Path, episodes: int, calls: int) -> dict:
-    out = subprocess.run(
+    return last_json_line(
         [sys.executable, "-c", EVAL, str(checkout), str(episodes), str(calls)],
-        capture_output=True,
-        text=True,
-        check=True,
         cwd=checkout,  # first on the path (python -c puts the cwd there)
         env={**os.environ, "PYTHONPATH": str(checkout)},
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def sb3_evaluation(venv: Path, episodes: int, calls: int) -> dict:
-    out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", SB3_EVAL, str(episodes), str(calls)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def peer_version(venv: Path) -> str:
-    out = subprocess.run(
-        [
-            str(venv / "bin" / "python"),
-            "-c",
-            "import stable_baselines3 as s; print(s.__version__)",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.strip()
+    python = str(venv / "bin" / "python")
+    return last_json_line([python, "-c", SB3_EVAL, str(episodes), str(calls)])
 
 
 def main():
@@ -215,7 +199,7 @@ def main():
             "median": statistics.median(theirs),
             "per_round": theirs,
             "reward": sb3[-1]["reward"],
-            "stable_baselines3": peer_version(args.bench_venv),
+            "stable_baselines3": sb3[-1]["stable_baselines3"],
         }
         result["evaluation_over_sb3"] = per_round_ratios(ours, theirs)
     print(json.dumps(result, indent=1))

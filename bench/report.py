@@ -1754,8 +1754,9 @@ def compile_cost():
         if settings["steady"].get(n)
     )
     print(
-        f"Each example's script run as a user runs it, eager (`compile=false`) and "
-        f"compiled (`compile=true loss.check_values=false`), for two lengths "
+        f"Each example's script run as a user runs it, eager (`compile=false`, the "
+        f"value checks on) and compiled (`compile=true loss.check_values=false`), for "
+        f"two lengths "
         f"({lengths} env steps; Atari's are agent steps), "
         f"{files[0][1]['settings']['rounds']} interleaved rounds; the process's wall "
         f"seconds, start-up, compilation (from an empty inductor cache, as a first "
