@@ -27,9 +27,9 @@ from torchrl_acer.objectives._value_estimators import ValueEstimators
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
     TRUST_REGION_STATS,
-    TrustRegionHook,
     categorical_log_probs,
     gaussian_statistics,
+    register_projection,
 )
 from torchrl_acer.objectives.value.retrace import (
     RetraceEstimator,
@@ -447,7 +447,7 @@ class ACERLoss(LossModule):
             # the count of steps is shape metadata: no reduction, no read-back
             scale = float(log_mu.numel()) if self.reduction == "mean" else 1.0
         register = functools.partial(
-            TrustRegionHook.register,
+            register_projection,
             delta=self.trust_region_delta,
             scale=scale,
             valid=valid,
@@ -512,7 +512,7 @@ class ACERLoss(LossModule):
         r"""The trust region's statistics for the last ``backward``.
 
         ``active_fraction``, ``k_norm`` and ``k_dot_g`` (see
-        :class:`~torchrl_acer.objectives.trust_region.TrustRegionHook`); ``NaN``
+        :func:`~torchrl_acer.objectives.trust_region.register_projection`); ``NaN``
         before the first backward, ``None`` without a trust region.
         """
         if self.trust_region_delta is None:

@@ -25,7 +25,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["TrustRegionHook", "categorical_log_probs", "gaussian_statistics", "project"]
+__all__ = [
+    "categorical_log_probs",
+    "gaussian_statistics",
+    "project",
+    "register_projection",
+]
 
 TRUST_REGION_SPACES = ("logits", "log_probs", "probs")
 # the statistics a projection leaves in its output tensor, in this order
@@ -47,8 +52,8 @@ def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
     return g - coefficient * k, coefficient, k_dot_g, k_sq
 
 
-class TrustRegionHook:
-    r"""Projects, per step, the gradient arriving at the policy statistics.
+def register_projection(stats, k, *, delta, scale, valid, stats_out) -> None:
+    r"""Projects, per step, the gradient arriving at the policy statistics ``stats``.
 
     The gradient reaching :math:`\phi_t` is :math:`-g_t / s`, ``s`` the reduction's
     scale (the number of valid steps for a mean, 1 for a sum): the hook projects
@@ -58,42 +63,34 @@ class TrustRegionHook:
     :math:`k_t \cdot g_t`) into ``stats_out``, a tensor its owner holds: no registry
     or callback, so ``torch.compile`` traces the hook into the backward graph.
     ``valid`` weighs the steps in the statistics (``None``: every step counts).
+    Nothing is registered without ``delta`` or without a gradient to project.
     """
+    if delta is None or not stats.requires_grad:
+        return
 
-    @classmethod
-    def register(cls, stats, k, *, delta, scale, valid, stats_out):
-        """Registers the projection on ``stats`` (if ``delta`` and a gradient)."""
-        if delta is not None and stats.requires_grad:
-            stats.register_hook(cls(k, delta, scale, valid, stats_out))
-
-    def __init__(self, k, delta, scale, valid, stats_out):
-        self.k = k
-        self.delta = delta
-        self.scale = scale
-        self.valid = valid
-        self.stats_out = stats_out
-
-    def __call__(self, grad: torch.Tensor) -> torch.Tensor:
-        g = -grad * self.scale
-        z, coefficient, k_dot_g, k_sq = project(g, self.k, self.delta)
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        g = -grad * scale
+        z, coefficient, k_dot_g, k_sq = project(g, k, delta)
         with torch.no_grad():
             per_step = torch.cat(
                 [(coefficient > 0).to(g.dtype), k_sq.sqrt(), k_dot_g], -1
             )
             per_step = per_step.reshape(-1, len(TRUST_REGION_STATS))
-            if self.valid is None:
-                self.stats_out.copy_(per_step.mean(0))
+            if valid is None:
+                stats_out.copy_(per_step.mean(0))
             else:  # one weighted sum for the three means
-                sums = (per_step * self.valid.reshape(-1, 1)).sum(0)
-                self.stats_out.copy_(sums / self.valid.sum().clamp_min(1))
-        return -z / self.scale
+                sums = (per_step * valid.reshape(-1, 1)).sum(0)
+                stats_out.copy_(sums / valid.sum().clamp_min(1))
+        return -z / scale
+
+    stats.register_hook(hook)
 
 
 def categorical_log_probs(logits, avg_probs, space: str, register) -> torch.Tensor:
     r"""Log-probabilities of the current policy, through the trust region.
 
     The statistics :math:`\phi` (``space``) are computed from the logits and
-    ``register(stats, k)`` (:meth:`TrustRegionHook.register`) puts the projection on
+    ``register(stats, k)`` (:func:`register_projection`) puts the projection on
     them, with :math:`k = \nabla_\phi \mathrm{KL}(\pi_{avg} \| \pi)`: :math:`\pi -
     \pi_{avg}` for logits, :math:`-\pi_{avg}` for log-probabilities, :math:`-\pi_{avg}
     / \pi` for probabilities (the paper's choice). The log-probabilities are computed
