@@ -16,7 +16,8 @@ def _reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.
     r"""Solves ``A_t = delta_t + decay_t * A_{t+1}`` backwards in time, with ``A_T = 0``.
 
     Equivalently ``A_t = sum_{k >= t} (prod_{j=t..k-1} decay_j) delta_k``. Time is the
-    first dimension of both tensors (``[T, *rest]``, broadcastable to each other).
+    first dimension of both tensors (``[T, *rest]``, broadcastable to each other;
+    :func:`retrace_lambda_return_estimate` checks their shapes).
 
     Short windows (``T <= 32``, at most ``2**22`` elements in the ``[T, T, ...]``
     matrix) are one weighted sum, the products of decays from every ``t`` to every
@@ -24,11 +25,6 @@ def _reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.
     (``ceil(log2 T)`` vectorised steps). No division or logarithm is involved, so
     zeros in ``decay`` (episode ends) are exact. Autograd flows through both forms.
     """
-    if delta.shape[0] != decay.shape[0]:
-        raise ValueError(
-            f"delta and decay must share the time dimension, got {tuple(delta.shape)} "
-            f"and {tuple(decay.shape)}"
-        )
     delta, decay = torch.broadcast_tensors(delta, decay)
     T = delta.shape[0]
     # short windows (ACER's T = 20) in a handful of ops on a [T, T, ...] matrix:
