@@ -479,7 +479,7 @@ def evaluate(
         reuse = run["skip_existing"] = (
             (skip_existing() if skip is None else skip)
             and data.get(output_key, None) is not None
-            and data.get(_next(output_key), None) is not None
+            and data.get(("next", output_key), None) is not None
         )
         in_keys = [*evaluator.in_keys, output_key] if reuse else evaluator.in_keys
         window = ObservationWindow(
@@ -780,7 +780,7 @@ class ObservationWindow:
         window, current = {}, {}
         for key in in_keys:
             obs = get_entry(tensordict, key, OBSERVATION)
-            next_obs = get_entry(tensordict, _next(key), NEXT_OBSERVATION)
+            next_obs = get_entry(tensordict, ("next", key), NEXT_OBSERVATION)
             parts = [obs, next_obs.narrow(time, self.T - 1, 1)]
             window[key] = torch.cat(parts, time).flatten(0, time)
             current[key] = obs.flatten(0, time)
@@ -813,10 +813,6 @@ class ObservationWindow:
             extra = extra.index_copy(0, self._extra_index, values[n:])
             nxt = torch.where(mask, extra.view_as(nxt), nxt)
         return current, nxt
-
-
-def _next(key: NestedKey) -> tuple[str, ...]:
-    return ("next", *key) if isinstance(key, tuple) else ("next", key)
 
 
 def _probabilistic_module(actor: TensorDictModuleBase) -> ProbabilisticTensorDictModule:
@@ -926,12 +922,13 @@ class PolicyCriticEvaluator:
         """
         return [
             *self.obs_keys,
-            *map(_next, self.obs_keys),
+            *(unravel_key(("next", key)) for key in self.obs_keys),
             keys.action,
             keys.sample_log_prob,
-            _next(keys.reward),
-            _next(keys.done),
-            _next(keys.terminated),
+            *(
+                unravel_key(("next", k))
+                for k in (keys.reward, keys.done, keys.terminated)
+            ),
         ]
 
     def __call__(
@@ -959,7 +956,7 @@ class PolicyCriticEvaluator:
         with (
             self.recurrent_mode(),
             self.params_context(critic_params, self.critic_network),
-            _skip_existing_set_to(skip_existing),
+            set_skip_existing(skip_existing),
         ):
             run_modules(self.critic_modules, data, pieces)
         return params, data.get(output_key)
@@ -970,12 +967,13 @@ class PolicyCriticEvaluator:
 
     def average_dist_params(self, steps, full, keys, params):
         """The averaged policy's distribution parameters (``params``) at ``steps``."""
-        inputs = steps.window.flat_current(self.actor_network.in_keys)
-        with torch.no_grad():
-            return self.dist_params_only(inputs, params)
+        return self._average_pass(
+            steps.window.flat_current(self.actor_network.in_keys), params
+        )
 
-    def dist_params_only(self, data: TensorDictBase, params=None) -> dict:
-        """The policy's distribution parameters alone (the averaged policy's pass).
+    @torch.no_grad()
+    def _average_pass(self, data: TensorDictBase, params) -> dict:
+        """The averaged policy's (``params``) distribution parameters on ``data``.
 
         Recurrent, ``data`` holds the ``[R, L]`` sequences of a :class:`SequenceWindow`.
         """
@@ -991,21 +989,19 @@ class PolicyCriticEvaluator:
         with (
             self.recurrent_mode(),
             self.params_context(params, actor),
-            _skip_existing_set_to(False),
+            set_skip_existing(False),
         ):
             run_modules(submodules(actor.det_part), data, pieces)
         return {name: data.get(key) for name, key in self.dist_param_keys.items()}
 
     def _average_actor(self, params):
-        """The actor, or a copy of it holding ``params`` (the averaged policy's).
+        """A copy of the actor holding ``params`` (the averaged policy's).
 
         Swapping parameters in at every call costs more than a small network's
         forward. The copy, made once, holds the very tensors of ``params`` as
         buffers, so ``SoftUpdate``, ``load_state_dict`` and ``.to`` reach it; it is no
         submodule of anything (state dicts are unchanged).
         """
-        if self._is_own(params, self.actor_network):
-            return self.actor_network
         cached = self._average
         if cached is None or cached[0]() is not params:
             actor = copy.deepcopy(self.actor_network)
@@ -1083,16 +1079,6 @@ def run_modules(modules, tensordict: TensorDictBase, pieces=()) -> None:
             run_modules(submodules(module), tensordict, pieces)
         else:
             module(tensordict)
-
-
-def _skip_existing_set_to(mode: bool):
-    """``set_skip_existing(mode)``, or nothing when that is already the mode.
-
-    The context manager costs more than a small network's forward.
-    """
-    if skip_existing() == mode:
-        return contextlib.nullcontext()
-    return set_skip_existing(mode)
 
 
 def is_recurrent(network, name: str) -> bool:
@@ -1303,8 +1289,7 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
             },
             self.resets(full, done_flags(full, keys)[0]),
         )
-        with torch.no_grad():
-            dist = self.dist_params_only(window.inputs, params)
+        dist = self._average_pass(window.inputs, params)
         k = self.burn_in
         return {name: window.current(value)[..., k:, :] for name, value in dist.items()}
 
@@ -1332,9 +1317,7 @@ def forward_in_pieces(
     lengths, order = torch.diff(first, append=entry[-1:] + 1).sort(
         descending=True, stable=True
     )
-    rank = torch.empty_like(order).index_put(
-        (order,), torch.arange(count, device=order.device)
-    )
+    rank = order.argsort()  # each piece's place in that order
     piece = starts.long().cumsum(0) - 1
     # entry e is at [rank of its piece, its index in the piece] of the pieces
     at = (rank[piece], entry - first[piece])
@@ -1416,7 +1399,7 @@ class SequenceWindow:
             obs = obs.reshape(R, T, *obs.shape[len(self.batch_shape) + 1 :])
             seq = obs.new_zeros(R, length, *obs.shape[2:]).index_put(index, obs)
             if with_next:
-                next_obs = get_entry(data, _next(key), NEXT_OBSERVATION)
+                next_obs = get_entry(data, ("next", key), NEXT_OBSERVATION)
                 next_obs = next_obs.reshape(obs.shape)
                 seq = seq.index_put(
                     (next_rows, next_positions), next_obs[next_rows, next_steps]
