@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
+import importlib
 import importlib.metadata
+import io
 import json
 import os
 import platform
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -143,6 +150,43 @@ def interleaved_samples(
             sync()
             samples[name].append((time.perf_counter() - start) / calls[name])
     return samples
+
+
+def resolved_commit(rev: str) -> str:
+    """The full hash of git revision ``rev``, for result files."""
+    return subprocess.run(
+        ["git", "rev-parse", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parent,
+    ).stdout.strip()
+
+
+def package_at(rev: str, name: str = "torchrl_acer"):
+    """The package ``name`` as it was at git revision ``rev``, imported beside today's.
+
+    Its files come out of ``git archive`` into a temporary folder under another
+    name (``{name}_at_{rev}``, its own imports renamed alike), so that both
+    versions run in one process, in the same interleaved rounds.
+    """
+    alias = name + "_at_" + re.sub(r"\W", "_", rev)
+    if alias not in sys.modules:
+        archive = subprocess.run(
+            ["git", "archive", rev, name],
+            capture_output=True,
+            check=True,
+            cwd=Path(__file__).parents[1],
+        ).stdout
+        folder = Path(tempfile.mkdtemp(prefix="package-at-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(folder, filter="data")
+        (folder / name).rename(folder / alias)
+        for path in (folder / alias).rglob("*.py"):
+            path.write_text(re.sub(rf"\b{name}\b", alias, path.read_text()))
+        sys.path.insert(0, str(folder))
+    return importlib.import_module(alias)
 
 
 def save(name: str, payload: dict) -> Path:

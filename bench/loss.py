@@ -1,7 +1,7 @@
 """ACERLoss forward+backward against the bare networks' forward+backward.
 
     python bench/loss.py [--rounds 10] [--device cpu] [--B 16] [--T 20]
-                         [--threads 1] [--compile | --recurrent]
+                         [--threads 1] [--compile | --recurrent] [--against REV]
 
 Both sides do the same network work on the same batch: the policy and the critic
 forward and backward on the ``B (T + 1)`` observations of the window (trunk once
@@ -17,6 +17,11 @@ value checks on), ``unchecked`` (``check_values=False``) and, with ``--compile``
 ``compiled`` (``torch.compile`` of the unchecked loss, inductor, ``fullgraph=True``;
 it compiles in the warm-up call, a minute or more per case on a small CPU, so it
 is not in ``bench/gpu_check.sh``'s timed run).
+
+``--against REV`` adds the loss of the package as it was at git revision ``REV``
+(``loss@REV`` and ``unchecked@REV``, imported beside today's by
+``_common.package_at``) on copies of the same networks and batch, in the same
+rounds: ``loss_over_against`` is today's cost per update over REV's, per round.
 
 TorchRL's own losses run in the same rounds on the CartPole cases, each on its own
 networks of the same sizes ([64, 64] ReLU MLPs, 4 inputs, 2 actions) and the same
@@ -90,7 +95,13 @@ from tensordict import TensorDict
 from torch.nn.utils.rnn import pack_padded_sequence
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import interleaved_samples, per_round_ratios, save  # noqa: E402
+from _common import (  # noqa: E402
+    interleaved_samples,
+    package_at,
+    per_round_ratios,
+    resolved_commit,
+    save,
+)
 
 from torchrl_acer import ACERLoss  # noqa: E402
 from torchrl_acer.modules.models import atari_actor_critic, mlp_actor_critic  # noqa: E402
@@ -236,6 +247,7 @@ def case(
     device,
     compile_loss=False,
     peers=False,
+    against=None,
 ):
     actor, critic, data = actor.to(device), critic.to(device), data.to(device)
     loss = ACERLoss(actor, critic)
@@ -264,6 +276,12 @@ def case(
         fns["compiled"] = loss_step(torch.compile(unchecked, fullgraph=True), data)
     if peers:
         fns.update(torchrl_peers(data, obs_dim=4, num_actions=2, device=device))
+    if against is not None:  # (REV, its package): the same networks, copied
+        rev, package = against
+        for candidate, check_values in (("loss", True), ("unchecked", False)):
+            old = package.ACERLoss(copy.deepcopy(actor), copy.deepcopy(critic))
+            old.make_value_estimator(gamma=0.99, check_values=check_values)
+            fns[f"{candidate}@{rev}"] = loss_step(old, data)
     return name, fns
 
 
@@ -530,7 +548,7 @@ def recurrent_case(name, B, T, burn_in, device):
 def timed_row(name, fns, rounds, sync) -> dict:
     """A case's result: median seconds of each candidate over interleaved rounds,
     and each candidate's median and range of per-round ratios to ``bare`` (each
-    round's load hits both sides alike)."""
+    round's load hits both sides alike), and to its own ``@REV`` if there is one."""
     seconds = interleaved_samples(fns, rounds, sync=sync)
     row = {
         "case": name,
@@ -538,10 +556,15 @@ def timed_row(name, fns, rounds, sync) -> dict:
         "rounds_s": seconds,
     }
     for c in fns:
-        if c != "bare":
+        if c != "bare" and "@" not in c:
             ratio = per_round_ratios(seconds[c], seconds["bare"])
             row[f"{c}_over_bare"] = ratio["median"]
             row[f"{c}_over_bare_range"] = [ratio["min"], ratio["max"]]
+            old = next((f for f in fns if f.startswith(f"{c}@")), None)
+            if old is not None:
+                ratio = per_round_ratios(seconds[c], seconds[old])
+                row[f"{c}_over_against"] = ratio["median"]
+                row[f"{c}_over_against_range"] = [ratio["min"], ratio["max"]]
     return row
 
 
@@ -600,9 +623,14 @@ def main():
         action="store_true",
         help="the LSTM cases instead (saved as loss_recurrent-*.json)",
     )
+    parser.add_argument(
+        "--against", metavar="REV", help="also time the loss as it was at REV"
+    )
     args = parser.parse_args()
     if args.recurrent and args.compile:
         parser.error("--compile: the recurrent path does not compile yet")
+    if args.recurrent and args.against:
+        parser.error("--against: the feed-forward cases only")
     if args.recurrent and args.T <= 5:
         parser.error("--recurrent: the burn-in cases need T > 5")
     if args.threads:
@@ -613,6 +641,8 @@ def main():
     if args.recurrent:
         recurrent_main(args, device, sync)
         return
+    against = (args.against, package_at(args.against)) if args.against else None
+    common = {"device": device, "compile_loss": args.compile, "against": against}
     torch.manual_seed(0)
     cases = [
         case(
@@ -621,9 +651,8 @@ def main():
             batch(B, T, "observation", (4,), 2, torch.float32),
             "observation",
             shared=False,
-            device=device,
-            compile_loss=args.compile,
             peers=True,
+            **common,
         ),
         case(
             f"cartpole_mlp_{8 * B}x{T}",
@@ -631,9 +660,8 @@ def main():
             batch(8 * B, T, "observation", (4,), 2, torch.float32),
             "observation",
             shared=False,
-            device=device,
-            compile_loss=args.compile,
             peers=True,
+            **common,
         ),
         case(
             f"atari_dqn_conv_shared_{B}x{T}",
@@ -641,8 +669,7 @@ def main():
             batch(B, T, "pixels", (4, 84, 84), 6, torch.uint8),
             "pixels",
             shared=True,
-            device=device,
-            compile_loss=args.compile,
+            **common,
         ),
     ]
     rows = []
@@ -651,13 +678,18 @@ def main():
         row = timed_row(name, fns, rounds, sync)
         rows.append(row)
         med = row["median_s"]
+        losses = [c for c in fns if f"{c}_over_against" in row]
         cells = ", ".join(
-            f"{c} {med[c] * 1e3:.2f} ms ({row[f'{c}_over_bare']:.2f}x)"
+            f"{c} {med[c] * 1e3:.2f} ms ({row[f'{c}_over_bare']:.2f}x"
+            + (f", {row[f'{c}_over_against']:.3f}x REV's" if c in losses else "")
+            + ")"
             for c in fns
-            if c != "bare"
+            if c != "bare" and "@" not in c
         )
         print(f"{name}: bare {med['bare'] * 1e3:.2f} ms; {cells}", flush=True)
     settings = run_settings(args, device)
+    if against:
+        settings["against"] = resolved_commit(args.against)
     name = "loss" if device.type == "cpu" else f"loss_{device.type}"
     path = save(name, {"settings": settings, "rows": rows})
     print(f"saved {path}")
