@@ -1810,6 +1810,15 @@ def speed_targets():
             )
             + f" | {'yes' if all(o < a for _, o, a in pairs) else 'no'} | `{path.name}` |"
         )
+    path, r = newest_with("loss", "loss_over_against")
+    if r:
+        ratios = [(row["case"], row["loss_over_against"]) for row in r["rows"]]
+        print(
+            f"| `ACERLoss` no slower per update than at "
+            f"`{r['settings']['against'][:7]}` (issue #32), same process and rounds | "
+            + "; ".join(f"{c}: {x:.3f}x" for c, x in ratios)
+            + f" | {'yes' if all(x <= 1 for _, x in ratios) else 'no'} | `{path.name}` |"
+        )
     path, r = newest_with("loss", "compiled_over_bare")
     if r:
         pairs = [
