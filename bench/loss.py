@@ -279,7 +279,8 @@ def case(
     if against is not None:  # (REV, its package): the same networks, copied
         rev, package = against
         for candidate, check_values in (("loss", True), ("unchecked", False)):
-            old = package.ACERLoss(copy.deepcopy(actor), copy.deepcopy(critic))
+            # copied together: a trunk they share stays shared
+            old = package.ACERLoss(*copy.deepcopy((actor, critic)))
             old.make_value_estimator(gamma=0.99, check_values=check_values)
             fns[f"{candidate}@{rev}"] = loss_step(old, data)
     return name, fns
