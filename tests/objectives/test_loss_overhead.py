@@ -189,12 +189,27 @@ class TestFoldedChecks:
         with pytest.raises(ValueError, match=message):
             self.loss(data)
 
-    def test_not_one_hot_action(self):
+    @pytest.mark.parametrize(
+        "row", [[0, 0, 0, 0], [1, 1, 0, 0], [2, 0, 0, 0], [0, -1, 0, 0]]
+    )
+    def test_not_one_hot_action(self, row):
         loss = ACERLoss(*discrete_actor_critic(one_hot=True))
         data = random_batch(2, 4, one_hot=True)
-        data["action"][0, 1] = 0
+        data["action"][0, 1] = torch.tensor(row)
         with pytest.raises(ValueError, match="not one-hot"):
             loss(data)
+
+    def test_finite_values_whose_sum_overflows_are_not_refused(self):
+        # the finiteness check reads one sum back; an overflowing sum of finite
+        # values is looked at entry by entry
+        data = random_batch(2, 4)
+        reward = data["next", "reward"]
+        reward[:] = torch.finfo(reward.dtype).max / 2
+        assert torch.isinf(data["next", "reward"].sum())
+        self.loss.value_estimator(data)
+        data["next", "reward"][1, 2] = float("nan")
+        with pytest.raises(ValueError, match=re.escape("'reward') holds 1 non-finite")):
+            self.loss.value_estimator(data)
 
 
 def unchecked_loss(seed=0, **kwargs):

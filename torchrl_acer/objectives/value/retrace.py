@@ -645,8 +645,8 @@ def as_step_tensor(value: torch.Tensor, batch_shape, name: str) -> torch.Tensor:
 
 def check_finite(value: torch.Tensor, name: str, what: str) -> None:
     """Raises ``ValueError`` naming ``name`` if ``value`` holds NaN or infinities."""
-    bad = ~torch.isfinite(value)
-    if bad.any():
+    # one sum read back (two operations, not seven); an overflowing one, entry by entry
+    if not math.isfinite(value.sum().item()) and (bad := ~torch.isfinite(value)).any():
         index = tuple(bad.nonzero()[0].tolist())
         raise ValueError(
             f"{name} holds {bad.sum().item()} non-finite values (first at index "
@@ -695,15 +695,16 @@ def action_index(
                 f"one-hot action has shape {tuple(action.shape)}, expected "
                 f"{(*batch, num_actions)} for a batch {batch} and {num_actions} actions"
             )
-        if check_values:
-            ones = (action == 1).sum(-1)
-            zeros = (action == 0).sum(-1)
-            if not ((ones == 1) & (zeros == num_actions - 1)).all():
-                raise ValueError(
-                    f"one-hot action holds rows that are not one-hot (exactly one 1 "
-                    f"and {num_actions - 1} zeros)"
-                )
-        return action.argmax(-1)
+        index = action.argmax(-1)
+        # a one-hot row is the one-hot vector of its argmax, and no other row is
+        if check_values and not torch.equal(
+            action, torch.zeros_like(action).scatter_(-1, index.unsqueeze(-1), 1)
+        ):
+            raise ValueError(
+                f"one-hot action holds rows that are not one-hot (exactly one 1 "
+                f"and {num_actions - 1} zeros)"
+            )
+        return index
     if tuple(action.shape) == (*batch, 1):
         action = action.squeeze(-1)
     if tuple(action.shape) != batch:
