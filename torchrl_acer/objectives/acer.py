@@ -493,15 +493,14 @@ class ACERLoss(LossModule):
             rho,
             (rho > self.ratio_clip).to(rho.dtype),
         )
+        # no detach: under no_grad nothing here joins the graph
         if masked:
-            means = [
-                self._reduce_loss(x.detach(), data, reduction="mean") for x in per_step
-            ]
+            means = [self._reduce_loss(x, data, reduction="mean") for x in per_step]
         else:
             # one reduction for the four means (a row each, reduced as alone)
-            means = torch.stack([x.detach() for x in per_step]).flatten(1).mean(1)
+            means = torch.stack(per_step).flatten(1).mean(1)
         target = terms["value_target"]
-        residual = target - terms["action_value"].detach()
+        residual = target - terms["action_value"]
         return {
             **dict(zip(names, means, strict=True)),
             "explained_variance": 1 - residual.var() / target.var(),
@@ -543,13 +542,13 @@ def categorical_terms(loss, steps, average, log_mu, register) -> dict:
     q = steps.q.detach()
     value = state_value(probs, q)
     log_pi = taken(log_probs, steps.action)
-    with torch.no_grad():
+    with torch.no_grad():  # what it computes joins no graph: no detach needed
         value_target, _ = estimator.targets(
-            data, steps, log_pi.detach(), steps.action_value.detach(), log_mu
+            data, steps, log_pi, steps.action_value, log_mu
         )
         c = loss.ratio_clip
-        rho = (log_pi.detach() - log_mu).exp()
-        rho_all = (log_probs.detach() - behaviour_log_probs).exp()
+        rho = (log_pi - log_mu).exp()
+        rho_all = (log_probs - behaviour_log_probs).exp()
         # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
         correction = (1 - c / rho_all).clamp_min(0)
         correction_weight = correction * probs * (q - value)
@@ -610,23 +609,21 @@ def gaussian_terms(loss, steps, average, log_mu, register) -> dict:
     q_taken = advantages[0] + offset
     log_pi = gaussian_log_prob(loc, scale, steps.action)
     log_pi_sampled = gaussian_log_prob(loc, scale, sampled)
-    with torch.no_grad():
+    with torch.no_grad():  # what it computes joins no graph: no detach needed
         c = loss.ratio_clip
-        v = value.detach()
+        v = value.detach()  # a name, not a computation: detached by hand
         q_sampled = advantages[1] + offset
-        q_ret, q_opc = estimator.targets(
-            data, steps, log_pi.detach(), q_taken.detach(), log_mu
-        )
-        rho = (log_pi.detach() - log_mu).exp()
+        q_ret, q_opc = estimator.targets(data, steps, log_pi, q_taken, log_mu)
+        rho = (log_pi - log_mu).exp()
         rho_sampled = (
-            log_pi_sampled.detach() - gaussian_log_prob(mu_loc, mu_scale, sampled)
+            log_pi_sampled - gaussian_log_prob(mu_loc, mu_scale, sampled)
         ).exp()
         correction = (1 - c / rho_sampled).clamp_min(0)
         # no validation: the loss checks scales itself (once, naming the key);
         # torch's would add a device synchronisation per call
         kl_avg = D.kl_divergence(
             D.Normal(avg_loc, avg_scale, validate_args=False),
-            D.Normal(loc.detach(), scale.detach(), validate_args=False),
+            D.Normal(loc, scale, validate_args=False),
         ).sum(-1, keepdim=True)
     objective = (
         rho.clamp(max=c) * (q_opc - v) * log_pi
