@@ -51,13 +51,7 @@ def git_commit() -> str:
     if os.environ.get("ACER_COMMIT"):
         return os.environ["ACER_COMMIT"]
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).parent,
-        ).stdout.strip()
+        out = resolved_commit("HEAD")
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
