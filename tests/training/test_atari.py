@@ -63,6 +63,19 @@ def test_preprocessing_and_training_signals():
         )
 
 
+def test_the_seeds_torchrl_gives_collector_workers_seed_the_games():
+    """TorchRL seeds a collector's workers with ``seed_generator``'s draws, up to
+    2**32 - 1; the ALE takes C ints (a worker given one over 2**31 - 1 died)."""
+    games = []
+    for _ in range(2):
+        env = make_atari_env("ALE/Breakout-v5", num_envs=2)
+        env.set_seed(2**32 - 2)
+        torch.manual_seed(0)
+        games.append(env.rollout(40, break_when_any_done=False)["next", "pixels"])
+        env.close()
+    assert torch.equal(*games)
+
+
 def test_unknown_game_is_named():
     with pytest.raises(ValueError, match="NoSuchGame"):
         make_atari_env("ALE/NoSuchGame-v5")

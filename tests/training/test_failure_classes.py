@@ -78,7 +78,16 @@ def test_sighup_stops_with_a_checkpoint_and_the_resume_hint(tmp_path):
     assert f"resume with: resume={checkpoint}" in out
 
 
-def test_a_new_run_in_another_runs_directory_is_refused_touching_nothing(tmp_path):
+# multiprocess: the refusal comes after the collector's worker processes started,
+# and the exit used to wait for them forever
+@pytest.mark.parametrize(
+    "backend",
+    [(), ("collector.backend=multiprocess", "collector.num_workers=2")],
+    ids=["single", "multiprocess"],
+)
+def test_a_new_run_in_another_runs_directory_is_refused_touching_nothing(
+    tmp_path, backend
+):
     trainer = build(
         tmp_path / "run",
         **{"checkpoint.interval": None, "collector.total_frames": 20},
@@ -94,9 +103,12 @@ def test_a_new_run_in_another_runs_directory_is_refused_touching_nothing(tmp_pat
         *[a for a in EXAMPLE_ARGS if not a.startswith("collector.total")],
         "collector.total_frames=100",  # unrefused, it would end in seconds
         f"logger.run_dir={tmp_path / 'run'}",
+        *backend,
     ]
-    new = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True)
-    assert new.returncode != 0
+    new = subprocess.run(
+        args, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert new.returncode == 1
     checkpoint = last(tmp_path / "run")
     assert f"run directory {(tmp_path / 'run').resolve()} already holds a run" in (
         new.stderr

@@ -95,6 +95,17 @@ def ale_game_name(env_id: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", match.group(1)).lower()
 
 
+class _ALEWrapper(GymWrapper):
+    """``GymWrapper`` whose seeds fit the ALE's: it seeds its games with C ``int``
+    (game ``i`` with ``seed + i``) and refuses larger ones, while TorchRL draws each
+    collector worker's seed up to ``2**32 - 1`` (``seed_generator``)."""
+
+    def _set_seed(self, seed: int | None) -> None:
+        if seed is not None:
+            seed %= 2**31 - self.batch_size.numel()
+        super()._set_seed(seed)
+
+
 def make_atari_env(
     env_id: str = "ALE/Pong-v5",
     *,
@@ -146,7 +157,7 @@ def make_atari_env(
         raise ConfigError(
             f"env.name={env_id!r}: the ALE cannot make it ({err})"
         ) from err
-    env = GymWrapper(vector, device="cpu")  # see make_env: None breaks GPU policies
+    env = _ALEWrapper(vector, device="cpu")  # see make_env: None breaks GPU policies
     env = env.append_transform(RenameTransform(["observation"], ["pixels"]))
     env.append_transform(RewardSum())
     if training_signals:

@@ -11,6 +11,7 @@ resume, and the summary printed at the end.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import json
@@ -20,6 +21,7 @@ import re
 import signal
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -513,19 +515,44 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
         }
     if backend == "multiprocess" and not sync:
         # what Collector(backend="process", sync=False) builds, keeping every batch
-        return PatientAsyncCollector(
+        collector = PatientAsyncCollector(
             env_fns, acting, frames_per_batch=per_worker, **backend_kwargs
         )
-    return Collector(
-        env_fns,
-        acting,
-        backend=_TORCHRL_BACKENDS[backend],
-        num_collectors=workers,
-        sync=sync,
-        # sync: every worker's [num_envs, T] in one batch; async: one worker's
-        frames_per_batch=per_worker * workers if sync else per_worker,
-        **backend_kwargs,
-    )
+    else:
+        collector = Collector(
+            env_fns,
+            acting,
+            backend=_TORCHRL_BACKENDS[backend],
+            num_collectors=workers,
+            sync=sync,
+            # sync: every worker's [num_envs, T] in one batch; async: one worker's
+            frames_per_batch=per_worker * workers if sync else per_worker,
+            **backend_kwargs,
+        )
+    if backend == "multiprocess":
+        # Its worker processes wait for commands until it is shut down, and the
+        # interpreter's exit waits for them: an error before train() closes it (a
+        # refusal, a worker dying while it is seeded) would hang the exit forever.
+        atexit.register(_shut_down_if_open, weakref.ref(collector))
+    return collector
+
+
+def _shut_down_if_open(collector: weakref.ref) -> None:
+    if collector() is not None:
+        shut_down(collector())
+
+
+def shut_down(collector) -> None:
+    """``collector.shutdown()`` (a no-op once done), and its weight-sync schemes'
+    too: TorchRL 0.14 leaves theirs to ``__del__``, which, run at the
+    interpreter's exit before a scheme has sent anything, starts a queue thread
+    that can never start and hangs the exit."""
+    collector.shutdown()
+    for scheme in (getattr(collector, "_weight_sync_schemes", None) or {}).values():
+        try:
+            scheme.shutdown()
+        except RuntimeError:  # Python 3.12+ refuses new threads in its exit
+            pass
 
 
 def _worker_env(make_env, index: int, num_envs: int, *, seed: int):
@@ -865,7 +892,7 @@ def close(trainer: ACERTrainer) -> None:
     bar = getattr(trainer, "_pbar", None)
     if bar is not None:
         bar.close()
-    trainer.collector.shutdown()
+    shut_down(trainer.collector)
     evaluate = trainer.evaluation.evaluate
     if hasattr(evaluate, "close"):
         evaluate.close()
