@@ -1,4 +1,5 @@
-"""Fixes offered to TorchRL (``upstream/torchrl/``): its gymnasium path, SoftUpdate.
+"""Fixes offered to TorchRL (``upstream/torchrl/``): its gymnasium path, SoftUpdate,
+multi collectors' exit.
 
 Each check runs the same script on the installed TorchRL and on a copy of it with
 the patches applied (``tools/torchrl_fixes.py``), in subprocesses:
@@ -10,7 +11,9 @@ the patches applied (``tools/torchrl_fixes.py``), in subprocesses:
   new episodes start from, where the installed TorchRL returns what it saved at
   that step (the bug ``reset_every_copy`` works around);
 - 0007 (SoftUpdate in one foreach lerp) keeps the same averaged parameters, bit
-  for bit.
+  for bit;
+- 0008 (multi collectors shut down at exit, with their weight-sync schemes): a
+  program with one exits, where the installed TorchRL never does (``--runslow``).
 
 With a TorchRL checkout that has the patches' base commit (``TORCHRL_CHECKOUT``,
 else /work/torchrl_checkout), the patches also apply there with ``git am``, and
@@ -117,32 +120,75 @@ torch.save(out, sys.argv[1])
 """
 
 
-def run_script(tmp_path: Path, name: str, pythonpath: Path | None) -> dict:
-    out = tmp_path / f"{name}.pt"
+# 0008: a program with a multi collector whose weight-sync scheme has sent nothing
+# (as before the first weight update) ends with argv[1]: "shutdown" or "error"
+EXIT_SCRIPT = r"""
+import sys
+import torch
+from tensordict.nn import TensorDictModule
+from torchrl.collectors import MultiSyncCollector
+from torchrl.testing.mocking_classes import ContinuousActionVecMockEnv
+from torchrl.weight_update import MultiProcessWeightSyncScheme
+
+if __name__ == "__main__":
+    env = ContinuousActionVecMockEnv()
+    observation = env.observation_spec["observation"].shape[-1]
+    policy = TensorDictModule(torch.nn.Linear(observation, env.action_spec.shape[-1]),
+                              in_keys=["observation"], out_keys=["action"])
+    collector = MultiSyncCollector(
+        [ContinuousActionVecMockEnv] * 2, policy, frames_per_batch=20, total_frames=-1,
+        weight_sync_schemes={"policy": MultiProcessWeightSyncScheme()})
+    if sys.argv[1] == "shutdown":
+        collector.shutdown()
+    else:
+        raise RuntimeError("an error before the shutdown")
+"""
+
+
+def run_script(
+    tmp_path: Path,
+    name: str,
+    pythonpath: Path | None,
+    *args,
+    script=SCRIPT,
+    timeout=600,
+) -> subprocess.CompletedProcess:
+    """Runs ``script`` with ``args`` on the installed TorchRL (``pythonpath`` None)
+    or the patched copy; the SCRIPT's record is in ``tmp_path/<name>.pt``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(
             [str(pythonpath), *filter(None, [env.get("PYTHONPATH")])]
         )
-    subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(out)],
-        check=True,
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
         env=env,
         cwd=tmp_path,
         capture_output=True,
-        timeout=600,
+        text=True,
+        timeout=timeout,
     )
+
+
+def record(tmp_path: Path, name: str, pythonpath: Path | None) -> dict:
+    out = tmp_path / f"{name}.pt"
+    run_script(tmp_path, name, pythonpath, str(out)).check_returncode()
     return torch.load(out, weights_only=False)
 
 
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory):
-    """What the script records on the installed TorchRL and on the patched copy."""
+def patched(tmp_path_factory) -> Path:
+    """A copy of the installed TorchRL with the patches applied."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    tmp = tmp_path_factory.mktemp("torchrl_fixes")
-    copy = fixes.patched_copy(tmp / "patched")
-    return run_script(tmp, "installed", None), run_script(tmp, "patched", copy)
+    return fixes.patched_copy(tmp_path_factory.mktemp("torchrl_fixes") / "patched")
+
+
+@pytest.fixture(scope="module")
+def outputs(patched):
+    """What the script records on the installed TorchRL and on the patched copy."""
+    tmp = patched.parent
+    return record(tmp, "installed", None), record(tmp, "patched", patched)
 
 
 def assert_same(a, b, where=""):
@@ -192,6 +238,20 @@ def test_soft_update_in_one_foreach_lerp_changes_no_output(outputs):
     assert_same(installed["soft_update"], patched["soft_update"], "soft_update")
 
 
+def test_a_program_with_a_multi_collector_exits(patched):
+    for ending, status in (("shutdown", 0), ("error", 1)):
+        ended = run_script(patched.parent, ending, patched, ending, script=EXIT_SCRIPT)
+        assert ended.returncode == status, ended.stderr[-3000:]
+    assert "an error before the shutdown" in ended.stderr
+
+
+@pytest.mark.slow
+def test_the_installed_torchrl_never_exits_there(tmp_path):
+    # when this fails, TorchRL fixed it, and experiment.shut_down's workaround can go
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_script(tmp_path, "", None, "shutdown", script=EXIT_SCRIPT, timeout=60)
+
+
 @pytest.mark.slow
 def test_patches_apply_upstream_and_their_tests_pass(tmp_path):
     gym = run_patched_torchrl_tests(
@@ -215,3 +275,12 @@ def test_patches_apply_upstream_and_their_tests_pass(tmp_path):
         "test_soft_update_follows_loading_and_dtype_moves"
         in (tmp_path / "soft_update" / "tests" / "test_loss_module.py").read_text()
     )
+    collectors = run_patched_torchrl_tests(
+        tmp_path / "collectors",
+        ["test/test_collectors.py", "test/conftest.py"],
+        "test_collectors.py",
+        "-k",
+        "test_program_exits_after_multi_collector",
+    )
+    assert collectors.returncode == 0, collectors.stdout[-3000:]
+    assert "4 passed" in collectors.stdout, collectors.stdout[-3000:]

@@ -546,7 +546,8 @@ def shut_down(collector) -> None:
     """``collector.shutdown()`` (a no-op once done), and its weight-sync schemes'
     too: TorchRL 0.14 leaves theirs to ``__del__``, which, run at the
     interpreter's exit before a scheme has sent anything, starts a queue thread
-    that can never start and hangs the exit."""
+    that can never start and hangs the exit (``upstream/torchrl/0008`` fixes
+    both this and the exit function in TorchRL)."""
     collector.shutdown()
     for scheme in (getattr(collector, "_weight_sync_schemes", None) or {}).values():
         try:
