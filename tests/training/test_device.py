@@ -15,6 +15,7 @@ training run with the learner on the device completes.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -514,3 +515,48 @@ def test_atari_trainer_with_the_learner_on_the_device(device, tmp_path):
     trainer.train()
     check_trained_on(trainer, device, batches=3)
     trainer.evaluation.evaluate.close()
+
+
+def test_weights_pushed_to_worker_processes_travel_on_the_cpu(device, tmp_path):
+    """A learner on the device pushes its weights to the collector's worker
+    processes (acting on the CPU) as CPU tensors: workers given the device's
+    tensors would open them through CUDA IPC, each starting a CUDA context."""
+    from builders import load_example_module, small_gym_config
+
+    from torchrl_acer.training import experiment
+
+    cfg = small_gym_config(
+        **{"collector.backend": "multiprocess", "collector.num_workers": 1}
+    )
+    torch.manual_seed(cfg.seed)
+    utils_gym = load_example_module("utils_gym")
+    make = functools.partial(utils_gym.make_env, cfg)
+    env = make(cfg.env.num_envs, seed=cfg.seed)
+    actor, critic = (net.to(device) for net in utils_gym.make_models(cfg, env))
+    collector = experiment.make_collector(cfg, make, actor, device=device, env=env)
+    pushed = []  # the device of every tensor the trainer's hooks push
+    push = collector.update_policy_weights_
+
+    def recorded(*args, **kwargs):
+        for weights in (*args, *kwargs.get("weights_dict", {}).values()):
+            pushed.extend(t.device for t in weights.values(True, True))
+        return push(*args, **kwargs)
+
+    collector.update_policy_weights_ = recorded
+    loss = experiment.make_loss(cfg.loss, actor, critic)
+    trainer = experiment.make_trainer(
+        cfg,
+        tmp_path,
+        collector=collector,
+        loss=loss,
+        optimizer=experiment.make_optimizer(cfg.optim, loss.parameters()),
+        replay=experiment.make_replay(cfg),
+        evaluator=experiment.make_evaluator(cfg, make, actor),
+        logger=None,
+    )
+    try:
+        trainer.train()
+    finally:
+        experiment.close(trainer)
+    assert trainer.collected_frames == trainer.total_frames
+    assert pushed and {d.type for d in pushed} == {"cpu"}

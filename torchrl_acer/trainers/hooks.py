@@ -534,7 +534,8 @@ class PolicyVersion(TrainerHookBase):
     trainer's :class:`~torchrl.trainers.UpdateWeights` (``PPOTrainer`` and
     ``DQNTrainer`` register one; register yours first) through
     ``policy_weights_getter`` or ``weight_update_map``. Each push then sends
-    :meth:`VersionedPolicy.weights` at the next version, and one at ``setup``
+    :meth:`VersionedPolicy.weights` at the next version (a copy, on the CPU:
+    workers copy it to wherever their policy acts), and one at ``setup``
     tells the workers' version after a resume too. Each batch's lag is logged
     (``collector/policy_lag``); a batch beyond ``max_policy_lag`` is neither
     trained on nor stored (:func:`batch_accepted`) and is counted
@@ -616,8 +617,12 @@ class PolicyVersion(TrainerHookBase):
             weights = weights["policy"]
         self._pushed_at.append(_updates(self._trainer))
         # a copy: the pushed tensors may be sent later, or shared with the
-        # workers, and must not follow the learner's next updates
-        return VersionedPolicy.weights(weights.data.clone(), len(self._pushed_at) - 1)
+        # workers, and must not follow the learner's next updates. On the CPU: a
+        # worker process given a GPU learner's tensors opens them through CUDA
+        # IPC, starting a CUDA context of its own (a Ray actor without a GPU
+        # cannot); its policy copies them to wherever it acts
+        weights = weights.data.apply(lambda t: t.to("cpu", copy=True))
+        return VersionedPolicy.weights(weights, len(self._pushed_at) - 1)
 
     def _push(self) -> None:
         for hook in self._update_weights:
