@@ -16,7 +16,8 @@
 #      process and with collector processes (each to its final checkpoint; the
 #      logged env steps per second, time/fps, compared);
 #   then a summary, gpu_check-<UTC stamp>.json: commit, torch/CUDA versions, the
-#   GPU's name, each step's status, test counts and the benchmarks' ratios.
+#   GPU's name, each step's status, test counts, the benchmarks' ratios and, per
+#   example, whether it warned of CUDA tensors shared with collector workers.
 # Results go to ${OUT:-bench/results} (the device tool returns $OUT), with a log of
 # the whole run (gpu_check-<stamp>.log): five files.
 #
@@ -248,6 +249,9 @@ for name in steps:
             "final_eval_reward": run["final_eval"]["reward"],
             "fps_median": sorted(fps)[len(fps) // 2] if fps else None,
             "fps_logged": len(fps),
+            # CUDA tensors shared with collector workers (weights pushed from the
+            # GPU learner: each worker opens a CUDA context); none since 87d0ddd
+            "cuda_ipc_warning": "CudaIPCTypes" in (steps_dir / f"{name}.out").read_text(),
         }
 
 failed = [n for n, s in steps.items() if s["exit_status"] != 0]
