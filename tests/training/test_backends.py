@@ -305,6 +305,8 @@ def test_ray_collectors_train_the_gym_example(tmp_path):
     lags = (tmp_path / "logs" / "scalars" / "collector" / "policy_lag.csv").read_text()
     assert len(lags.splitlines()) >= 3  # the header, then two rows at least
     assert "final greedy evaluation" in proc.stdout
+    # Ray prints each actor's repr as it starts: one line, not a Collector's ~90
+    assert "td_out=TensorDict(" not in proc.stdout + proc.stderr
 
 
 def test_workers_wait_for_weights_sent_late(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torchrl.checkpoint import GlobalRNGState
-from torchrl.collectors import MultiAsyncCollector
+from torchrl.collectors import Collector, MultiAsyncCollector
 from torchrl.data import ReplayBuffer, Unbounded
 from torchrl.envs import TensorDictPrimer
 from torchrl.record.loggers import CSVLogger
@@ -346,6 +346,18 @@ def make_loss(loss: DictConfig, actor, critic) -> ACERLoss:
 _TORCHRL_BACKENDS = {"multiprocess": "process", "ray": "ray"}
 
 
+class RayWorkerCollector(Collector):
+    """TorchRL's ``Collector`` for a Ray worker, with a one-line ``repr``.
+
+    Ray names an actor's log lines after its ``repr``, which it prints as the actor
+    starts; a ``Collector``'s spans about 90 lines (its env, policy and buffer),
+    printed for every worker of every run.
+    """
+
+    def __repr__(self) -> str:
+        return f"Collector(worker_idx={self.worker_idx})"
+
+
 class PatientWeightSyncScheme(MultiProcessWeightSyncScheme):
     """TorchRL's :class:`~torchrl.weight_update.MultiProcessWeightSyncScheme`
     whose workers wait up to ``start_timeout`` seconds for their first weights.
@@ -439,7 +451,6 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     Ray is started from the config's ``ray`` section (a local cluster unless
     ``ray.address`` names one) when it is not running already.
     """
-    from torchrl.collectors import Collector
 
     c = cfg.collector
     T, num_envs = c.T, cfg.env.num_envs
@@ -512,6 +523,7 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
             "ray_init_config": _ray_init_config(cfg, make_env),
             # collectors on the CPU, whatever the learner's machine has
             "remote_configs": {"num_cpus": 1, "num_gpus": 0, "memory": 2 * 1024**3},
+            "collector_class": RayWorkerCollector,
         }
     if backend == "multiprocess" and not sync:
         # what Collector(backend="process", sync=False) builds, keeping every batch
