@@ -358,3 +358,54 @@ def test_workers_wait_for_weights_sent_late(tmp_path, monkeypatch):
     finally:
         close(trainer)
     assert trainer.collected_frames >= 20
+
+
+def unseedable_env(make_env, num_envs, *, seed):
+    """``make_env``'s environments, whose ``set_seed`` raises afterwards (module-level:
+    collector workers unpickle it)."""
+    env = make_env(num_envs, seed=seed)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("this environment refuses the seed")
+
+    env.set_seed = refuse
+    return env
+
+
+def test_a_worker_dying_while_seeded_is_named(tmp_path):
+    """A collector worker that dies as the trainer seeds the collector (the ALE
+    once refused TorchRL's seeds over 2**31 - 1 so) is named, with its exit code,
+    where TorchRL raises a bare EOFError from the worker's pipe."""
+    import functools
+
+    from builders import load_example_module
+
+    from torchrl_acer.training import experiment
+
+    cfg = small_gym_config(**SMALL)
+    check_config(cfg)
+    utils_gym = load_example_module("utils_gym")
+    make = functools.partial(utils_gym.make_env, cfg)
+    env = make(cfg.env.num_envs, seed=cfg.seed)
+    actor, critic = utils_gym.make_models(cfg, env)
+    collector = experiment.make_collector(
+        cfg, functools.partial(unseedable_env, make), actor, device="cpu", env=env
+    )
+    loss = experiment.make_loss(cfg.loss, actor, critic)
+    try:
+        with pytest.raises(RuntimeError) as err:
+            experiment.make_trainer(
+                cfg,
+                tmp_path,
+                collector=collector,
+                loss=loss,
+                optimizer=experiment.make_optimizer(cfg.optim, loss.parameters()),
+                replay=experiment.make_replay(cfg),
+                evaluator=experiment.make_evaluator(cfg, make, actor),
+                logger=None,
+            )
+    finally:
+        experiment.shut_down(collector)
+    assert str(err.value).startswith("collector worker 0 (")
+    assert "exit code 1) died while the trainer seeded the collector" in str(err.value)
+    assert isinstance(err.value.__cause__, (EOFError, ConnectionError))

@@ -56,6 +56,7 @@ from torchrl_acer.trainers.hooks import (
     RunDirectoryOwnedError,
     VersionedPolicy,
     _around,
+    _worker_failure,
 )
 from torchrl_acer.trainers.progress import TrainingLog
 from torchrl_acer.training.env_state import CollectorState
@@ -451,7 +452,6 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
     Ray is started from the config's ``ray`` section (a local cluster unless
     ``ray.address`` names one) when it is not running already.
     """
-
     c = cfg.collector
     T, num_envs = c.T, cfg.env.num_envs
     backend = c.get("backend", "single")
@@ -738,31 +738,40 @@ def make_trainer(
             replay,
             adapter=FiniteStateDictAdapter(payload_format="torch", weights_only=False),
         )
-    trainer = ACERTrainer(
-        collector=collector,
-        total_frames=frames_to_run(cfg),
-        loss_module=loss,
-        optimizer=optimizer,
-        replay_buffer=replay,
-        replay_ratio=cfg.replay.ratio,
-        replay_start=cfg.replay.start,
-        on_policy_updates=cfg.replay.on_policy_updates,
-        alpha=cfg.loss.alpha,
-        weight_update_interval=cfg.collector.weight_update_interval,
-        check_health=cfg.health.check,
-        max_nonfinite_in_a_row=cfg.health.max_nonfinite_in_a_row,
-        logger=logger,
-        clip_grad_norm=cfg.optim.max_grad_norm is not None,
-        clip_norm=cfg.optim.max_grad_norm,
-        progress_bar=cfg.logger.progress_bar,
-        seed=cfg.seed,
-        log_interval=cfg.logger.log_interval,
-        save_trainer_file=run_dir / "checkpoints" / "last",
-        # TorchRL saves once more than save_trainer_interval frames have passed
-        # since the last save: checkpoint.interval frames apart is interval - 1
-        save_trainer_interval=(cfg.checkpoint.interval or 2**62) - 1,
-        checkpoint=checkpoint,
-    )
+    try:
+        trainer = ACERTrainer(
+            collector=collector,
+            total_frames=frames_to_run(cfg),
+            loss_module=loss,
+            optimizer=optimizer,
+            replay_buffer=replay,
+            replay_ratio=cfg.replay.ratio,
+            replay_start=cfg.replay.start,
+            on_policy_updates=cfg.replay.on_policy_updates,
+            alpha=cfg.loss.alpha,
+            weight_update_interval=cfg.collector.weight_update_interval,
+            check_health=cfg.health.check,
+            max_nonfinite_in_a_row=cfg.health.max_nonfinite_in_a_row,
+            logger=logger,
+            clip_grad_norm=cfg.optim.max_grad_norm is not None,
+            clip_norm=cfg.optim.max_grad_norm,
+            progress_bar=cfg.logger.progress_bar,
+            seed=cfg.seed,
+            log_interval=cfg.logger.log_interval,
+            save_trainer_file=run_dir / "checkpoints" / "last",
+            # TorchRL saves once more than save_trainer_interval frames have passed
+            # since the last save: checkpoint.interval frames apart is interval - 1
+            save_trainer_interval=(cfg.checkpoint.interval or 2**62) - 1,
+            checkpoint=checkpoint,
+        )
+    except (EOFError, ConnectionError) as err:  # TorchRL's Trainer seeds it
+        worker = _worker_failure(err, collector, [])
+        if worker is None:
+            raise
+        raise RuntimeError(
+            f"{worker} died while the trainer seeded the collector (its error is "
+            f"printed above)"
+        ) from err
     trainer.environments = environments
     if cfg.optim.get("schedule", "constant") == "linear":
         # the learning rate falls linearly to 0 over the run (baselines' ACER,
