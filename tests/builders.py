@@ -646,39 +646,45 @@ def small_gym_config(**overrides):
     return gym_config(SMALL_GYM, **overrides)
 
 
-def small_trainer(run_dir, cfg=None, **overrides):
-    """What ``examples/acer_gym.py`` builds, from :func:`small_gym_config` (or
-    ``cfg``): the new ``ACERTrainer`` with the run settings' hooks
-    (``experiment.make_trainer``), writing to ``run_dir``. The example's own
-    builders (``examples/utils_gym.py``) make the environments and networks."""
+def small_pieces(cfg, *, device="cpu", worker_env=None) -> dict:
+    """What ``examples/acer_gym.py`` hands ``experiment.make_trainer`` besides the
+    run directory and the logger, from ``cfg``: the example's own builders
+    (``examples/utils_gym.py``) make the environments and networks, the networks
+    on ``device``. ``worker_env(make_env, num_envs, seed=...)``, if given, makes
+    the collector's environments in place of ``make_env``."""
     from torchrl_acer.training import experiment
 
-    cfg = small_gym_config(**overrides) if cfg is None else cfg
     experiment.check_config(cfg)
     torch.manual_seed(cfg.seed)
     utils_gym = load_example_module("utils_gym")
-    env = utils_gym.make_env(cfg, cfg.env.num_envs, seed=cfg.seed)
-    actor, critic = utils_gym.make_models(cfg, env)
+    make = functools.partial(utils_gym.make_env, cfg)
+    env = make(cfg.env.num_envs, seed=cfg.seed)
+    actor, critic = (net.to(device) for net in utils_gym.make_models(cfg, env))
     loss = experiment.make_loss(cfg.loss, actor, critic)
+    collected = make if worker_env is None else functools.partial(worker_env, make)
+    return {
+        "collector": experiment.make_collector(
+            cfg, collected, actor, device=device, env=env
+        ),
+        "loss": loss,
+        "optimizer": experiment.make_optimizer(cfg.optim, loss.parameters()),
+        "replay": experiment.make_replay(cfg),
+        "evaluator": experiment.make_evaluator(cfg, make, actor),
+    }
+
+
+def small_trainer(run_dir, cfg=None, **overrides):
+    """What ``examples/acer_gym.py`` builds, from :func:`small_gym_config` (or
+    ``cfg``): the new ``ACERTrainer`` with the run settings' hooks
+    (``experiment.make_trainer``) over :func:`small_pieces`, writing to
+    ``run_dir``."""
+    from torchrl_acer.training import experiment
+
+    cfg = small_gym_config(**overrides) if cfg is None else cfg
+    pieces = small_pieces(cfg)
     run_dir = Path(run_dir)
-    return experiment.make_trainer(
-        cfg,
-        run_dir,
-        collector=experiment.make_collector(
-            cfg,
-            functools.partial(utils_gym.make_env, cfg),
-            actor,
-            device="cpu",
-            env=env,
-        ),
-        loss=loss,
-        optimizer=experiment.make_optimizer(cfg.optim, loss.parameters()),
-        replay=experiment.make_replay(cfg),
-        evaluator=experiment.make_evaluator(
-            cfg, functools.partial(utils_gym.make_env, cfg), actor
-        ),
-        logger=experiment.make_logger(cfg.logger.backend, run_dir),
-    )
+    logger = experiment.make_logger(cfg.logger.backend, run_dir)
+    return experiment.make_trainer(cfg, run_dir, **pieces, logger=logger)
 
 
 def load_example_module(name: str):

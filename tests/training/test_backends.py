@@ -376,36 +376,17 @@ def test_a_worker_dying_while_seeded_is_named(tmp_path):
     """A collector worker that dies as the trainer seeds the collector (the ALE
     once refused TorchRL's seeds over 2**31 - 1 so) is named, with its exit code,
     where TorchRL raises a bare EOFError from the worker's pipe."""
-    import functools
-
-    from builders import load_example_module
+    from builders import small_pieces
 
     from torchrl_acer.training import experiment
 
     cfg = small_gym_config(**SMALL)
-    check_config(cfg)
-    utils_gym = load_example_module("utils_gym")
-    make = functools.partial(utils_gym.make_env, cfg)
-    env = make(cfg.env.num_envs, seed=cfg.seed)
-    actor, critic = utils_gym.make_models(cfg, env)
-    collector = experiment.make_collector(
-        cfg, functools.partial(unseedable_env, make), actor, device="cpu", env=env
-    )
-    loss = experiment.make_loss(cfg.loss, actor, critic)
+    pieces = small_pieces(cfg, worker_env=unseedable_env)
     try:
         with pytest.raises(RuntimeError) as err:
-            experiment.make_trainer(
-                cfg,
-                tmp_path,
-                collector=collector,
-                loss=loss,
-                optimizer=experiment.make_optimizer(cfg.optim, loss.parameters()),
-                replay=experiment.make_replay(cfg),
-                evaluator=experiment.make_evaluator(cfg, make, actor),
-                logger=None,
-            )
+            experiment.make_trainer(cfg, tmp_path, **pieces, logger=None)
     finally:
-        experiment.shut_down(collector)
+        experiment.shut_down(pieces["collector"])
     assert str(err.value).startswith("collector worker 0 (")
     assert "exit code 1) died while the trainer seeded the collector" in str(err.value)
     assert isinstance(err.value.__cause__, (EOFError, ConnectionError))

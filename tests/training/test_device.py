@@ -15,7 +15,6 @@ training run with the learner on the device completes.
 
 from __future__ import annotations
 
-import functools
 import os
 
 import pytest
@@ -521,19 +520,15 @@ def test_weights_pushed_to_worker_processes_travel_on_the_cpu(device, tmp_path):
     """A learner on the device pushes its weights to the collector's worker
     processes (acting on the CPU) as CPU tensors: workers given the device's
     tensors would open them through CUDA IPC, each starting a CUDA context."""
-    from builders import load_example_module, small_gym_config
+    from builders import small_gym_config, small_pieces
 
     from torchrl_acer.training import experiment
 
     cfg = small_gym_config(
         **{"collector.backend": "multiprocess", "collector.num_workers": 1}
     )
-    torch.manual_seed(cfg.seed)
-    utils_gym = load_example_module("utils_gym")
-    make = functools.partial(utils_gym.make_env, cfg)
-    env = make(cfg.env.num_envs, seed=cfg.seed)
-    actor, critic = (net.to(device) for net in utils_gym.make_models(cfg, env))
-    collector = experiment.make_collector(cfg, make, actor, device=device, env=env)
+    pieces = small_pieces(cfg, device=device)
+    collector = pieces["collector"]
     pushed = []  # the device of every tensor the trainer's hooks push
     push = collector.update_policy_weights_
 
@@ -543,17 +538,7 @@ def test_weights_pushed_to_worker_processes_travel_on_the_cpu(device, tmp_path):
         return push(*args, **kwargs)
 
     collector.update_policy_weights_ = recorded
-    loss = experiment.make_loss(cfg.loss, actor, critic)
-    trainer = experiment.make_trainer(
-        cfg,
-        tmp_path,
-        collector=collector,
-        loss=loss,
-        optimizer=experiment.make_optimizer(cfg.optim, loss.parameters()),
-        replay=experiment.make_replay(cfg),
-        evaluator=experiment.make_evaluator(cfg, make, actor),
-        logger=None,
-    )
+    trainer = experiment.make_trainer(cfg, tmp_path, **pieces, logger=None)
     try:
         trainer.train()
     finally:
