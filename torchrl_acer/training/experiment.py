@@ -542,16 +542,22 @@ def make_collector(cfg: DictConfig, make_env, actor, *, device, env=None):
             **backend_kwargs,
         )
     if backend == "multiprocess":
-        # Its worker processes wait for commands until it is shut down, and the
-        # interpreter's exit waits for them: an error before train() closes it (a
-        # refusal, a worker dying while it is seeded) would hang the exit forever.
-        atexit.register(_shut_down_if_open, weakref.ref(collector))
+        _MULTIPROCESS_COLLECTORS.add(collector)
     return collector
 
 
-def _shut_down_if_open(collector: weakref.ref) -> None:
-    if collector() is not None:
-        shut_down(collector())
+# Their worker processes wait for commands until they are shut down, and the
+# interpreter's exit waits for them: an error before train() closes one (a refusal,
+# a worker dying while it is seeded) would hang the exit forever. Registered after
+# multiprocessing's exit function (torch imports it), so it runs before that one
+# joins the workers; upstream/torchrl/0008 does the same inside TorchRL.
+_MULTIPROCESS_COLLECTORS = weakref.WeakSet()
+
+
+@atexit.register
+def _shut_down_multiprocess_collectors() -> None:
+    for collector in list(_MULTIPROCESS_COLLECTORS):
+        shut_down(collector)  # a no-op for those already shut down
 
 
 def shut_down(collector) -> None:
