@@ -536,8 +536,7 @@ def categorical_terms(loss, steps, average, log_mu, register) -> dict:
     behaviour_log_probs = behaviour_logits.log_softmax(-1)
     avg_probs = avg_logits.softmax(-1)
     space = loss.trust_region_space
-    log_probs = categorical_log_probs(steps.logits, avg_probs, space, register)
-    pi = log_probs.exp()
+    log_probs, pi = categorical_log_probs(steps.logits, avg_probs, space, register)
     probs = pi.detach()
     q = steps.q.detach()
     value = state_value(probs, q)

@@ -38,7 +38,7 @@ TRUST_REGION_STATS = ("active_fraction", "k_norm", "k_dot_g")
 
 
 def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
-    r"""Projects each row of ``g`` onto ``k . z <= delta``.
+    r"""Projects each row of ``g`` onto ``k . z <= delta`` (``delta > 0``).
 
     Returns ``(z, coefficient, k . g, |k|^2)``, each but ``z`` ``[..., 1]``; the
     coefficient is :math:`\max(0, (k \cdot g - \delta) / \|k\|^2)` (zero where
@@ -46,9 +46,9 @@ def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
     """
     k_dot_g = (k * g).sum(-1, keepdim=True)
     k_sq = (k * k).sum(-1, keepdim=True)
-    excess = (k_dot_g - delta).clamp_min(0)
-    nonzero = k_sq > 0
-    coefficient = torch.where(nonzero, excess / torch.where(nonzero, k_sq, 1), 0.0)
+    # where k = 0, k . g = 0 < delta: the excess is 0, and so is the coefficient
+    tiny = torch.finfo(k_sq.dtype).tiny
+    coefficient = (k_dot_g - delta).clamp_min(0) / k_sq.clamp_min(tiny)
     return g - coefficient * k, coefficient, k_dot_g, k_sq
 
 
@@ -67,13 +67,16 @@ def register_projection(stats, k, *, delta, scale, valid, stats_out) -> None:
     """
     if delta is None or not stats.requires_grad:
         return
+    # -z*/s is the projection of the arriving gradient -g/s onto (-k) . z <= delta/s,
+    # the same coefficient divided by s: no scaling of the gradient, in or out
+    minus_k, bound = -k, delta / scale
 
     def hook(grad: torch.Tensor) -> torch.Tensor:
-        g = -grad * scale
-        z, coefficient, k_dot_g, k_sq = project(g, k, delta)
+        z, coefficient, k_dot_grad, k_sq = project(grad, minus_k, bound)
         with torch.no_grad():
+            # the coefficient is >= 0: its sign is the constraint's activity
             per_step = torch.cat(
-                [(coefficient > 0).to(g.dtype), k_sq.sqrt(), k_dot_g], -1
+                [coefficient.sign(), k_sq.sqrt(), k_dot_grad * scale], -1
             )
             per_step = per_step.reshape(-1, len(TRUST_REGION_STATS))
             if valid is None:
@@ -81,32 +84,32 @@ def register_projection(stats, k, *, delta, scale, valid, stats_out) -> None:
             else:  # one weighted sum for the three means
                 sums = (per_step * valid.reshape(-1, 1)).sum(0)
                 stats_out.copy_(sums / valid.sum().clamp_min(1))
-        return -z / scale
+        return z
 
     stats.register_hook(hook)
 
 
-def categorical_log_probs(logits, avg_probs, space: str, register) -> torch.Tensor:
-    r"""Log-probabilities of the current policy, through the trust region.
+def categorical_log_probs(logits, avg_probs, space: str, register):
+    r"""Log-probabilities and probabilities of the current policy, through the trust region.
 
     The statistics :math:`\phi` (``space``) are computed from the logits and
     ``register(stats, k)`` (:func:`register_projection`) puts the projection on
     them, with :math:`k = \nabla_\phi \mathrm{KL}(\pi_{avg} \| \pi)`: :math:`\pi -
     \pi_{avg}` for logits, :math:`-\pi_{avg}` for log-probabilities, :math:`-\pi_{avg}
-    / \pi` for probabilities (the paper's choice). The log-probabilities are computed
-    from them, so that every policy term's gradient passes through the projection.
+    / \pi` for probabilities (the paper's choice). Both outputs are computed from
+    them, so that every policy term's gradient passes through the projection.
     """
+    if space == "probs":
+        probs = logits.softmax(-1)
+        register(probs, -avg_probs / probs.detach())
+        return probs.clamp_min(torch.finfo(probs.dtype).tiny).log(), probs
+    log_probs = logits.log_softmax(-1)
+    probs = log_probs.exp()
     if space == "logits":
-        stats = logits
-        register(stats, stats.detach().softmax(-1) - avg_probs)
-        return stats.log_softmax(-1)
-    if space == "log_probs":
-        stats = logits.log_softmax(-1)
-        register(stats, -avg_probs.expand_as(stats))
-        return stats
-    stats = logits.softmax(-1)
-    register(stats, -avg_probs / stats.detach())
-    return stats.clamp_min(torch.finfo(stats.dtype).tiny).log()
+        register(logits, probs.detach() - avg_probs)
+    else:
+        register(log_probs, -avg_probs.expand_as(log_probs))
+    return log_probs, probs
 
 
 def gaussian_statistics(loc, scale, avg_loc, avg_scale, register):

@@ -12,11 +12,13 @@ from torchrl._utils import is_compiling
 __all__ = ["retrace_lambda_return_estimate"]
 
 
-def _reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+def _reverse_discounted_scan(
+    delta: torch.Tensor, decay: torch.Tensor, dim: int = 0
+) -> torch.Tensor:
     r"""Solves ``A_t = delta_t + decay_t * A_{t+1}`` backwards in time, with ``A_T = 0``.
 
-    Equivalently ``A_t = sum_{k >= t} (prod_{j=t..k-1} decay_j) delta_k``. Time is the
-    first dimension of both tensors (``[T, *rest]``, broadcastable to each other;
+    Equivalently ``A_t = sum_{k >= t} (prod_{j=t..k-1} decay_j) delta_k``. Time is
+    dimension ``dim`` of both tensors (broadcastable to each other;
     :func:`retrace_lambda_return_estimate` checks their shapes).
 
     Short windows (``T <= 32``, at most ``2**22`` elements in the ``[T, T, ...]``
@@ -26,26 +28,26 @@ def _reverse_discounted_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.
     zeros in ``decay`` (episode ends) are exact. Autograd flows through both forms.
     """
     delta, decay = torch.broadcast_tensors(delta, decay)
-    T = delta.shape[0]
+    T = delta.shape[dim]
     # short windows (ACER's T = 20) in a handful of ops on a [T, T, ...] matrix:
     # per-call overhead, not arithmetic, is what costs there
     if T <= _MATRIX_MAX_T and T * delta.numel() <= _MATRIX_MAX_NUMEL:
-        return _matrix_scan(delta, decay)
-    return _hillis_steele_scan(delta, decay)
+        return _matrix_scan(delta, decay, dim)
+    return _hillis_steele_scan(delta, decay, dim)
 
 
 _MATRIX_MAX_T = 32
 _MATRIX_MAX_NUMEL = 2**22
-# (T, ndim, device) -> the [T, T, 1, ...] masks k > t and k >= t of the matrix form
+# (T, dims after time, device) -> the [T, T, 1, ...] masks k > t and k >= t
 _MASKS: dict = {}
 
 
-def _matrix_masks(T: int, ndim: int, device: torch.device):
-    key = (T, ndim, device)
+def _matrix_masks(T: int, trailing: int, device: torch.device):
+    key = (T, trailing, device)
     masks = None if is_compiling() else _MASKS.get(key)
     if masks is None:
         t = torch.arange(T, device=device)
-        shape = (T, T) + (1,) * (ndim - 1)
+        shape = (T, T) + (1,) * trailing
         after = (t[None, :] > t[:, None]).reshape(shape)
         from_t = (t[None, :] >= t[:, None]).reshape(shape)
         masks = (after, from_t)
@@ -54,29 +56,37 @@ def _matrix_masks(T: int, ndim: int, device: torch.device):
     return masks
 
 
-def _matrix_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+def _matrix_scan(delta: torch.Tensor, decay: torch.Tensor, dim: int = 0):
     # A_t = sum_{k >= t} M[t, k] delta_k with M[t, k] = prod_{j=t..k-1} decay_j: a
     # cumulative product along k of decay_{k-1} (1 for k <= t), kept for k >= t.
-    # Products and sums only, so episode ends (zeros) stay exact.
-    T = delta.shape[0]
-    after, from_t = _matrix_masks(T, delta.ndim, delta.device)
-    previous = torch.cat([torch.ones_like(decay[:1]), decay[:-1]])
-    weights = torch.where(after, previous.unsqueeze(0), 1).cumprod(1)
+    # Products and sums only, so episode ends (zeros) stay exact. The t axis is
+    # inserted before time's, which becomes k's.
+    dim = dim - delta.ndim if dim >= 0 else dim
+    after, from_t = _matrix_masks(delta.shape[dim], -dim - 1, delta.device)
+    # decay_{k-1} at k; k = 0 gets decay_{T-1}, which the mask k > t never keeps
+    previous = decay.roll(1, dim)
+    weights = torch.where(after, previous.unsqueeze(dim - 1), 1).cumprod(dim)
     # masked after the product: a non-finite delta_k must not reach the t > k
-    return torch.where(from_t, weights * delta.unsqueeze(0), 0).sum(1)
+    return torch.where(from_t, weights * delta.unsqueeze(dim - 1), 0).sum(dim)
 
 
-def _hillis_steele_scan(delta: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
-    T = delta.shape[0]
+def _hillis_steele_scan(delta: torch.Tensor, decay: torch.Tensor, dim: int = 0):
+    T = delta.shape[dim]
     offset = 1
     while offset < T:
         # Segment [t, t + offset) is extended by segment [t + offset, t + 2 offset).
         # Rows past the end compose with the empty segment (A = 0, decay = 0).
         head = T - offset
-        delta = torch.cat([delta[:head] + decay[:head] * delta[offset:], delta[head:]])
-        decay = torch.cat(
-            [decay[:head] * decay[offset:], torch.zeros_like(decay[head:])]
+        first, tail = decay.narrow(dim, 0, head), decay.narrow(dim, head, offset)
+        later = decay.narrow(dim, offset, head)
+        delta = torch.cat(
+            [
+                delta.narrow(dim, 0, head) + first * delta.narrow(dim, offset, head),
+                delta.narrow(dim, head, offset),
+            ],
+            dim,
         )
+        decay = torch.cat([first * later, torch.zeros_like(tail)], dim)
         offset *= 2
     return delta
 
@@ -180,11 +190,11 @@ def retrace_lambda_return_estimate(
         )
     dtype = action_value.dtype
 
-    def time_first(x):
+    def hyperparameter(x):
         if not isinstance(x, torch.Tensor):
             return x
-        if x.ndim == ndim:
-            return x.movedim(time_dim, 0)
+        if x.ndim == ndim:  # one per step
+            return x.to(dtype)
         if x.numel() != 1:
             raise ValueError(
                 f"gamma, lmbda and c_thresh must be scalars or have the shape "
@@ -192,25 +202,17 @@ def retrace_lambda_return_estimate(
             )
         # a scalar tensor takes the inputs' dtype in the arithmetic (a float64
         # gamma does not promote float32 inputs): no cast needed
-        return x.reshape(()) if x.is_floating_point() else x.to(dtype).reshape(())
+        x = x if x.is_floating_point() else x.to(dtype)
+        return x if x.ndim == 0 else x.reshape(())
 
-    gamma, lmbda, c_thresh = (
-        x.to(dtype) if isinstance(x, torch.Tensor) and x.ndim else x
-        for x in map(time_first, (gamma, lmbda, c_thresh))
-    )
-    log_rho = time_first(log_pi).to(dtype) - time_first(log_mu).to(dtype)
-    q = time_first(action_value)
-    not_terminated = (~time_first(terminated).bool()).to(dtype)
-    not_done = (~time_first(done).bool()).to(dtype)
-
-    delta = (
-        time_first(reward).to(dtype)
-        + gamma * not_terminated * time_first(next_state_value).to(dtype)
-        - q
-    )
+    gamma, lmbda, c_thresh = map(hyperparameter, (gamma, lmbda, c_thresh))
+    log_rho = log_pi.to(dtype) - log_mu.to(dtype)
+    # gamma where the episode goes on after step t, 0 where it terminated
+    discount = gamma * (~terminated.bool()).to(dtype)
+    delta = reward.to(dtype) + discount * next_state_value.to(dtype) - action_value
     # c_t multiplies the correction carried back from step t to step t - 1; the
-    # trace through step t needs c_{t+1}, and nothing flows back past the window.
+    # trace through step t needs c_{t+1}. decay_{T-1} multiplies A_T = 0: the
+    # roll's c_0 there is never used
     trace = lmbda * torch.clamp(log_rho.exp(), max=c_thresh)
-    decay = gamma * not_terminated * not_done
-    decay = decay * torch.cat([trace[1:], torch.zeros_like(trace[:1])])
-    return (q + _reverse_discounted_scan(delta, decay)).movedim(0, time_dim)
+    decay = torch.where(done.bool(), 0, discount) * trace.roll(-1, time_dim)
+    return action_value + _reverse_discounted_scan(delta, decay, time_dim)

@@ -800,7 +800,9 @@ class ObservationWindow:
         """Outputs on ``inputs`` split into ``(at s_t, at s'_t)``, each ``[*B, T, *F]``."""
         feature_shape = values.shape[1:]
         n = math.prod(self.batch_shape) * (self.T + 1)
-        window = values[:n].reshape(*self.batch_shape, self.T + 1, *feature_shape)
+        # no slice without extras: its backward would copy the whole gradient
+        window = values[:n] if self.num_extra else values
+        window = window.reshape(*self.batch_shape, self.T + 1, *feature_shape)
         time = len(self.batch_shape)
         current = window.narrow(time, 0, self.T)
         nxt = window.narrow(time, 1, self.T)
