@@ -49,7 +49,7 @@ def project(g: torch.Tensor, k: torch.Tensor, delta: float | torch.Tensor):
     # where k = 0, k . g = 0 < delta: the excess is 0, and so is the coefficient
     tiny = torch.finfo(k_sq.dtype).tiny
     coefficient = (k_dot_g - delta).clamp_min(0) / k_sq.clamp_min(tiny)
-    return g - coefficient * k, coefficient, k_dot_g, k_sq
+    return torch.addcmul(g, coefficient, k, value=-1), coefficient, k_dot_g, k_sq
 
 
 def register_projection(stats, k, *, delta, scale, valid, stats_out) -> None:
