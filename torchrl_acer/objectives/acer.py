@@ -38,6 +38,7 @@ from torchrl_acer.objectives.value.retrace import (
     evaluate,
     gaussian_log_prob,
     get_entry,
+    softmax,
     state_value,
     taken,
 )
@@ -533,8 +534,9 @@ def categorical_terms(loss, steps, average, log_mu, register) -> dict:
         data, loss.tensor_keys, steps.logits.shape, False, estimator.check_values
     )
     avg_logits = average["logits"].reshape(steps.logits.shape)
-    behaviour_log_probs = behaviour_logits.log_softmax(-1)
-    avg_probs = avg_logits.softmax(-1)
+    behaviour_log_probs = softmax(behaviour_logits, log=True)
+    avg_log_probs = softmax(avg_logits, log=True)
+    avg_probs = avg_log_probs.exp()
     space = loss.trust_region_space
     log_probs, pi = categorical_log_probs(steps.logits, avg_probs, space, register)
     probs = pi.detach()
@@ -551,9 +553,7 @@ def categorical_terms(loss, steps, average, log_mu, register) -> dict:
         # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
         correction = (1 - c / rho_all).clamp_min(0)
         correction_weight = correction * probs * (q - value)
-        kl_avg = (avg_probs * (avg_logits.log_softmax(-1) - log_probs)).sum(
-            -1, keepdim=True
-        )
+        kl_avg = (avg_probs * (avg_log_probs - log_probs)).sum(-1, keepdim=True)
     objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
         correction_weight * log_probs
     ).sum(-1, keepdim=True)

@@ -421,7 +421,7 @@ class Steps:
         if "logits" in params:
             self.logits, next_logits = window.split(params["logits"])
             self.q, next_q = window.split(out)
-            self.next_state_value = state_value(next_logits.softmax(-1), next_q)
+            self.next_state_value = state_value(softmax(next_logits), next_q)
             self.action_value = taken(self.q, action)
         else:
             loc = params["loc"]
@@ -555,6 +555,17 @@ def behaviour_log_prob(data: TensorDictBase, keys, family: str) -> torch.Tensor:
 def state_value(probs: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     r""":math:`V(s) = \sum_a \pi(a|s) Q(s, a)`, keeping a trailing singleton dim."""
     return (probs * q).sum(-1, keepdim=True)
+
+
+def softmax(x: torch.Tensor, log: bool = False) -> torch.Tensor:
+    """The (log-)softmax over the last dim of ``x``, computed over its moved view.
+
+    Torch's CPU kernel is slow over a short last dim (a few actions): out of the
+    graph, ``[128, 20, 2]`` takes 129 us over the last dim and 16 us moved first,
+    ``[16, 20, 6]`` 41 and 13 us. (With a gradient the backward gives much back.)
+    """
+    moved = x.movedim(-1, 0)
+    return (moved.log_softmax(0) if log else moved.softmax(0)).movedim(0, -1)
 
 
 def taken(per_action: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
