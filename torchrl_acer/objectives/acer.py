@@ -534,7 +534,7 @@ def categorical_terms(loss, steps, average, log_mu, register) -> dict:
         data, loss.tensor_keys, steps.logits.shape, False, estimator.check_values
     )
     avg_logits = average["logits"].reshape(steps.logits.shape)
-    behaviour_log_probs = softmax(behaviour_logits, log=True)
+    behaviour_probs = softmax(behaviour_logits)
     avg_log_probs = softmax(avg_logits, log=True)
     avg_probs = avg_log_probs.exp()
     space = loss.trust_region_space
@@ -542,21 +542,23 @@ def categorical_terms(loss, steps, average, log_mu, register) -> dict:
     probs = pi.detach()
     q = steps.q.detach()
     value = state_value(probs, q)
-    log_pi = taken(log_probs, steps.action)
     with torch.no_grad():  # what it computes joins no graph: no detach needed
+        log_pi = taken(log_probs, steps.action)
         value_target, _ = estimator.targets(
             data, steps, log_pi, steps.action_value, log_mu
         )
         c = loss.ratio_clip
         rho = (log_pi - log_mu).exp()
-        rho_all = (log_probs - behaviour_log_probs).exp()
-        # [1 - c / rho]_+: 1 - c / rho > 0 exactly where rho > c
-        correction = (1 - c / rho_all).clamp_min(0)
-        correction_weight = correction * probs * (q - value)
+        # [1 - c / rho(a)]_+ pi(a) is [pi(a) - c mu(a)]_+, as rho(a) = pi(a) / mu(a)
+        weights = (probs - c * behaviour_probs).clamp_min(0) * (q - value)
+        # the taken action's term joins the bias correction's sum over actions
+        weights = weights.scatter_add(
+            -1,
+            steps.action.unsqueeze(-1),
+            rho.clamp(max=c) * (value_target - value),
+        )
         kl_avg = (avg_probs * (avg_log_probs - log_probs)).sum(-1, keepdim=True)
-    objective = rho.clamp(max=c) * (value_target - value) * log_pi + (
-        correction_weight * log_probs
-    ).sum(-1, keepdim=True)
+    objective = (weights * log_probs).sum(-1, keepdim=True)
     entropy = -(pi * log_probs).sum(-1, keepdim=True)
     return {
         "objective": objective,
