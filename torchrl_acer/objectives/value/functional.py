@@ -71,24 +71,20 @@ def _matrix_scan(delta: torch.Tensor, decay: torch.Tensor, dim: int = 0):
 
 
 def _hillis_steele_scan(delta: torch.Tensor, decay: torch.Tensor, dim: int = 0):
-    T = delta.shape[dim]
     offset = 1
-    while offset < T:
-        # Segment [t, t + offset) is extended by segment [t + offset, t + 2 offset).
-        # Rows past the end compose with the empty segment (A = 0, decay = 0).
-        head = T - offset
-        first, tail = decay.narrow(dim, 0, head), decay.narrow(dim, head, offset)
-        later = decay.narrow(dim, offset, head)
-        delta = torch.cat(
-            [
-                delta.narrow(dim, 0, head) + first * delta.narrow(dim, offset, head),
-                delta.narrow(dim, head, offset),
-            ],
-            dim,
-        )
-        decay = torch.cat([first * later, torch.zeros_like(tail)], dim)
+    while offset < delta.shape[dim]:
+        # segment [t, t + offset) is extended by segment [t + offset, t + 2 offset);
+        # past the end is the empty segment (A = 0, decay = 0)
+        delta = delta + decay * _ahead(delta, offset, dim)
+        decay = decay * _ahead(decay, offset, dim)
         offset *= 2
     return delta
+
+
+def _ahead(x: torch.Tensor, offset: int, dim: int) -> torch.Tensor:
+    # x_{t + offset} at t, zero past the end
+    zeros = torch.zeros_like(x.narrow(dim, 0, offset))
+    return torch.cat([x.narrow(dim, offset, x.shape[dim] - offset), zeros], dim)
 
 
 def retrace_lambda_return_estimate(
