@@ -179,20 +179,30 @@ def _sha256(file) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def _fsync(path: Path) -> None:
+    """fsyncs a file, or a folder where the system allows it."""
+    folder = path.is_dir()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if folder:  # not possible everywhere (Windows); the rename is done
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not folder:
+            raise
+    finally:
+        os.close(fd)
+
+
 def _fsync_tree(root: Path) -> None:
-    """fsyncs every file below ``root``, then every folder, ``root`` last."""
-    folders = [root]
-    for path in root.rglob("*"):
-        if _is_folder(path):
-            folders.append(path)
-        elif path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    for folder in reversed(folders):
-        _fsync_dir(folder)
+    """fsyncs every file and folder below ``root``, and ``root``: all of it is on
+    disk before it is renamed into place."""
+    for path in [*root.rglob("*"), root]:
+        if path.is_file() or _is_folder(path):
+            _fsync(path)
 
 
 def _previous_name(destination: Path) -> str:
@@ -219,9 +229,9 @@ def _publish(source: Path, destination: Path) -> None:
         except BaseException:
             os.replace(previous, destination)
             raise
-        _fsync_dir(parent)
+        _fsync(parent)
         Checkpoint._remove_path(previous)
-    _fsync_dir(parent)
+    _fsync(parent)
 
 
 @contextmanager
@@ -333,19 +343,6 @@ def _versions() -> dict:
         except PackageNotFoundError:
             out[name] = None
     return out
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # not possible everywhere (Windows); the rename is done
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # The single-file format this one replaced: a marker, two little-endian uint64
@@ -563,8 +560,7 @@ class ACERCheckpoint(Checkpoint):
             for source in sorted(stage.rglob("*")):
                 if source.is_file():
                     file.write(source, source.relative_to(stage).as_posix())
-        with open(archive, "rb") as file:
-            os.fsync(file.fileno())
+        _fsync(archive)
 
     # -- load ------------------------------------------------------------------
 
