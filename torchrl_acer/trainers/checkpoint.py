@@ -139,19 +139,15 @@ class FiniteStateDictAdapter(StateDictCheckpointAdapter):
             self.nonfinite += list(nonfinite_counts(state, self.name or ""))
         return state
 
-    def load(self, component, path, *, map_location, tensor_load_kwargs, args, kwargs):
-        if self.weights_only is not None and (path / self.state_torch).exists():
+    def load(self, component, path, *, tensor_load_kwargs, **rest):
+        # (TorchRL's other payloads accept and ignore weights_only)
+        if self.weights_only is not None:
             tensor_load_kwargs = {
                 **tensor_load_kwargs,
                 "weights_only": self.weights_only,
             }
         return super().load(
-            component,
-            path,
-            map_location=map_location,
-            tensor_load_kwargs=tensor_load_kwargs,
-            args=args,
-            kwargs=kwargs,
+            component, path, tensor_load_kwargs=tensor_load_kwargs, **rest
         )
 
     def read(self, path: Path) -> Any:
