@@ -43,22 +43,6 @@ __all__ = [
 _NOT_STATE = ("env_fns", "envs")
 
 
-def _gym_vector_env(env: EnvBase):
-    """The gymnasium vector env inside a TorchRL env (``GymWrapper`` under
-    transforms), or ``None``."""
-    base = getattr(env, "base_env", env)
-    return getattr(base, "_env", None)
-
-
-def _wrapper_chain(env: gym.Env):
-    while True:
-        yield env
-        inner = getattr(env, "env", None)
-        if not isinstance(inner, gym.Env) or inner is env:
-            return
-        env = inner
-
-
 def _memo_transforms(env: EnvBase) -> list:
     """The transforms holding a ``_memo`` dict (the auto-reset transform's stash)."""
     return [
@@ -68,26 +52,30 @@ def _memo_transforms(env: EnvBase) -> list:
     ]
 
 
-def _why_not_saved(env: EnvBase) -> str | None:
-    """``None`` if :func:`env_state_dict` can save ``env``, else why not."""
+def _saveable(env: EnvBase) -> tuple[gym.vector.SyncVectorEnv | None, str | None]:
+    """The gymnasium vector env inside a TorchRL env (``GymWrapper`` under
+    transforms) and ``None`` if :func:`env_state_dict` can save it, else ``None``
+    and why not."""
     if not isinstance(env, EnvBase):
-        return f"{type(env).__name__} is not a TorchRL environment"
-    vector = _gym_vector_env(env)
+        return None, f"{type(env).__name__} is not a TorchRL environment"
+    vector = getattr(getattr(env, "base_env", env), "_env", None)
     if vector is None:
-        return f"{type(env).__name__} does not wrap a gymnasium vector env"
+        return None, f"{type(env).__name__} does not wrap a gymnasium vector env"
     if not isinstance(vector, gym.vector.SyncVectorEnv):
-        return (
+        return None, (
             f"{type(vector).__name__} keeps its environments out of this process "
             f"or in native code"
         )
-    for copy in vector.envs:
-        for layer in _wrapper_chain(copy):
+    for layer in vector.envs:  # each copy, through its wrappers to the task
+        while layer is not None:
             if isinstance(layer, gym.utils.EzPickle):
-                return (
+                return None, (
                     f"{type(layer).__name__} pickles by re-running its constructor "
                     f"(EzPickle), which loses its state"
                 )
-    return None
+            inner = getattr(layer, "env", None)
+            layer = inner if isinstance(inner, gym.Env) and inner is not layer else None
+    return vector, None
 
 
 def env_state_dict(env: EnvBase) -> dict:
@@ -98,10 +86,9 @@ def env_state_dict(env: EnvBase) -> dict:
     buffers, the TorchRL transforms' state and the auto-reset transform's stash;
     or ``{"saved": False, "reason": ...}`` where the state cannot be saved.
     """
-    reason = _why_not_saved(env)
+    vector, reason = _saveable(env)
     if reason is not None:
         return {"saved": False, "reason": reason}
-    vector = _gym_vector_env(env)
     own = {k: v for k, v in vars(vector).items() if k not in _NOT_STATE}
     try:
         blob = pickle.dumps({"envs": vector.envs, "vector": own})
@@ -120,10 +107,9 @@ def env_state_dict(env: EnvBase) -> dict:
 def load_env_state_dict(env: EnvBase, state: dict) -> None:
     """Restores what :func:`env_state_dict` saved into a freshly built ``env`` of
     the same kind."""
-    reason = _why_not_saved(env)
+    vector, reason = _saveable(env)
     if reason is not None:
         raise ValueError(f"cannot restore the environment's state: {reason}")
-    vector = _gym_vector_env(env)
     if state["num_envs"] != vector.num_envs:
         raise ValueError(
             f"the checkpoint holds {state['num_envs']} environments, this run "
