@@ -499,7 +499,6 @@ class ACERCheckpoint(Checkpoint):
         }
         stage = destination.parent / f".{destination.name}.acer-{uuid.uuid4().hex}"
         archive = stage.with_name(stage.name + ".zip")
-        self._nonfinite.clear()
         try:
             super().save(
                 stage,
