@@ -566,9 +566,7 @@ class ACERCheckpoint(Checkpoint):
         ``upstream/torchrl/0006`` asks a trainer's checkpoint, and so hands such a
         file to :meth:`load` instead of to its legacy ``torch.load`` path)."""
         source = cls._local_path(path)
-        if _single_file_refusal(source) is not None:
-            return True
-        return super().is_checkpoint(source)
+        return _single_file_refusal(source) is not None or super().is_checkpoint(source)
 
     @classmethod
     def verify(
