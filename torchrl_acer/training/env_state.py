@@ -153,13 +153,11 @@ def collector_state_dict(collector) -> dict:
 def load_collector_state_dict(collector, state: dict) -> None:
     """Restores what :func:`collector_state_dict` saved into a fresh collector."""
     load_env_state_dict(collector.env, state)
-    current = collector._carrier
+    device = collector._carrier.device
     carrier = state["carrier"].clone()
-    if current.device is None:
-        carrier.clear_device_()
-    else:
-        carrier = carrier.to(current.device)
-    collector._carrier = carrier
+    collector._carrier = (
+        carrier.clear_device_() if device is None else carrier.to(device)
+    )
     collector._frames = state["frames"]
     collector._iter = state["iter"]
     if "traj_pool" in state and collector.track_traj_ids:
