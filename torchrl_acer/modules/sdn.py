@@ -35,18 +35,6 @@ def _draw(loc, scale, noise):
     return (loc.detach() + scale.detach() * noise).detach()
 
 
-def _at_actions(network, observations, action_key, actions):
-    """Runs ``network`` on each of ``m`` actions per state in one call.
-
-    ``observations`` (``[*B]``, the entries it reads besides the action) are expanded to
-    ``[m, *B]``.
-    """
-    data = observations.expand(actions.shape[0], *observations.batch_size)
-    data = data.clone(False)
-    data.set(action_key, actions)
-    return network(data)
-
-
 class StochasticDuelingNetwork(TensorDictModuleBase):
     r""":math:`V(s)` and :math:`\tilde Q(s, a)` from a value and an advantage head.
 
@@ -149,12 +137,11 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
         Returns:
             ``[m, *B, 1]``.
         """
-        return _at_actions(
-            self.advantage_network,
-            observations.select(*self.observation_keys),
-            self.action_key,
-            actions,
-        ).get(self.advantage_key)
+        # the observations expanded to [m, *B], each row with its actions
+        data = observations.select(*self.observation_keys)
+        data = data.expand(actions.shape[0], *data.batch_size).clone(False)
+        data.set(self.action_key, actions)
+        return self.advantage_network(data).get(self.advantage_key)
 
     def sample_baseline_actions(
         self, loc: torch.Tensor, scale: torch.Tensor
@@ -201,49 +188,32 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
 class SampledStateValue(TensorDictModuleBase):
     r""":math:`V(s)` of a plain :math:`Q` critic, by Monte Carlo.
 
-    :math:`V(s) = \frac1n \sum_i Q(s, u_i)`, :math:`u_i \sim \pi(\cdot|s)`.
+    :math:`V(s) = \frac1n \sum_i Q(s, u_i)`, :math:`u_i \sim \pi(\cdot|s)`, with
+    the :class:`PlainQCritic`'s own :math:`Q` (its "advantage" network, through
+    :meth:`~StochasticDuelingNetwork.advantages`).
 
     Reads the observation entries and the policy's ``loc`` and ``scale`` at
     :math:`s` (written by the actor in the same tensordict: they are not in
     :attr:`in_keys`, which name what must come from the data), writes
     :math:`V(s)` under ``value_key``. The draws carry no gradient into the policy.
-    ``q_network`` is referenced, not registered: its parameters belong to the
-    :class:`PlainQCritic` that holds it as its action-value network.
+    ``critic`` is referenced, not registered: this module is its value network.
     """
 
-    def __init__(
-        self,
-        q_network: TensorDictModule,
-        *,
-        num_samples: int,
-        action_key: NestedKey = "action",
-        loc_key: NestedKey = "loc",
-        scale_key: NestedKey = "scale",
-        value_key: NestedKey = "state_value",
-    ):
+    def __init__(self, critic):
         super().__init__()
-        self._q_network = (q_network,)  # a tuple: not a submodule
-        self.num_samples = num_samples
-        self.action_key = action_key
-        self.loc_key = loc_key
-        self.scale_key = scale_key
-        self.q_key = q_network.out_keys[0]
-        self.in_keys = [key for key in q_network.in_keys if key != action_key]
-        self.out_keys = [value_key]
+        self._critic = (critic,)  # a tuple: not a submodule
+        # set by the critic once built: its observation keys and value key
+        self.in_keys, self.out_keys = [], []
 
     def noise(self, loc: torch.Tensor) -> torch.Tensor:
         """Standard normal draws, ``[n, *loc.shape]`` (a seam for tests)."""
-        return _standard_normal(self.num_samples, loc)
+        return _standard_normal(self._critic[0].num_samples, loc)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        loc = tensordict.get(self.loc_key)
-        draws = _draw(loc, tensordict.get(self.scale_key), self.noise(loc))
-        q = _at_actions(
-            self._q_network[0],
-            tensordict.select(*self.in_keys),
-            self.action_key,
-            draws,
-        ).get(self.q_key)
+        critic = self._critic[0]
+        loc = tensordict.get(critic.loc_key)
+        draws = _draw(loc, tensordict.get(critic.scale_key), self.noise(loc))
+        q = critic.advantages(tensordict, draws)
         tensordict.set(self.out_keys[0], q.mean(0))
         return tensordict
 
@@ -296,8 +266,8 @@ class PlainQCritic(StochasticDuelingNetwork):
         action_value_key: NestedKey = "action_value",
         **keys: NestedKey,
     ):
-        # keys: action_key, loc_key, scale_key, value_key, shared with V's sampler
-        value = SampledStateValue(q_network, num_samples=num_samples, **keys)
+        # keys: action_key, loc_key, scale_key, value_key
+        value = SampledStateValue(self)
         super().__init__(
             value,
             q_network,
@@ -305,6 +275,8 @@ class PlainQCritic(StochasticDuelingNetwork):
             action_value_key=action_value_key,
             **keys,
         )
+        # V reads what Q reads but the action
+        value.in_keys, value.out_keys = list(self.observation_keys), [self.value_key]
 
     def dueling_action_value(self, observations, value, action, loc, scale):
         """Returns :math:`Q(s, a)` itself, ``[*B, 1]``.
