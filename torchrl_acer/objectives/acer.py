@@ -669,13 +669,13 @@ def behaviour_statistics(data, keys, shape, gaussian: bool, check: bool) -> list
             f"the behaviour policy's {what} stored with each step (collectors "
             f"store the actor's)",
         )
-        fits = value.shape == shape
-        if not fits and gaussian:  # a Gaussian's may broadcast
+        expanded = value
+        if gaussian:  # a Gaussian's may broadcast
             try:
-                fits = value.expand(shape) is not None
+                expanded = value.expand(shape)
             except RuntimeError:
                 pass
-        if not fits:
+        if expanded.shape != shape:
             raise ValueError(
                 f"behaviour {name} {key!r} "
                 f"{'has' if gaussian else 'have'} shape {tuple(value.shape)}, "
@@ -690,7 +690,7 @@ def behaviour_statistics(data, keys, shape, gaussian: bool, check: bool) -> list
                 repr(key),
                 f"the behaviour policy's {what} are corrupted",
             )
-        out.append(value.expand(shape))
+        out.append(expanded)
     if check and gaussian and not bool((out[1] > 0).all()):
         raise ValueError(
             f"behaviour scale {keys.behavior_scale!r} holds values that "
