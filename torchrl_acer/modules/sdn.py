@@ -163,11 +163,14 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
         r""":math:`\tilde Q(s, a) = V(s) + A(s, a) - \frac1n \sum_i A(s, u_i)`.
 
         With fresh :math:`u_i \sim \pi`, given :math:`V(s)` (``[*B, 1]``); ``action``,
-        ``loc`` and ``scale`` are ``[*B, d]``. Returns ``[*B, 1]``.
+        ``loc`` and ``scale`` are ``[*B, d]``. Returns ``[*B, 1]``. Without the
+        dueling architecture (:class:`PlainQCritic`), :math:`Q(s, a)` itself:
+        ``value``, ``loc`` and ``scale`` are unused.
         """
-        actions = torch.cat(
-            [action.unsqueeze(0), self.sample_baseline_actions(loc, scale)], 0
-        )
+        actions = action.unsqueeze(0)
+        if not self.dueling:
+            return self.advantages(observations, actions)[0]
+        actions = torch.cat([actions, self.sample_baseline_actions(loc, scale)], 0)
         advantages = self.advantages(observations, actions)
         return value + advantages[0] - advantages[1:].mean(0)
 
@@ -277,10 +280,3 @@ class PlainQCritic(StochasticDuelingNetwork):
         )
         # V reads what Q reads but the action
         value.in_keys, value.out_keys = list(self.observation_keys), [self.value_key]
-
-    def dueling_action_value(self, observations, value, action, loc, scale):
-        """Returns :math:`Q(s, a)` itself, ``[*B, 1]``.
-
-        ``value``, ``loc`` and ``scale`` are unused: there is no dueling baseline.
-        """
-        return self.advantages(observations, action.unsqueeze(0))[0]
