@@ -369,3 +369,25 @@ class TestBadInput:
         critic = TensorDictModule(nn.Linear(3, 2), ["observation"], ["action_value"])
         with pytest.raises(TypeError, match="StochasticDuelingNetwork"):
             ACERLoss(actor, critic)
+
+
+def test_advantage_network_reading_an_entry_of_its_own():
+    """An advantage network may read an observation entry that neither the actor
+    nor the value network reads: the loss lists it in its in_keys and reads it."""
+    B, T, d = 2, 5, 2
+    batch, _, S = gaussian_table_batch(B, T, d, dones=DONES, terminations=TERMINATIONS)
+    goal = torch.randn(B, T, 3, dtype=torch.float64)
+    batch.set("goal", goal)
+    batch.set(("next", "goal"), goal.roll(-1, 1))
+    actor, _, _, v, _ = table_gaussian_sdn(S, d)
+    a = MLP(in_features=S + 3 + d, out_features=1, num_cells=[8]).double()
+    critic = StochasticDuelingNetwork(
+        TensorDictModule(v, ["observation"], ["state_value"]),
+        TensorDictModule(a, ["observation", "goal", "action"], ["advantage"]),
+        num_samples=3,
+    )
+    loss = make_loss(actor, critic)
+    assert "goal" in loss.in_keys and ("next", "goal") in loss.in_keys
+    out = loss(batch)
+    out["loss_critic"].backward()
+    assert a[0].weight.grad[:, S : S + 3].abs().sum() > 0  # the goal's columns

@@ -130,6 +130,23 @@ def test_shared_trunk_runs_once_per_update():
     assert trunk.sizes == [B * (T + 1), B * T]
 
 
+def test_shared_trunk_of_a_critic_built_from_a_dict_runs_once():
+    """A TensorDictSequential built from an OrderedDict iterates names, not modules:
+    its shared trunk is still found and run once."""
+    from collections import OrderedDict
+
+    from builders import CallCounter
+    from tensordict.nn import TensorDictSequential
+
+    B, T = 3, 5
+    actor, critic = discrete_actor_critic(shared=True)
+    trunk_module, q_head = critic.module[0], critic.module[1]
+    critic = TensorDictSequential(OrderedDict(trunk=trunk_module, q=q_head))
+    trunk = CallCounter(trunk_module.module)
+    ACERLoss(actor, critic)(random_batch(B, T))
+    assert trunk.sizes == [B * (T + 1), B * T]
+
+
 def test_shared_trunk_loss_equals_unshared_loss():
     actor, critic = discrete_actor_critic(shared=True)
     data = random_batch(3, 5, dones=[(1, 2)])

@@ -908,7 +908,7 @@ class PolicyCriticEvaluator:
         # unless it starts with the actor's own trunk)
         self.critic_modules = [critic_head]
         if isinstance(critic_head, TensorDictSequential):
-            modules = list(critic_head.module)
+            modules = submodules(critic_head)
             while modules and id(modules[0]) in actor_modules:
                 shared.append(modules.pop(0))
             if shared:
@@ -918,8 +918,11 @@ class PolicyCriticEvaluator:
                     )
                 self.critic_modules = modules
         self.shared_out_keys = [key for m in shared for key in m.out_keys]
+        # a dueling network's advantage head runs on the steps, on what it reads
+        sdn = isinstance(critic_network, StochasticDuelingNetwork)
+        sdn_keys = critic_network.observation_keys if sdn else ()
         self.in_keys = list(
-            dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys])
+            dict.fromkeys([*actor_network.in_keys, *critic_head.in_keys, *sdn_keys])
         )
         #: the entries read from the data, at ``s_t`` and ``s'_t``, and those the
         #: critic reads from the actor's outputs (recurrent networks)
@@ -1148,7 +1151,6 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
     def __init__(self, *args, recurrent_state: str = "stored", burn_in: int = 0):
         super().__init__(*args)
         self.recurrent_state, self.burn_in = recurrent_state, burn_in
-        critic_keys = ()
         sdn = self.critic_network
         if isinstance(sdn, StochasticDuelingNetwork):
             for name, module in sdn.named_modules():
@@ -1161,7 +1163,6 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
                         f"feed-forward modules reading its output features (its "
                         f"out_key, e.g. {module.out_keys[0]!r}) and observations"
                     )
-            critic_keys = sdn.observation_keys  # the advantage network's
         modules = {}
         for network in (self.actor_network, self.critic_network):
             for module in recurrent_modules(network):
@@ -1199,7 +1200,7 @@ class RecurrentEvaluator(PolicyCriticEvaluator):
         written = {unravel_key(k) for k in actor.out_keys} - not_written
         keys = [
             key
-            for key in dict.fromkeys(map(unravel_key, (*self.in_keys, *critic_keys)))
+            for key in dict.fromkeys(map(unravel_key, self.in_keys))
             if key not in hidden
         ]
         self.features = [key for key in keys if key in written]
