@@ -25,6 +25,7 @@ from torchrl.envs import GymWrapper
 from torchrl_acer.training.env_state import (
     collector_state_dict,
     env_state_dict,
+    load_env_state_dict,
     restart_episodes,
     resume_seed,
 )
@@ -395,3 +396,30 @@ def test_frame_stack_replay_saves_what_it_holds():
     for key in FrameStackReplayBuffer._STATE:
         mine, theirs = getattr(rb, key), getattr(other, key)
         assert (mine == theirs).all() if hasattr(mine, "shape") else mine == theirs
+
+
+def test_env_state_of_a_bare_gym_wrapper_round_trips():
+    """A GymWrapper around a SyncVectorEnv, without transforms of our own (its
+    auto-reset transform is its TransformedEnv's only one, not a Compose): its
+    state is saved and restored, and the copy steps as the original does."""
+    same_step = gym.vector.AutoresetMode.SAME_STEP
+
+    def make():
+        vector = gym.make_vec(
+            "CartPole-v1",
+            num_envs=2,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": same_step},
+        )
+        return GymWrapper(vector)
+
+    env, copy = make(), make()
+    env.set_seed(0)
+    env.rollout(7, break_when_any_done=False)
+    state = env_state_dict(env)
+    assert state["saved"]
+    load_env_state_dict(copy, state)
+    action = env.full_action_spec.zero()
+    for _ in range(3):
+        ours, theirs = env.step(action.clone()), copy.step(action.clone())
+        torch.testing.assert_close(ours["next"], theirs["next"])

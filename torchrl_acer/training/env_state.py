@@ -24,7 +24,7 @@ import pickle
 import gymnasium as gym
 import numpy as np
 import torch
-from torchrl.envs import EnvBase
+from torchrl.envs import Compose, EnvBase
 
 from torchrl_acer.training.envs import forget_saved_step
 
@@ -45,11 +45,10 @@ _NOT_STATE = ("env_fns", "envs")
 
 def _memo_transforms(env: EnvBase) -> list:
     """The transforms holding a ``_memo`` dict (the auto-reset transform's stash)."""
-    return [
-        t
-        for t in getattr(env, "transform", ())
-        if isinstance(getattr(t, "_memo", None), dict)
-    ]
+    transform = getattr(env, "transform", None)
+    # a TransformedEnv holds a Compose, or one transform alone (GymWrapper's own)
+    transforms = transform if isinstance(transform, Compose) else [transform]
+    return [t for t in transforms if isinstance(getattr(t, "_memo", None), dict)]
 
 
 def _saveable(env: EnvBase) -> tuple[gym.vector.SyncVectorEnv | None, str | None]:
