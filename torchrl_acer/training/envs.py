@@ -215,13 +215,11 @@ def make_env(
     check_env_id(env_id)
     if num_envs < 1:
         raise ConfigError(f"env.num_envs must be at least 1, got {num_envs}")
-    kwargs = (
-        {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-    )
 
     def make_one(check=False):
         check_env_id(env_id)  # registers MinAtar/ALE ids in worker processes too
-        env = gym.make(env_id, **kwargs)
+        # None: the task's own time limit, as gymnasium reads it
+        env = gym.make(env_id, max_episode_steps=max_episode_steps)
         if check:  # the task's own actions, before a wrapper assumes their kind
             check_spaces(env, env_id, action_space, observation=False)
         for wrapper in wrappers:
