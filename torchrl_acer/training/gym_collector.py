@@ -81,6 +81,11 @@ def _keys(spec) -> set:
     return {_key(k) for k in spec.keys(True, True)}
 
 
+def _not_done(*shape: int) -> dict:
+    """The done flags of steps that start from a live state (all ``False``)."""
+    return {key: torch.zeros(*shape, 1, dtype=torch.bool) for key in _DONE_KEYS}
+
+
 class GymVectorCollector(BaseCollector):
     r"""Collects ``[num_envs, T]`` batches from a TorchRL ``GymWrapper`` over a
     gymnasium vector env by stepping the vector env itself.
@@ -473,13 +478,7 @@ class GymVectorCollector(BaseCollector):
 
         terminated = stack(steps["terminated"], flag=True)
         truncated = stack(steps["truncated"], flag=True)
-        not_done = torch.zeros(N, T, 1, dtype=torch.bool)
-        root = {
-            "observation": torch.stack(steps["obs"], dim=1),
-            "done": not_done,
-            "terminated": not_done.clone(),
-            "truncated": not_done.clone(),
-        }
+        root = {"observation": torch.stack(steps["obs"], dim=1), **_not_done(N, T)}
         nxt = {
             "observation": stack(steps["next_obs"], self._obs_dtype),
             "reward": stack(steps["reward"], self._reward_dtype, flag=True),
@@ -560,13 +559,10 @@ class GymVectorCollector(BaseCollector):
         the observation, the done flags, the running return and the trajectory
         ids of the ``[num_envs]`` copies. Set, the collector continues from it
         (a ``Collector``'s, or this one's)."""
-        not_done = torch.zeros(self.n_env, 1, dtype=torch.bool)
         carrier = TensorDict(
             {
                 "observation": self._obs.clone(),
-                "done": not_done,
-                "terminated": not_done.clone(),
-                "truncated": not_done.clone(),
+                **_not_done(self.n_env),
                 "collector": {"traj_ids": torch.from_numpy(self._traj_ids.copy())},
             },
             batch_size=[self.n_env],
