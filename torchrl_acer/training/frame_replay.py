@@ -392,7 +392,7 @@ class FrameStackReplayBuffer:
         slots = int(self._written.clamp(max=self.slots).max())
         written_ends = (self._end_owner >= 0).any(0).nonzero()
         ends = int(written_ends.max()) + 1 if len(written_ends) else 0
-        state = {
+        return {
             "initialized": True,
             "generator": generator,
             "num_workers": self.num_workers,
@@ -407,11 +407,9 @@ class FrameStackReplayBuffer:
                 for k in (*self._PER_SLOT, "_slot_id")
             },
             **{k: getattr(self, k)[:, :ends].clone() for k in self._PER_END},
+            **{k: getattr(self, k).clone() for k in self._CURSORS},
+            "stack": self.stack,
         }
-        for key in self._CURSORS:
-            state[key] = getattr(self, key).clone()
-        state["stack"] = self.stack
-        return state
 
     def load_state_dict(self, state: dict) -> None:
         saved_generator = state.get("generator")
@@ -468,8 +466,7 @@ class FrameStackReplayBuffer:
         if not self._initialized:
             return 0
         tensors = [getattr(self, k) for k in self._STATE if k not in ("_data", "stack")]
-        tensors += list(self._data.values(True, True))
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return sum(t.numel() * t.element_size() for t in tensors) + self._data.bytes()
 
 
 def _one_worker_state(state: dict) -> dict:
