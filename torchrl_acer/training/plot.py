@@ -117,9 +117,8 @@ def main(argv=None):
     sizes = args.group or [len(args.runs)]
     if sum(sizes) != len(args.runs):
         parser.error(f"--group sizes {sizes} do not add up to {len(args.runs)} runs")
-    labels = args.label or [f"group {i}" for i in range(len(sizes))]
-    if len(args.group or [1]) == 1 and not args.label:
-        labels = ["ACER"]
+    default = [f"group {i}" for i in range(len(sizes))] if len(sizes) > 1 else ["ACER"]
+    labels = args.label or default
     if len(labels) != len(sizes):
         parser.error("give one --label per group")
     groups, i = {}, 0
