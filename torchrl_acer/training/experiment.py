@@ -93,7 +93,7 @@ def get_device(name: str) -> torch.device:
     name = str(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name != "cpu" and not re.fullmatch(r"cuda(:\d+)?", name):
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
         raise ConfigError(f"bad config: device={name!r} must be cpu, cuda or auto")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(
