@@ -152,11 +152,16 @@ class FrameStackReplayBuffer:
                 f"frames, got {self.stack} ({self.pixels_key!r} of shape "
                 f"{tuple(pixels.shape)})"
             )
-        frame_shape = pixels.shape[-2:]
+        self._allocate(pixels.shape[-2:], pixels.dtype, self._strip(batch[:1]))
+
+    def _allocate(self, frame_shape, dtype, data: TensorDictBase) -> None:
+        """Blank storage for every slot and side-ring entry: frames of
+        ``frame_shape`` and ``dtype``, segment data like ``data`` (a ``[1, T]``
+        row)."""
         R, S, T, E = self.rows, self.slots, self.T, self.max_episode_ends
-        self._frames = torch.zeros(R, S, T, *frame_shape, dtype=pixels.dtype)
-        self._last_next = torch.zeros(R, S, *frame_shape, dtype=pixels.dtype)
-        self._ends = torch.zeros(R, E, *frame_shape, dtype=pixels.dtype)
+        self._frames = torch.zeros(R, S, T, *frame_shape, dtype=dtype)
+        self._last_next = torch.zeros(R, S, *frame_shape, dtype=dtype)
+        self._ends = torch.zeros(R, E, *frame_shape, dtype=dtype)
         self._end_slot = torch.full((R, S, T), -1, dtype=torch.long)
         self._end_owner = torch.full((R, E), -1, dtype=torch.long)
         self._end_cursor = torch.zeros(R, dtype=torch.long)
@@ -164,8 +169,7 @@ class FrameStackReplayBuffer:
         self._history_only = torch.zeros(R, S, dtype=torch.bool)
         # the worker's count of slots written when each of its slots was
         self._slot_id = torch.full((self.num_workers, S), -1, dtype=torch.long)
-        rest = self._strip(batch[:1])
-        self._data = rest.unsqueeze(1).expand(R, S, T).clone().apply(torch.zeros_like)
+        self._data = data.unsqueeze(1).expand(R, S, T).clone().apply(torch.zeros_like)
         self._initialized = True
 
     def _strip(self, batch: TensorDictBase) -> TensorDictBase:
@@ -363,9 +367,8 @@ class FrameStackReplayBuffer:
 
     # -- checkpoints ---------------------------------------------------------------
 
-    # per row and slot (``_slot_id``: per worker and slot), per row and side-ring
-    # entry (all along dimension 1), and what a slot or an entry not yet written
-    # holds
+    # per row and slot (``_slot_id``: per worker and slot), and per row and
+    # side-ring entry (all along dimension 1)
     _PER_SLOT = (
         "_frames",
         "_last_next",
@@ -377,7 +380,6 @@ class FrameStackReplayBuffer:
     _PER_END = ("_ends", "_end_owner")
     # per row (``_end_cursor``) or worker: saved whole
     _CURSORS = ("_end_cursor", "_cursor", "_written")
-    _BLANK = {"_end_slot": -1, "_end_owner": -1, "_slot_id": -1}
     # the storage, as attributes
     _STATE = (*_PER_SLOT, *_PER_END, "_slot_id", *_CURSORS, "stack")
 
@@ -437,29 +439,17 @@ class FrameStackReplayBuffer:
                 f"FrameStackReplayBuffer: the checkpoint's buffer has (num_envs, "
                 f"slots, max_episode_ends) = {theirs}, this one {mine}"
             )
-        S, E = self.slots, self.max_episode_ends
-
-        def full(key, length, saved):
-            """``saved``'s first entries along dimension 1, the rest blank."""
-            if key == "_data":
-                out = saved[:, :1].expand(saved.shape[0], length, self.T).clone()
-                out = out.apply(torch.zeros_like)
-            else:
-                shape = (saved.shape[0], length, *saved.shape[2:])
-                out = torch.full(shape, self._BLANK.get(key, 0), dtype=saved.dtype)
-            out[:, : saved.shape[1]] = saved
-            return out
-
-        for key in (*self._PER_SLOT, "_slot_id"):
-            setattr(self, key, full(key, S, state[key]))
-        for key in self._PER_END:
-            setattr(self, key, full(key, E, state[key]))
+        # the saved slots and side-ring entries into blank storage
+        frames = state["_frames"]
+        self._allocate(frames.shape[3:], frames.dtype, state["_data"][:1, 0])
+        for key in (*self._PER_SLOT, "_slot_id", *self._PER_END):
+            saved = state[key]
+            getattr(self, key)[:, : saved.shape[1]] = saved
         for key in self._CURSORS:
             setattr(self, key, state[key].clone())
         self.stack = state["stack"]
         self.history_only_segments = state["history_only_segments"]
         self._sampleable_index = None
-        self._initialized = True
 
     def nbytes(self) -> int:
         """Bytes held by the storage."""
