@@ -169,24 +169,22 @@ class GymVectorCollector(BaseCollector):
         self.n_env = self._vector.num_envs
         if frames_per_batch < 1:
             raise ValueError(f"frames_per_batch must be >= 1, got {frames_per_batch}")
+        # as TorchRL's Collector: frames_per_batch counts steps per env
+        self.frames_per_batch = -(-frames_per_batch // self.n_env)
+        self.requested_frames_per_batch = self.frames_per_batch * self.n_env
         if frames_per_batch % self.n_env:
             warnings.warn(
                 f"frames_per_batch ({frames_per_batch}) is not a multiple of the "
                 f"{self.n_env} environments: each batch has "
-                f"{-(-frames_per_batch // self.n_env) * self.n_env} frames",
+                f"{self.requested_frames_per_batch} frames",
                 stacklevel=2,
             )
-        # as TorchRL's Collector: frames_per_batch counts steps per env
-        self.frames_per_batch = -(-frames_per_batch // self.n_env)
-        self.requested_frames_per_batch = self.frames_per_batch * self.n_env
         self.total_frames = (
             math.inf if total_frames is None or total_frames < 0 else int(total_frames)
         )
-        self.policy_device = (
-            None if policy_device is None else torch.device(policy_device)
-        )
-        if self.policy_device is not None and self.policy_device.type == "cpu":
-            self.policy_device = None
+        # None on the CPU, where the observations are: nothing to move
+        device = torch.device("cpu" if policy_device is None else policy_device)
+        self.policy_device = None if device.type == "cpu" else device
         self.track_traj_ids = True
         self.closed = False
         self._frames = 0
