@@ -423,9 +423,7 @@ class GymVectorCollector(BaseCollector):
                     # gymnasium returned the reset observation of the copies
                     # that ended; the step's true last one is in the info
                     stepped = next_obs.copy()
-                    final = info["final_obs"]
-                    for i in np.flatnonzero(done):
-                        stepped[i] = final[i]
+                    stepped[done] = np.stack(info["final_obs"][done])
                 reward, summed = self._rewards(reward)
                 returned = self._return + summed
                 steps["obs"].append(obs)
