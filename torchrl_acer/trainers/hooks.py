@@ -380,6 +380,8 @@ class NonFiniteGuard(DefaultOptimizationStepper):
         super().register(trainer, name)
         _around(trainer, "_post_optim_hook", self._post_optim)
         _around(trainer, "_save_trainer", self._save)
+        # TorchRL runs batch_process on collected batches only: none when the
+        # collector writes to a replay buffer itself
         trainer.register_op("batch_process", self._check_batch)
         _train_only_accepted(trainer, self)
         trainer.register_op("post_steps_log", self._log)
@@ -459,8 +461,6 @@ class NonFiniteGuard(DefaultOptimizationStepper):
         )
 
     def _check_batch(self, batch: TensorDictBase) -> TensorDictBase:
-        if batch is None:  # collected into a replay buffer: nothing to check
-            return batch
         read = self._read(batch)
         self.batch_ok = _batch_is_finite(read)
         self._event(
@@ -480,9 +480,8 @@ class NonFiniteGuard(DefaultOptimizationStepper):
     def _save(self, inner) -> None:
         trainer = self._trainer
         bad = list(nonfinite_counts(trainer.loss_module.state_dict(), "loss_module"))
-        if trainer.optimizer is not None:
-            state = trainer.optimizer.state_dict()["state"]
-            bad += list(nonfinite_counts(state, "optimizer.state"))
+        state = trainer.optimizer.state_dict()["state"]  # register required one
+        bad += list(nonfinite_counts(state, "optimizer.state"))
         if bad:
             rotation = trainer.checkpoint_rotation
             path = trainer.save_trainer_file if rotation is None else rotation.directory
@@ -632,8 +631,6 @@ class PolicyVersion(TrainerHookBase):
                 hook.collector.update_policy_weights_(hook.policy_weights_getter())
 
     def _measure(self, batch: TensorDictBase) -> TensorDictBase:
-        if batch is None:  # collected into a replay buffer: no batch to drop
-            return batch
         versions = batch.get("policy_version", None)
         if versions is None:
             raise KeyError(
