@@ -595,23 +595,20 @@ class PolicyVersion(TrainerHookBase):
             _around(trainer.optimization_stepper, "step", self._step)
         trainer.register_module(name, self)
 
-    def _stamped(self, inner, weights=None, /, *args, weights_dict=None, **kwargs):
+    def _stamped(self, inner, weights=None, /, *args, **kwargs):
         """The collector's ``update_policy_weights_``, the policy's weights
         versioned (a push of nothing, the collector's own copy, goes through)."""
+        weights_dict = kwargs.get("weights_dict")
         if weights_dict is not None and "policy" in weights_dict:
-            weights_dict = {
-                **weights_dict,
-                "policy": self._stamp(weights_dict["policy"]),
-            }
-        elif isinstance(weights, torch.nn.Module):
-            weights = self._stamp(TensorDict.from_module(weights))
-        elif isinstance(weights, TensorDictBase):
+            policy = self._stamp(weights_dict["policy"])
+            kwargs["weights_dict"] = {**weights_dict, "policy": policy}
+        elif isinstance(weights, (torch.nn.Module, TensorDictBase)):
             weights = self._stamp(weights)
-        if weights_dict is not None:
-            kwargs["weights_dict"] = weights_dict
         return inner(*(() if weights is None else (weights,)), *args, **kwargs)
 
-    def _stamp(self, weights: TensorDictBase) -> TensorDictBase:
+    def _stamp(self, weights: torch.nn.Module | TensorDictBase) -> TensorDictBase:
+        if isinstance(weights, torch.nn.Module):
+            weights = TensorDict.from_module(weights)
         if "begin" in weights.keys():  # a VersionedPolicy's already: restamped
             weights = weights["policy"]
         self._pushed_at.append(_updates(self._trainer))
