@@ -187,9 +187,8 @@ class ACERUpdateSchedule(TrainerHookBase):
         accepted = all(accept(batch) for accept in self.accept) and (
             self._trainer is None or batch_accepted(self._trainer)
         )
-        self._pending = []
-        if self.on_policy_updates and accepted:
-            self._pending.append(batch)
+        on_policy = [batch] if self.on_policy_updates and accepted else []
+        draws = 0
         if self.replay_buffer is not None:
             if accepted:
                 keys = self.replay_keys
@@ -200,12 +199,8 @@ class ACERUpdateSchedule(TrainerHookBase):
             if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
                 rate = torch.tensor(float(self.replay_ratio))
                 draws = int(torch.poisson(rate, generator=self.generator))
-                self._pending += [None] * draws  # sampled when their turn comes
-        on_policy = int(self.on_policy_updates and accepted)
-        self.planned = {
-            "on_policy": on_policy,
-            "off_policy": len(self._pending) - on_policy,
-        }
+        self._pending = on_policy + [None] * draws  # replay sampled in its turn
+        self.planned = {"on_policy": len(on_policy), "off_policy": draws}
         return batch
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
