@@ -399,8 +399,7 @@ class ACERTrainer(Trainer):
         self._pbar.mininterval = math.inf
 
     def _pbar_description(self) -> None:
-        if not self.progress_bar:
-            return
+        # called by TorchRL's loops with a progress bar only
         shown = self._pbar_str
         self._pbar.set_description(
             ", ".join(
