@@ -140,7 +140,7 @@ class GreedyEvaluator:
         # TorchRL's step costs 15-20 times the gymnasium vector env's own on
         # CartPole: where nothing but that step happens between them, the
         # evaluation steps the vector env itself (the same steps, bit for bit)
-        self._vector = None if env is None else _steppable_vector_env(self)
+        self._vector = _steppable_vector_env(self)
 
     @torch.no_grad()
     def __call__(self) -> dict[str, float]:
@@ -188,9 +188,8 @@ class GreedyEvaluator:
         vector, spec = self._vector, self.env.base_env.full_action_spec["action"]
         obs_dtype = self.env.observation_spec["observation"].dtype
         sum_dtype = self.env.observation_spec[self.return_key[1:]].dtype
-        np_sum_dtype = torch.empty((), dtype=sum_dtype).numpy().dtype
         policy_device = module_device(self.policy)
-        returns = np.zeros(n, dtype=np_sum_dtype)
+        returns = torch.zeros(n, dtype=sum_dtype).numpy()
         obs = reset_every_copy(self.env).get("observation")
         while True:
             td = TensorDict({"observation": obs}, batch_size=[n])
@@ -200,7 +199,7 @@ class GreedyEvaluator:
             action = spec.to_numpy(action.to(spec.dtype), safe=False)
             next_obs, reward, terminated, truncated, _ = vector.step(action)
             done = np.logical_or(terminated, truncated)
-            returns = returns + np.asarray(reward).astype(np_sum_dtype)
+            returns = returns + np.asarray(reward).astype(returns.dtype)
             if done.all():  # TorchRL resets the whole vector env then
                 next_obs, _ = vector.reset()
             yield torch.from_numpy(returns).float(), torch.from_numpy(done)
