@@ -318,3 +318,34 @@ def test_save_every_minutes_saves_between_batches(tmp_path, monkeypatch):
     run_resumable(tmp_path, 50, save=tmp_path / "ckpt", hooks=[run])
     # batches of 10 frames: due at 20 and 40 frames, and the end's own save at 50
     assert saved == [20, 40, 50]
+
+
+def test_ratios_by_policy_lag_are_logged_for_batches_made_segments(tmp_path):
+    """One environment with no batch dims: its [T] batches become [1, T] segments
+    (a new tensordict, as a learner on another device gets a copy). The fresh
+    batch's update is still known, and its importance ratios logged by lag."""
+    import copy
+
+    from torchrl.collectors import Collector
+    from torchrl.envs import GymEnv
+
+    from torchrl_acer.trainers.hooks import PolicyVersion, VersionedPolicy
+
+    pieces = make_pieces(**{"collector.total_frames": 15, "replay.ratio": 0.0})
+    actor = pieces.loss_module.actor_network
+    acting = VersionedPolicy(copy.deepcopy(actor).requires_grad_(False))
+    pieces.collector.shutdown()
+    pieces.collector = Collector(
+        GymEnv("CartPole-v1"),
+        acting,
+        frames_per_batch=5,
+        total_frames=-1,
+        auto_register_policy_transforms=False,
+    )
+    trainer = new_trainer_like(pieces)
+    PolicyVersion().register(trainer)
+    trainer.train()
+    log = trainer._log_dict
+    assert log["collector/policy_lag"] == [0, 0, 0]
+    assert len(log["collector/rho_mean_lag0"]) == 3
+    close(pieces)

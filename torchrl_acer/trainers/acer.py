@@ -180,14 +180,14 @@ class ACERUpdateSchedule(TrainerHookBase):
         return len(self.replay_buffer) * self.segment_length
 
     def store(self, batch: TensorDictBase) -> TensorDictBase:
-        """Stores the fresh batch and plans its updates; returns it as ``[N, T]``."""
+        """Stores the fresh batch and plans its updates; returns it as ``[N, T]``
+        segments on the schedule's device."""
         batch = as_segments(batch)
         if self.segment_length is None:
             self.segment_length = batch.shape[-1]
         accepted = all(accept(batch) for accept in self.accept) and (
             self._trainer is None or batch_accepted(self._trainer)
         )
-        on_policy = [batch] if self.on_policy_updates and accepted else []
         draws = 0
         if self.replay_buffer is not None:
             if accepted:
@@ -199,8 +199,16 @@ class ACERUpdateSchedule(TrainerHookBase):
             if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
                 rate = torch.tensor(float(self.replay_ratio))
                 draws = int(torch.poisson(rate, generator=self.generator))
+        # the trainer's batch from here on is the one its update trains on
+        batch = self._on_device(batch)
+        on_policy = [batch] if self.on_policy_updates and accepted else []
         self._pending = on_policy + [None] * draws  # replay sampled in its turn
         self.planned = {"on_policy": len(on_policy), "off_policy": draws}
+        return batch
+
+    def _on_device(self, batch: TensorDictBase) -> TensorDictBase:
+        if self.device is not None and batch.device != self.device:
+            return batch.to(self.device)
         return batch
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
@@ -213,9 +221,7 @@ class ACERUpdateSchedule(TrainerHookBase):
             raise StopIteration
         sub_batch = self._pending.pop(0)
         if sub_batch is None:
-            sub_batch = self.replay_buffer.sample()
-        if self.device is not None and sub_batch.device != self.device:
-            sub_batch = sub_batch.to(self.device)
+            sub_batch = self._on_device(self.replay_buffer.sample())
         return sub_batch
 
     def state_dict(self) -> dict[str, Any]:

@@ -589,6 +589,10 @@ class PolicyVersion(TrainerHookBase):
         # first: before a hook that stores the batch (see batch_ok)
         trainer.register_op("batch_process", self._measure)
         trainer._batch_process_ops.insert(0, trainer._batch_process_ops.pop())
+        # last: the batch as the trainer then holds it (ACER's schedule makes it
+        # [N, T] segments on the learner's device, another tensordict), to tell
+        # the update on it from those on replayed batches
+        trainer.register_op("batch_process", self._hold)
         trainer.register_op("pre_steps_log", self._log)
         _train_only_accepted(trainer, self)
         if trainer.optimization_stepper is not None:
@@ -643,9 +647,12 @@ class PolicyVersion(TrainerHookBase):
                 f"given weights by someone else"
             )
         self.lag = _updates(self._trainer) - self._pushed_at[oldest]
-        self._batch = batch
         self.batch_ok = self.max_policy_lag is None or self.lag <= self.max_policy_lag
         self.dropped_batches += not self.batch_ok
+        return batch
+
+    def _hold(self, batch: TensorDictBase) -> TensorDictBase:
+        self._batch = batch
         return batch
 
     def _step(self, inner, trainer, sub_batch):
