@@ -180,8 +180,11 @@ class ACERUpdateSchedule(TrainerHookBase):
         return len(self.replay_buffer) * self.segment_length
 
     def store(self, batch: TensorDictBase) -> TensorDictBase:
-        """Stores the fresh batch and plans its updates; returns it as ``[N, T]``
-        segments on the schedule's device."""
+        """Stores the fresh batch and plans its updates.
+
+        Returns it as ``[N, T]`` segments on the schedule's device: the batch the
+        trainer holds from here on, and the one its on-policy update trains on.
+        """
         batch = as_segments(batch)
         if self.segment_length is None:
             self.segment_length = batch.shape[-1]
