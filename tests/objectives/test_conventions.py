@@ -5,6 +5,7 @@ test it mirrors."""
 
 import dataclasses
 import gc
+import io
 import sys
 
 import pytest
@@ -227,6 +228,19 @@ class TestLoss:
         total.backward()
         for p in loss.critic_network_params.values(True, True):
             assert p.grad is None or (p.grad == 0).all()
+
+    def test_loss_pickles_after_a_forward(self):
+        # torch.save(loss) works for TorchRL's losses at any time, also after a
+        # forward (the evaluator's caches hold weak references)
+        loss, batch = loss_and_batch()
+        expected = loss(batch.clone())
+        buffer = io.BytesIO()
+        torch.save(loss, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=False)
+        out = loaded(batch.clone())
+        for key in ("loss_objective", "loss_critic", "loss_entropy", "kl_avg"):
+            torch.testing.assert_close(out[key], expected[key])
 
     def test_accepted_keys_docstring_documents_every_key(self):
         # test_loss_module.py style: every _AcceptedKeys field is documented

@@ -931,6 +931,11 @@ class PolicyCriticEvaluator:
         # see _average_actor
         self._average = None
 
+    def __getstate__(self) -> dict:
+        # the caches hold weak references, which do not pickle (torch.save of a
+        # loss, sending it to a process); a copy rebuilds them on its first call
+        return {**self.__dict__, "_own_params": {}, "_average": None}
+
     def transition_in_keys(self, keys) -> list[NestedKey]:
         """The entries a ``[*B, T]`` batch must hold, under the estimator's ``keys``.
 
