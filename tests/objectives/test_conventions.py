@@ -242,6 +242,21 @@ class TestLoss:
         for key in ("loss_objective", "loss_critic", "loss_entropy", "kl_avg"):
             torch.testing.assert_close(out[key], expected[key])
 
+    def test_critic_writing_another_key(self):
+        # the loss builds its estimator in __init__: a critic whose values are not
+        # under "action_value" must be accepted (and set_keys can name another)
+        actor, critic = discrete_actor_critic()
+        renamed = TensorDictModule(critic.module, ["observation"], [("q", "values")])
+        batch = random_batch(3, 5, **MID_ROW)
+        expected = ACERLoss(actor, critic)(batch.clone())
+        loss = ACERLoss(actor, renamed)
+        assert loss.tensor_keys.action_value == ("q", "values")
+        out = loss(batch.clone())
+        for key in ("loss_objective", "loss_critic", "loss_entropy"):
+            torch.testing.assert_close(out[key], expected[key])
+        with pytest.raises(KeyError, match="not an output of the critic"):
+            loss.set_keys(action_value="action_value")
+
     def test_accepted_keys_docstring_documents_every_key(self):
         # test_loss_module.py style: every _AcceptedKeys field is documented
         for cls in (ACERLoss, RetraceEstimator):

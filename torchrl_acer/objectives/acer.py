@@ -13,7 +13,7 @@ from tensordict.nn import (
     TensorDictModule,
     dispatch,
 )
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 from torch import distributions as D
 from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import (
@@ -23,6 +23,7 @@ from torchrl.objectives.utils import (
 )
 from torchrl.objectives.value import ValueEstimatorBase
 
+from torchrl_acer.modules.sdn import StochasticDuelingNetwork
 from torchrl_acer.objectives._value_estimators import ValueEstimators
 from torchrl_acer.objectives.trust_region import (
     TRUST_REGION_SPACES,
@@ -145,8 +146,9 @@ class ACERLoss(LossModule):
             distribution over logits (``Categorical`` or ``OneHotCategorical``) or a
             Gaussian (``Normal``, ``IndependentNormal``).
         critic_network (TensorDictModule): for a categorical policy, the critic
-            writing one value per action under ``"action_value"``; for a Gaussian
-            one, a :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`. It gets no
+            writing one value per action under ``"action_value"`` (or its last
+            out_key); for a Gaussian one, a
+            :class:`~torchrl_acer.modules.sdn.StochasticDuelingNetwork`. It gets no
             target parameters.
 
     Keyword Args:
@@ -224,7 +226,8 @@ class ACERLoss(LossModule):
 
         The first ten are the value estimator's, forwarded to it (see
         :class:`~torchrl_acer.RetraceEstimator`); ``action`` and ``sample_log_prob``
-        default to the actor's keys.
+        default to the actor's keys, ``action_value`` to the critic's last out_key
+        when the critic writes no ``"action_value"``.
 
         Attributes:
             advantage (NestedKey): written, :math:`G_t - V(s_t)`.
@@ -341,6 +344,15 @@ class ACERLoss(LossModule):
         )
         self.recurrent_state = recurrent_state
         self.burn_in = burn_in
+        # a Q critic writing its values under another name: its output, so that
+        # the estimator built now accepts it (set_keys can change it later)
+        out_keys = [unravel_key(k) for k in getattr(critic_network, "out_keys", ())]
+        if (
+            not isinstance(critic_network, StochasticDuelingNetwork)
+            and out_keys
+            and self.tensor_keys.action_value not in out_keys
+        ):
+            self.set_keys(action_value=out_keys[-1])
         # the default estimator, built now: it validates the networks and finds
         # the distribution's keys, which name the behaviour policy's entries
         self.make_value_estimator()
