@@ -257,6 +257,22 @@ class TestLoss:
         with pytest.raises(KeyError, match="not an output of the critic"):
             loss.set_keys(action_value="action_value")
 
+    def test_skip_existing_estimator_still_trains_the_critic(self):
+        # the estimator may reuse stored critic outputs; the loss's critic term
+        # needs them in its graph (TorchRL's losses always run their critic)
+        loss, batch = loss_and_batch()
+        expected = loss(batch.clone())
+        loss.make_value_estimator(gamma=0.9, skip_existing=True)
+        stale = batch.clone()
+        stale["action_value"] = torch.zeros(3, 5, 4, dtype=torch.float64)
+        stale["next", "action_value"] = torch.zeros(3, 5, 4, dtype=torch.float64)
+        out = loss(stale)
+        for key in ("loss_objective", "loss_critic", "loss_entropy"):
+            torch.testing.assert_close(out[key], expected[key])
+        out["loss_critic"].backward()
+        for p in loss.critic_network_params.values(True, True):
+            assert p.grad is not None and p.grad.abs().sum() > 0
+
     def test_accepted_keys_docstring_documents_every_key(self):
         # test_loss_module.py style: every _AcceptedKeys field is documented
         for cls in (ACERLoss, RetraceEstimator):

@@ -440,6 +440,9 @@ class ACERLoss(LossModule):
             actor_params=self.actor_network_params,
             critic_params=self.critic_network_params,
             detach_shared=self.separate_losses,
+            # the critic term trains the critic: it runs even where the data holds
+            # its outputs (skip_existing), as TorchRL's losses run theirs
+            reuse_critic_outputs=False,
         )
         data = steps.data  # burn-in steps only warm the recurrent state: no loss terms
         average = estimator.evaluator.average_dist_params(

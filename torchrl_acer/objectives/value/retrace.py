@@ -107,7 +107,8 @@ class RetraceEstimator(ValueEstimatorBase):
             ``ACERLoss``'s default estimator uses ``True``.
         skip_existing (bool, optional): if ``True``, the critic is not run where
             the input already holds its output at ``s_t`` and under ``"next"``
-            (the policy always runs). ``None`` (default) follows
+            (the policy always runs; in :class:`~torchrl_acer.ACERLoss` the critic
+            runs too, its term trains it). ``None`` (default) follows
             :func:`tensordict.nn.skip_existing`.
         check_values (bool): if ``True`` (default), raise ``ValueError`` naming
             the entry where a reward or a behaviour log-probability is not finite
@@ -438,11 +439,13 @@ def evaluate(
     actor_params: TensorDictBase | None = None,
     critic_params: TensorDictBase | None = None,
     detach_shared: bool = False,
+    reuse_critic_outputs: bool = True,
 ) -> Steps:
     """Runs ``estimator``'s networks once over ``data`` (``[*B, T]``, time last).
 
-    With the estimator's keys, ``shifted``, ``skip_existing`` and ``check_values``;
-    with a burn-in, the steps are those after it.
+    With the estimator's keys, ``shifted``, ``skip_existing`` (unless not
+    ``reuse_critic_outputs``: a loss needs the critic's outputs in its graph) and
+    ``check_values``; with a burn-in, the steps are those after it.
     """
     keys, evaluator = estimator.tensor_keys, estimator.evaluator
     k, T = evaluator.burn_in, data.batch_size[-1]
@@ -477,7 +480,8 @@ def evaluate(
         # the critic's outputs travel through the window like observations, so
         # the critic can skip them at s_t and s'_t alike
         reuse = run["skip_existing"] = (
-            (skip_existing() if skip is None else skip)
+            reuse_critic_outputs
+            and (skip_existing() if skip is None else skip)
             and data.get(output_key, None) is not None
             and data.get(("next", output_key), None) is not None
         )
