@@ -9,6 +9,7 @@ import re
 
 import pytest
 import torch
+import torchrl.modules
 from builders import (
     BANDIT_MU_LOGITS,
     backward,
@@ -17,6 +18,7 @@ from builders import (
     discrete_setup,
     random_batch,
 )
+from torchrl.modules import ProbabilisticActor
 
 from torchrl_acer import ACERLoss
 from torchrl_acer.objectives.trust_region import project
@@ -217,6 +219,19 @@ class TestBadInput:
             match=re.escape("'logits' have shape (2, 4, 3), expected (2, 4, 4)"),
         ):
             self.loss(data)
+
+    @pytest.mark.parametrize("name", ["MaskedCategorical", "MaskedOneHotCategorical"])
+    def test_masked_categorical_is_refused(self, name):
+        # the loss reads the logits alone: the action mask would be silently ignored
+        actor, critic = discrete_actor_critic()
+        masked = ProbabilisticActor(
+            actor.module[0],
+            in_keys={"logits": "logits", "mask": "action_mask"},
+            distribution_class=getattr(torchrl.modules, name),
+            return_log_prob=True,
+        )
+        with pytest.raises(TypeError, match=f"{name} is not supported"):
+            ACERLoss(masked, critic)
 
     def test_reward_shape(self):
         data = random_batch(2, 4)

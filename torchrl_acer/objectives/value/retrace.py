@@ -33,6 +33,7 @@ from torchrl.modules import (
     GRUModule,
     IndependentNormal,
     LSTMModule,
+    MaskedCategorical,
     set_recurrent_mode,
 )
 from torchrl.objectives.utils import register_value_estimator
@@ -589,6 +590,15 @@ def policy_family(actor_network) -> str:
     dist_class = _probabilistic_module(actor_network).distribution_class
     if not isinstance(dist_class, type):
         raise TypeError(f"unsupported distribution {dist_class!r}")
+    if issubclass(dist_class, MaskedCategorical):
+        # its mask is no distribution parameter here: it would be ignored, and
+        # masked actions would keep their probability
+        raise TypeError(
+            f"{dist_class.__name__} is not supported: ACER's loss and estimator read "
+            f"the policy's logits alone, so its action mask would be ignored. Mask "
+            f"the logits in the actor network (a large negative value at masked "
+            f"actions) and use Categorical or OneHotCategorical"
+        )
     if issubclass(dist_class, D.OneHotCategorical) or (
         issubclass(dist_class, D.Categorical) and "OneHot" in dist_class.__name__
     ):
