@@ -330,6 +330,39 @@ def test_non_positive_initial_scale_is_refused(initial_scale):
 
 
 class TestBadInput:
+    def test_value_network_writing_another_key_is_refused(self):
+        # V(s) is read under the dueling network's value_key
+        value = TensorDictModule(nn.Linear(3, 1), ["observation"], ["v"])
+        advantage = TensorDictModule(
+            nn.Linear(5, 1), ["observation", "action"], ["advantage"]
+        )
+        with pytest.raises(ValueError, match="value_key 'state_value'"):
+            StochasticDuelingNetwork(value, advantage)
+        sdn = StochasticDuelingNetwork(value, advantage, value_key="v")
+        assert sdn.out_keys == ["v", "action_value"]
+
+    def test_plain_q_critic_reading_other_policy_keys_is_refused(self):
+        # its V draws from the policy's loc and scale, read where the actor
+        # writes them
+        batch, _, S = gaussian_table_batch(2, 5, 2, dones=DONES)
+        actor, *_ = table_gaussian_sdn(S, 2)
+        nested = ProbabilisticActor(
+            TensorDictModule(
+                actor.module[0].module, ["observation"], [("p", "loc"), ("p", "scale")]
+            ),
+            in_keys={"loc": ("p", "loc"), "scale": ("p", "scale")},
+            distribution_class=IndependentNormal,
+            return_log_prob=True,
+        )
+        mlp = MLP(in_features=S + 2, out_features=1, num_cells=[8]).double()
+        q = TensorDictModule(mlp, ["observation", "action"], ["q"])
+        with pytest.raises(ValueError, match=r"pass loc_key=\('p', 'loc'\)"):
+            ACERLoss(nested, PlainQCritic(q))
+        critic = PlainQCritic(q, loc_key=("p", "loc"), scale_key=("p", "scale"))
+        batch["p", "loc"] = batch.pop("loc")
+        batch["p", "scale"] = batch.pop("scale")
+        assert torch.isfinite(ACERLoss(nested, critic)(batch)["loss_critic"])
+
     def test_wrong_action_dimension(self):
         loss, batch, *_ = gaussian_setup()
         batch.set("action", torch.zeros(2, 5, 3, dtype=torch.float64))

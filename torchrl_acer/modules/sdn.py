@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 
 __all__ = ["PlainQCritic", "SampledStateValue", "StochasticDuelingNetwork"]
 
@@ -93,6 +93,13 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
             raise ValueError(
                 "advantage_network must write one entry, A(s, a); it writes "
                 f"{advantage_network.out_keys}"
+            )
+        # (a PlainQCritic's sampled V names its out key once built)
+        value_out = [unravel_key(k) for k in value_network.out_keys]
+        if value_out and unravel_key(value_key) not in value_out:
+            raise ValueError(
+                f"value_network must write V(s) under value_key {value_key!r}; it "
+                f"writes {value_network.out_keys} (pass value_key=...)"
             )
         if action_key not in advantage_network.in_keys:
             raise ValueError(

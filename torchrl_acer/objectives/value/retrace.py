@@ -235,6 +235,17 @@ class RetraceEstimator(ValueEstimatorBase):
         self.evaluator = make_evaluator(
             actor_network, value_network, self.family, recurrent_state, burn_in
         )
+        if gaussian and not value_network.dueling:
+            # a plain Q critic's V draws from the policy's statistics, which it
+            # reads where the actor writes them
+            for name, key in self.evaluator.dist_param_keys.items():
+                own = getattr(value_network, f"{name}_key")
+                if unravel_key(own) != unravel_key(key):
+                    raise ValueError(
+                        f"the {type(value_network).__name__} reads the policy's "
+                        f"{name} under {own!r}, but the actor writes it under "
+                        f"{key!r}; pass {name}_key={key!r} to the critic"
+                    )
         self.__dict__["actor_network"] = actor_network
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("c_thresh", c_thresh)):
             # float64 buffers: the target is computed in the data's dtype, and a
