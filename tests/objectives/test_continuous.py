@@ -363,6 +363,13 @@ class TestBadInput:
         batch["p", "scale"] = batch.pop("scale")
         assert torch.isfinite(ACERLoss(nested, critic)(batch)["loss_critic"])
 
+    @pytest.mark.parametrize("space", ["log_probs", "probs"])
+    def test_categorical_trust_region_space_is_refused(self, space):
+        # it would be silently ignored: the Gaussian projection acts on loc, scale
+        actor, critic = gaussian_actor_sdn(3, 2, num_cells=[8])
+        with pytest.raises(ValueError, match=f"trust_region_space='{space}'"):
+            ACERLoss(actor, critic, trust_region_space=space)
+
     def test_wrong_action_dimension(self):
         loss, batch, *_ = gaussian_setup()
         batch.set("action", torch.zeros(2, 5, 3, dtype=torch.float64))

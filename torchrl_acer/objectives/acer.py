@@ -156,8 +156,9 @@ class ACERLoss(LossModule):
             gradient. Defaults to ``10.0``.
         trust_region_delta (float or None): :math:`\delta`. ``None`` disables the
             trust region. Defaults to ``1.0``.
-        trust_region_space (str): the statistics :math:`\phi` the projection acts on:
-            ``"logits"`` (default), ``"log_probs"`` or ``"probs"`` (the paper's).
+        trust_region_space (str): the statistics :math:`\phi` the projection acts on
+            for a categorical policy: ``"logits"`` (default), ``"log_probs"`` or
+            ``"probs"`` (the paper's). A Gaussian's are its mean and scale.
         entropy_coeff (float): :math:`\beta`. Defaults to ``0.01``.
         critic_coeff (float or None): :math:`c_{critic}`. Defaults to ``0.25``.
             ``None`` drops the critic term (the critic must be trained elsewhere).
@@ -356,6 +357,12 @@ class ACERLoss(LossModule):
         # the default estimator, built now: it validates the networks and finds
         # the distribution's keys, which name the behaviour policy's entries
         self.make_value_estimator()
+        if self.value_estimator.family == "gaussian" and trust_region_space != "logits":
+            raise ValueError(
+                f"trust_region_space={trust_region_space!r} applies to categorical "
+                f"policies; a Gaussian policy's trust region acts on its mean and "
+                f"scale (leave trust_region_space at its default)"
+            )
         behavior = {
             f"behavior_{name}": key
             for name, key in self.value_estimator.evaluator.dist_param_keys.items()
