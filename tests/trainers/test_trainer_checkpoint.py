@@ -27,6 +27,7 @@ from torchrl.checkpoint import (
     CheckpointError,
     CheckpointRotation,
     GlobalRNGState,
+    StateDictCheckpointAdapter,
 )
 from torchrl.collectors import Collector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
@@ -232,6 +233,25 @@ def test_round_trip_restores_every_component(tmp_path, fmt):
     assert torch.equal(target[3][:]["observation"], replay[:]["observation"])
     # nothing left beside it: no stage, no temporary copy
     assert [p.name for p in tmp_path.iterdir()] == ["c"]
+
+
+def test_an_adapter_registered_for_a_type_saves_that_type(tmp_path):
+    # TorchRL's register_adapter, here after the components are registered (as on
+    # a trainer's checkpoint): the type's components are saved by that adapter
+    net, optimizer, counters, _ = pieces(0, frames=4)
+    checkpoint = checkpoint_of(net, optimizer, counters)
+    checkpoint.register_adapter(Counters, StateDictCheckpointAdapter("torch"))
+    path = checkpoint.save(tmp_path / "c")
+    saved = sorted(p.name for p in (path / "components").glob("*-counters/*"))
+    assert saved == ["state.pt"]
+    target = pieces(1)
+    checkpoint_of(*target).load(path)
+    assert (target[2].frames, target[2].updates) == (4, 2)
+    # the others are still checked for non-finite numbers
+    with torch.no_grad():
+        net.weight[0, 0] = float("nan")
+    with pytest.raises(NonFiniteCheckpointError, match="net.weight"):
+        checkpoint.save(path)
 
 
 def test_versions_commit_and_config_are_in_the_manifest(tmp_path):

@@ -419,8 +419,9 @@ class ACERCheckpoint(Checkpoint):
             :class:`~torchrl.checkpoint.Checkpoint`.
 
     A component with ``state_dict`` / ``load_state_dict`` (and no ``dump`` /
-    ``load``) registered without an adapter gets a :class:`FiniteStateDictAdapter`;
-    one registered with an explicit :class:`FiniteStateDictAdapter` is checked too.
+    ``load``) registered without an adapter, nor one for its type
+    (``register_adapter``), gets a :class:`FiniteStateDictAdapter`; one given an
+    explicit :class:`FiniteStateDictAdapter` is checked too.
     Components saved by other adapters (replay buffers' ``dump``, JSON values) are
     verified and loaded, but not checked for non-finite numbers.
 
@@ -454,24 +455,21 @@ class ACERCheckpoint(Checkpoint):
         self.config_changes: list = []
         super().__init__(**kwargs)
 
-    def register(
-        self,
-        name: str,
-        component: Any,
-        *,
-        adapter: CheckpointAdapter | None = None,
-        options: CheckpointOptions | None = None,
-    ) -> ACERCheckpoint:
-        def has(method):
-            return callable(getattr(component, method, None))
-
-        # where TorchRL would infer its StateDictCheckpointAdapter
-        stateful = has("state_dict") and has("load_state_dict")
-        if adapter is None and stateful and not (has("dump") and has("load")):
+    def _resolve_adapter(self, component) -> CheckpointAdapter:
+        """TorchRL's adapter for ``component``, a :class:`FiniteStateDictAdapter`
+        where TorchRL infers its state-dict one (no adapter given at
+        registration nor for the component's type by ``register_adapter``),
+        bound to record the non-finite entries."""
+        adapter = super()._resolve_adapter(component)
+        chosen = component.adapter is not None or any(
+            isinstance(component.value, kind) for kind, _ in self._adapter_registry
+        )
+        if not chosen and type(adapter) is StateDictCheckpointAdapter:
             adapter = FiniteStateDictAdapter()
         if isinstance(adapter, FiniteStateDictAdapter):
+            name = next(n for n, c in self._components.items() if c is component)
             adapter = adapter.bound(name, self._nonfinite)
-        return super().register(name, component, adapter=adapter, options=options)
+        return adapter
 
     # -- save ------------------------------------------------------------------
 
@@ -727,7 +725,10 @@ class ACERCheckpoint(Checkpoint):
         ) as root:
             for name in sorted(requested & set(records)):
                 component = self._components[name]
-                adapter = component.adapter
+                try:
+                    adapter = self._resolve_adapter(component)
+                except TypeError:
+                    continue  # TorchRL's load names a component it cannot save
                 target = component.value
                 if not isinstance(adapter, FiniteStateDictAdapter) or not isinstance(
                     target, (torch.nn.Module, torch.optim.Optimizer)
