@@ -215,6 +215,33 @@ def test_batches_equal_torchrl_collectors(case):
         assert done.all(0).any()  # every copy ended in one step: a full reset
 
 
+def test_batches_equal_torchrl_collectors_on_a_bare_gym_wrapper():
+    # GymWrapper over a vector env, no transform added: its TransformedEnv holds
+    # GymWrapper's auto-reset transform alone, not a Compose
+    def bare_env():
+        env = GymWrapper(
+            gym.vector.SyncVectorEnv(
+                [lambda: gym.make("CartPole-v1")] * 2,
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            )
+        )
+        env.set_seed(SEED)
+        return env
+
+    batches = []
+    for make in (torchrl_collector, lean_collector):
+        env = bare_env()
+        torch.manual_seed(0)
+        policy = discrete_actor(env)
+        torch.manual_seed(11)
+        collector = make(env, policy, 2 * 20)
+        iterator = iter(collector)
+        batches.append([next(iterator) for _ in range(2)])
+        collector.shutdown()
+    for want, have in zip(*batches, strict=True):
+        assert_batches_equal(want, have)
+
+
 def test_observations_match_a_plain_gymnasium_replay():
     """An independent reference: gymnasium's own vector env, reset with the seed
     then once more (make_env, then the collector), stepped with the recorded

@@ -39,6 +39,7 @@ from torch import nn
 from torchrl.collectors import BaseCollector
 from torchrl.collectors.utils import _TrajectoryPool
 from torchrl.envs import (
+    Compose,
     DoubleToFloat,
     EnvBase,
     GymWrapper,
@@ -68,7 +69,11 @@ def _transforms(env: EnvBase) -> tuple[EnvBase, list]:
     transforms in the order they apply to a step's output (innermost first)."""
     layers = []
     while isinstance(env, TransformedEnv):
-        layers.append(list(env.transform))
+        # a Compose, or one transform alone (GymWrapper's own)
+        transform = env.transform
+        layers.append(
+            list(transform) if isinstance(transform, Compose) else [transform]
+        )
         env = env.base_env
     return env, [t for layer in reversed(layers) for t in layer]
 
