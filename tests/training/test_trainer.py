@@ -198,6 +198,29 @@ def test_greedy_evaluator_scores_each_environments_first_episode(max_steps):
     env.close()
 
 
+def test_greedy_evaluator_on_an_env_under_one_transform():
+    # TorchRL's own idiom: TransformedEnv(env, RewardSum(...)) holds the transform
+    # alone, not a Compose
+    from torchrl.envs import GymEnv, RewardSum, SerialEnv, TransformedEnv
+
+    torch.manual_seed(0)
+    env = TransformedEnv(
+        SerialEnv(2, lambda: GymEnv("CartPole-v1")),
+        RewardSum(in_keys=["reward"], out_keys=["episode_reward"]),
+    )
+    actor, _ = mlp_actor_critic(4, 2, num_cells=[8], action_spec=env.action_spec[0])
+    with torch.no_grad():
+        for p in actor.parameters():
+            p.mul_(3.0)
+    env.set_seed(3)
+    expected = first_episode_returns(env, actor, 400)
+    env.set_seed(3)
+    got = GreedyEvaluator(env, actor, max_steps=400)()
+    assert got["reward"] == pytest.approx(sum(expected) / len(expected))
+    assert got["reward_min"] == min(expected) and got["reward_max"] == max(expected)
+    env.close()
+
+
 class _StateCheckingPolicy:
     """The actor, keeping at each call the observation it is given and the state
     CartPole's copies are in (its observation is its state)."""

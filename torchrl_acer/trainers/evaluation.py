@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, unravel_key
 from torchrl.envs import (
+    Compose,
     DoubleToFloat,
     EnvBase,
     ExplorationType,
@@ -220,7 +221,11 @@ def _steppable_vector_env(evaluator: GreedyEvaluator):
     after the sum), and the policy reads the observation alone; else ``None``."""
     env, layers = evaluator.env, []
     while isinstance(env, TransformedEnv):
-        layers.append(list(env.transform))
+        # a Compose, or one transform alone (GymWrapper's own, a user's)
+        transform = env.transform
+        layers.append(
+            list(transform) if isinstance(transform, Compose) else [transform]
+        )
         env = env.base_env
     vector = getattr(env, "_env", None)
     if not (
