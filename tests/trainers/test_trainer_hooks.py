@@ -17,10 +17,12 @@ import torch
 from tensordict.nn import TensorDictModule
 from torchrl.checkpoint import Checkpoint, CheckpointError
 from torchrl.collectors import Collector, MultiAsyncCollector
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import GymEnv, Transform, TransformedEnv
 from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
-from torchrl.objectives import ClipPPOLoss, SoftUpdate
+from torchrl.objectives import A2CLoss, ClipPPOLoss, SoftUpdate
 from torchrl.record.loggers import CSVLogger
+from torchrl.trainers import Trainer
 from torchrl.trainers.algorithms import PPOTrainer
 
 from torchrl_acer.trainers.hooks import (
@@ -36,6 +38,7 @@ from torchrl_acer.trainers.hooks import (
     VersionedPolicy,
     _updates,
 )
+from torchrl_acer.trainers.progress import TrainingLog
 
 FRAMES_PER_BATCH = 32
 
@@ -533,3 +536,47 @@ def test_a_run_directory_another_process_trains_in_is_refused(tmp_path):
         assert not any(tmp_path.iterdir())
     finally:
         os.close(fd)
+
+
+# -- TrainingLog ------------------------------------------------------------------
+
+
+def test_training_log_with_a_collector_writing_to_a_replay_buffer():
+    # TorchRL's Trainer hands its hooks no batch (None) when the collector writes
+    # to a replay buffer itself: the pace is logged, no episodes
+    torch.manual_seed(0)
+    env = GymEnv("CartPole-v1")
+    actor = ProbabilisticActor(
+        TensorDictModule(MLP(4, 2, num_cells=[16]), ["observation"], ["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        spec=env.action_spec,
+        return_log_prob=True,
+    )
+    loss = A2CLoss(actor, ValueOperator(MLP(4, 1, num_cells=[16]), ["observation"]))
+    replay = TensorDictReplayBuffer(storage=LazyTensorStorage(256), batch_size=16)
+    collector = Collector(
+        env,
+        actor,
+        frames_per_batch=FRAMES_PER_BATCH,
+        total_frames=-1,
+        replay_buffer=replay,
+        auto_register_policy_transforms=False,
+    )
+    trainer = Trainer(
+        collector=collector,
+        total_frames=3 * FRAMES_PER_BATCH,
+        frame_skip=1,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.Adam(loss.parameters()),
+        replay_buffer=replay,
+        log_interval=0,
+        progress_bar=False,
+    )
+    trainer.register_op("process_optim_batch", lambda batch: replay.sample())
+    TrainingLog().register(trainer)
+    trainer.train()
+    assert trainer.collected_frames == 3 * FRAMES_PER_BATCH
+    assert len(trainer._log_dict["time/fps"]) == 3
+    assert "train/reward" not in trainer._log_dict

@@ -29,7 +29,9 @@ class TrainingLog(TrainerHookBase):
       or since ``train`` started for its first batch (collection and updates
       together), so that a resumed run logs it where the uninterrupted one did.
 
-    The updates so far are TorchRL's own ``optim_steps`` entry.
+    The updates so far are TorchRL's own ``optim_steps`` entry. Where the
+    collector writes to a replay buffer itself (TorchRL's trainer then hands its
+    hooks no batch), only the pace is logged.
 
     Args:
         window (int): finished episodes averaged in ``train/reward``. Defaults to
@@ -48,7 +50,9 @@ class TrainingLog(TrainerHookBase):
         self._trainer: Trainer | None = None
         self._last = (None, 0)  # (time, frames) at the previous batch
 
-    def _episodes(self, batch: TensorDictBase) -> dict[str, Any] | None:
+    def _episodes(self, batch: TensorDictBase | None) -> dict[str, Any] | None:
+        if batch is None:  # the collector writes to a replay buffer itself
+            return None
         ends, returns = batch.get(self.done_key, None), batch.get(self.return_key, None)
         if ends is None or returns is None:
             return None
@@ -59,12 +63,12 @@ class TrainingLog(TrainerHookBase):
         mean = sum(self.recent) / len(self.recent)
         return {"train/reward": mean, "log_pbar": True}
 
-    def _pace(self, batch: TensorDictBase) -> dict[str, Any]:
+    def _pace(self, batch: TensorDictBase | None) -> dict[str, Any]:
         trainer, now = self._trainer, time.perf_counter()
         then, frames = self._last
         self._last = (now, trainer.collected_frames)
         out = {}
-        ends = batch.get(self.done_key, None)
+        ends = None if batch is None else batch.get(self.done_key, None)
         if ends is not None:
             out["train/episodes"] = int(ends.sum())
         if then is not None:
