@@ -268,6 +268,29 @@ def test_a_non_finite_batch_is_neither_trained_on_nor_stored(tmp_path):
     close(pieces)
 
 
+def test_the_updates_logged_for_each_batch_are_those_taken(tmp_path):
+    # a batch the guard refuses gets no update at all (the trainer skips its
+    # optim_steps): none is logged for it
+    pieces = make_pieces(**{"collector.total_frames": 30, "replay.start": 0})
+    trainer = new_trainer_like(pieces, log_interval=0)
+    trainer.collector = NaNRewardOnce(pieces.collector, nan_at=1)
+    counts = [0]
+    trainer.register_op("post_steps", lambda: counts.append(trainer._optim_count))
+    with pytest.warns(RuntimeWarning, match="non-finite batch not trained on"):
+        trainer.train()
+    taken = [b - a for a, b in zip(counts[:-1], counts[1:], strict=True)]
+    logged = [
+        on + off
+        for on, off in zip(
+            trainer._log_dict["train/on_policy_updates"],
+            trainer._log_dict["train/off_policy_updates"],
+            strict=True,
+        )
+    ]
+    assert taken[1] == 0 and logged == taken
+    close(pieces)
+
+
 def test_greedy_evaluation_on_a_frame_schedule_and_at_the_end(tmp_path):
     from torchrl.record.loggers import CSVLogger
 

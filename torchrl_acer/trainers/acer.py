@@ -125,9 +125,10 @@ class ACERUpdateSchedule(TrainerHookBase):
             what replay keeps of a batch; ``None`` keeps everything.
         accept (sequence of callables): each takes the fresh batch and says
             whether to train on it; a batch one refuses gets no on-policy update
-            and is not stored (its replayed updates still happen); nor is one
-            the trainer's guards refuse
-            (:func:`~torchrl_acer.trainers.hooks.batch_accepted`).
+            and is not stored (its replayed updates still happen). One the
+            trainer's guards refuse
+            (:func:`~torchrl_acer.trainers.hooks.batch_accepted`) gets no update
+            at all (the trainer skips its ``optim_steps``) and is not stored.
         device (torch.device, optional): where batches are handed out.
         seed (int): seeds the Poisson draws (the hook's own generator, in its
             state dict). Defaults to 0.
@@ -188,9 +189,10 @@ class ACERUpdateSchedule(TrainerHookBase):
         batch = as_segments(batch)
         if self.segment_length is None:
             self.segment_length = batch.shape[-1]
-        accepted = all(accept(batch) for accept in self.accept) and (
-            self._trainer is None or batch_accepted(self._trainer)
-        )
+        # a batch the trainer's guards refuse gets no update at all (the trainer
+        # skips its optim_steps); one an accept callable refuses, replayed ones
+        guarded = self._trainer is None or batch_accepted(self._trainer)
+        accepted = guarded and all(accept(batch) for accept in self.accept)
         draws = 0
         if self.replay_buffer is not None:
             if accepted:
@@ -199,7 +201,8 @@ class ACERUpdateSchedule(TrainerHookBase):
                 self.replay_buffer.extend(
                     batch if keys is None else batch.select(*keys, strict=False)
                 )
-            if self.replay_ratio > 0 and self.replay_steps >= self.replay_start:
+            replays = self.replay_ratio > 0 and guarded
+            if replays and self.replay_steps >= self.replay_start:
                 rate = torch.tensor(float(self.replay_ratio))
                 draws = int(torch.poisson(rate, generator=self.generator))
         # the trainer's batch from here on is the one its update trains on
