@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from torchrl.envs import GymWrapper
 
 from torchrl_acer.training.env_state import (
+    CollectorState,
     collector_state_dict,
     env_state_dict,
     load_env_state_dict,
@@ -423,3 +424,22 @@ def test_env_state_of_a_bare_gym_wrapper_round_trips():
     for _ in range(3):
         ours, theirs = env.step(action.clone()), copy.step(action.clone())
         torch.testing.assert_close(ours["next"], theirs["next"])
+
+
+def test_torchrls_own_environments_are_refused_saying_why():
+    # TorchRL's GymEnv (one gymnasium env) and SerialEnv (started or not yet: a
+    # SerialEnv's attribute lookup forwards to copies it has not built) are
+    # refused, so a resume starts fresh episodes, naming what they are
+    from torchrl.envs import GymEnv, SerialEnv
+
+    def reason(env):
+        return CollectorState(env).state_dict()["reason"]
+
+    assert (
+        reason(GymEnv("CartPole-v1")) == "GymEnv does not wrap a gymnasium vector env"
+    )
+    serial = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+    assert reason(serial) == "SerialEnv does not wrap a gymnasium vector env"
+    serial.reset()
+    assert reason(serial) == "SerialEnv does not wrap a gymnasium vector env"
+    serial.close()

@@ -24,7 +24,7 @@ import pickle
 import gymnasium as gym
 import numpy as np
 import torch
-from torchrl.envs import Compose, EnvBase
+from torchrl.envs import Compose, EnvBase, GymWrapper, TransformedEnv
 
 from torchrl_acer.training.envs import forget_saved_step
 
@@ -57,8 +57,12 @@ def _saveable(env: EnvBase) -> tuple[gym.vector.SyncVectorEnv | None, str | None
     and why not."""
     if not isinstance(env, EnvBase):
         return None, f"{type(env).__name__} is not a TorchRL environment"
-    vector = getattr(getattr(env, "base_env", env), "_env", None)
-    if vector is None:
+    base = env
+    while isinstance(base, TransformedEnv):
+        base = base.base_env
+    # not getattr on any env: a SerialEnv's forwards to copies it may not have built
+    vector = base._env if isinstance(base, GymWrapper) else None
+    if not isinstance(vector, gym.vector.VectorEnv):
         return None, f"{type(env).__name__} does not wrap a gymnasium vector env"
     if not isinstance(vector, gym.vector.SyncVectorEnv):
         return None, (
