@@ -502,3 +502,20 @@ def test_auto_backend_raises_what_the_policy_raises(capsys):
         make_collector(cfg, None, policy, device=None, env=env)
     assert "TorchRL's Collector" not in capsys.readouterr().out
     env.close()
+
+
+def test_auto_backend_collects_torchrls_serial_env_with_its_collector(capsys):
+    # a SerialEnv not started yet forwards attribute lookups to copies it has not
+    # built: the refusal names it, and auto falls back to TorchRL's Collector
+    from torchrl.envs import GymEnv, SerialEnv
+
+    cfg = gym_config({}, **{"collector.backend": "auto", "env.num_envs": 2})
+    env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+    policy = discrete_actor(env)
+    collector = make_collector(cfg, None, policy, device=None, env=env)
+    assert type(collector) is Collector
+    assert "GymVectorCollector steps a gymnasium vector env in TorchRL's " in (
+        capsys.readouterr().out
+    )
+    assert next(iter(collector)).shape == (2, cfg.collector.T)
+    collector.shutdown()

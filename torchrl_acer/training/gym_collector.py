@@ -214,7 +214,9 @@ class GymVectorCollector(BaseCollector):
                 f"GymVectorCollector needs a TorchRL env, got {type(env).__name__}"
             )
         base, transforms = _transforms(env)
-        vector = getattr(base, "_env", None)
+        # not getattr on any env: a SerialEnv's forwards to copies it may not have
+        # built, recursing
+        vector = base._env if isinstance(base, GymWrapper) else None
         if not isinstance(base, GymWrapper) or not isinstance(
             vector, gym.vector.VectorEnv
         ):
