@@ -221,6 +221,22 @@ def test_greedy_evaluator_on_an_env_under_one_transform():
     env.close()
 
 
+def test_greedy_evaluator_on_a_serial_env_not_started_yet():
+    # a SerialEnv forwards attribute lookups to copies it builds when it starts
+    from torchrl.envs import GymEnv, RewardSum, SerialEnv, TransformedEnv
+
+    torch.manual_seed(0)
+    env = TransformedEnv(
+        SerialEnv(2, lambda: GymEnv("CartPole-v1")),
+        RewardSum(in_keys=["reward"], out_keys=["episode_reward"]),
+    )
+    actor, _ = mlp_actor_critic(4, 2, num_cells=[8], action_spec=env.action_spec[0])
+    evaluator = GreedyEvaluator(env, actor, max_steps=20)
+    assert evaluator._vector is None  # TorchRL's steps
+    assert 1 <= evaluator()["reward"] <= 20
+    env.close()
+
+
 class _StateCheckingPolicy:
     """The actor, keeping at each call the observation it is given and the state
     CartPole's copies are in (its observation is its state)."""

@@ -227,7 +227,8 @@ def _steppable_vector_env(evaluator: GreedyEvaluator):
             list(transform) if isinstance(transform, Compose) else [transform]
         )
         env = env.base_env
-    vector = getattr(env, "_env", None)
+    # not getattr on any env: a SerialEnv's forwards to copies it may not have built
+    vector = env._env if isinstance(env, GymWrapper) else None
     if not (
         isinstance(env, GymWrapper)
         and isinstance(vector, gym.vector.VectorEnv)
