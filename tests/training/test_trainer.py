@@ -235,6 +235,16 @@ def test_greedy_evaluator_on_a_serial_env_not_started_yet():
     assert evaluator._vector is None  # TorchRL's steps
     assert 1 <= evaluator()["reward"] <= 20
     env.close()
+    # the returns summed in each copy: a SerialEnv with no transform of its own
+    env = SerialEnv(
+        2,
+        lambda: TransformedEnv(
+            GymEnv("CartPole-v1"),
+            RewardSum(in_keys=["reward"], out_keys=["episode_reward"]),
+        ),
+    )
+    assert 1 <= GreedyEvaluator(env, actor, max_steps=20)()["reward"] <= 20
+    env.close()
 
 
 class _StateCheckingPolicy:

@@ -10,7 +10,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDictBase
-from torchrl.envs import Compose, DoubleToFloat, EnvBase, GymWrapper, RewardSum
+from torchrl.envs import (
+    Compose,
+    DoubleToFloat,
+    EnvBase,
+    GymWrapper,
+    RewardSum,
+    TransformedEnv,
+)
 from torchrl.envs.transforms import VecGymEnvTransform
 
 from torchrl_acer.training.cue_recall import ENV_ID as CUE_RECALL
@@ -172,7 +179,8 @@ def forget_saved_step(env: EnvBase) -> None:
     mask over every copy is no way round: the transform fails on one before the
     env's first step.) Other envs are left alone.
     """
-    transforms = getattr(env, "transform", None)
+    # not getattr on any env: a SerialEnv's forwards to copies it may not have built
+    transforms = env.transform if isinstance(env, TransformedEnv) else None
     for transform in transforms if isinstance(transforms, Compose) else [transforms]:
         if isinstance(transform, VecGymEnvTransform):
             transform._memo.clear()
