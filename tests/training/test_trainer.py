@@ -247,6 +247,16 @@ def test_greedy_evaluator_on_a_serial_env_not_started_yet():
     env.close()
 
 
+def test_greedy_evaluator_on_an_env_without_returns_names_what_is_missing():
+    from torchrl.envs import GymEnv, SerialEnv
+
+    env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))  # no RewardSum
+    actor, _ = mlp_actor_critic(4, 2, num_cells=[8], action_spec=env.action_spec[0])
+    with pytest.raises(KeyError, match=r"no return under \('next', 'episode_rew"):
+        GreedyEvaluator(env, actor, max_steps=20)()
+    env.close()
+
+
 class _StateCheckingPolicy:
     """The actor, keeping at each call the observation it is given and the state
     CartPole's copies are in (its observation is its state)."""

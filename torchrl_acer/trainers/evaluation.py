@@ -176,7 +176,15 @@ class GreedyEvaluator:
             else:
                 td = self.policy(td.to(policy_device)).to(env_device)
             td, next_root = self.env.step_and_maybe_reset(td)
-            returns = td.get(self.return_key).reshape(n).float()
+            returns = td.get(self.return_key, None)
+            if returns is None:
+                raise KeyError(
+                    f"GreedyEvaluator: the environment's steps hold no return under "
+                    f"{self.return_key!r}: sum the episode's rewards there with "
+                    f"RewardSum(in_keys=['reward'], out_keys=['episode_reward']), "
+                    f"or pass return_key"
+                )
+            returns = returns.reshape(n).float()
             yield returns, td.get(self.done_key).reshape(n)
             td = next_root
 
