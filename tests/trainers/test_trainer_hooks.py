@@ -580,3 +580,11 @@ def test_training_log_with_a_collector_writing_to_a_replay_buffer():
     assert trainer.collected_frames == 3 * FRAMES_PER_BATCH
     assert len(trainer._log_dict["time/fps"]) == 3
     assert "train/reward" not in trainer._log_dict
+
+
+def test_a_loss_without_reduction_is_refused_naming_its_terms(tmp_path):
+    trainer = make_trainer(tmp_path, batches=1)
+    trainer.loss_module.reduction = "none"  # per-sample terms
+    NonFiniteGuard().register(trainer)
+    with pytest.raises(RuntimeError, match="not reduced to one number.*'loss_obj"):
+        trainer.train()

@@ -394,6 +394,13 @@ class NonFiniteGuard(DefaultOptimizationStepper):
                 f"the loss module returned no 'loss_*' term (keys: "
                 f"{list(losses.keys())}): NonFiniteGuard has nothing to optimize"
             )
+        unreduced = {k: tuple(v.shape) for k, v in terms.items() if v.numel() != 1}
+        if unreduced:
+            raise RuntimeError(
+                f"the loss module returned terms that are not reduced to one "
+                f"number ({unreduced}): a trainer steps on a scalar loss; build the "
+                f"loss with reduction='mean' (the default) or 'sum'"
+            )
         optimizer = trainer.optimizer
         optimizer.zero_grad(set_to_none=True)
         sum(terms.values()).backward()
