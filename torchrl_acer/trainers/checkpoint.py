@@ -3,11 +3,13 @@ guarantees (:class:`ACERCheckpoint`), and the checkpoint pieces a run needs: a
 replay's contents (:class:`ReplayContents`) and saves on a clock
 (:class:`SaveEvery`).
 
-Everything rides on TorchRL's public extension points: a subclass, a state-dict
+Everything rides on TorchRL's extension points: a subclass, a state-dict
 adapter that checks what it saves (:class:`FiniteStateDictAdapter`, whose payload
 a plain :class:`~torchrl.checkpoint.Checkpoint` reads) and the manifest's
-``metadata``, under the key ``"torchrl_acer"``. The gaps in TorchRL are written
-up as patches in ``upstream/torchrl/``.
+``metadata``, under the key ``"torchrl_acer"``. One is private: the adapter TorchRL
+infers is swapped for the checked one in ``_resolve_adapter`` (TorchRL has no
+public hook there, and choosing it at ``register`` ignored ``register_adapter``).
+The gaps in TorchRL are written up as patches in ``upstream/torchrl/``.
 """
 
 from __future__ import annotations

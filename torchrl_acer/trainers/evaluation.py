@@ -12,21 +12,19 @@ import numpy as np
 import torch
 from tensordict import TensorDict, unravel_key
 from torchrl.envs import (
-    Compose,
     DoubleToFloat,
     EnvBase,
     ExplorationType,
     GymWrapper,
     RewardScaling,
     RewardSum,
-    TransformedEnv,
     set_exploration_type,
 )
 from torchrl.envs.transforms import VecGymEnvTransform
 from torchrl.trainers.trainers import Trainer, TrainerHookBase
 
 from torchrl_acer.trainers.acer import module_device
-from torchrl_acer.training.envs import reset_every_copy
+from torchrl_acer.training.envs import env_transforms, reset_every_copy
 
 __all__ = ["Evaluation", "GreedyEvaluator"]
 
@@ -227,14 +225,7 @@ def _steppable_vector_env(evaluator: GreedyEvaluator):
     copies within the step, under ``VecGymEnvTransform``, one ``RewardSum`` of
     ``"reward"`` into the return key, ``DoubleToFloat`` and ``RewardScaling``
     after the sum), and the policy reads the observation alone; else ``None``."""
-    env, layers = evaluator.env, []
-    while isinstance(env, TransformedEnv):
-        # a Compose, or one transform alone (GymWrapper's own, a user's)
-        transform = env.transform
-        layers.append(
-            list(transform) if isinstance(transform, Compose) else [transform]
-        )
-        env = env.base_env
+    env, transforms = env_transforms(evaluator.env)
     # not getattr on any env: a SerialEnv's forwards to copies it may not have built
     vector = env._env if isinstance(env, GymWrapper) else None
     if not (
@@ -248,8 +239,6 @@ def _steppable_vector_env(evaluator: GreedyEvaluator):
         and evaluator.done_key == ("next", "done")
     ):
         return None
-    # innermost first: the order the transforms apply to a step's output
-    transforms = [t for layer in reversed(layers) for t in layer]
     sums = [i for i, t in enumerate(transforms) if type(t) is RewardSum]
     if len(sums) != 1:
         return None

@@ -24,9 +24,9 @@ import pickle
 import gymnasium as gym
 import numpy as np
 import torch
-from torchrl.envs import Compose, EnvBase, GymWrapper, TransformedEnv
+from torchrl.envs import EnvBase, GymWrapper, TransformedEnv
 
-from torchrl_acer.training.envs import forget_saved_step
+from torchrl_acer.training.envs import env_transforms, forget_saved_step
 
 __all__ = [
     "CollectorState",
@@ -45,9 +45,7 @@ _NOT_STATE = ("env_fns", "envs")
 
 def _memo_transforms(env: EnvBase) -> list:
     """The transforms holding a ``_memo`` dict (the auto-reset transform's stash)."""
-    transform = getattr(env, "transform", None)
-    # a TransformedEnv holds a Compose, or one transform alone (GymWrapper's own)
-    transforms = transform if isinstance(transform, Compose) else [transform]
+    transforms = env_transforms(env)[1]
     return [t for t in transforms if isinstance(getattr(t, "_memo", None), dict)]
 
 

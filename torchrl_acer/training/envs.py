@@ -166,6 +166,24 @@ class SelectObservation(gym.ObservationWrapper):
         return observation[..., self.indices]
 
 
+def env_transforms(env: EnvBase) -> tuple[EnvBase, list]:
+    """The env under ``env``'s ``TransformedEnv`` layers, and their transforms in
+    the order they apply to a step's output (innermost first).
+
+    A layer holds a ``Compose`` or one transform alone (``GymWrapper``'s own, a
+    user's ``TransformedEnv(env, RewardSum())``). No attribute is looked up on
+    other envs: a ``SerialEnv``'s lookups go to copies it may not have built.
+    """
+    layers = []
+    while isinstance(env, TransformedEnv):
+        transform = env.transform
+        layers.append(
+            list(transform) if isinstance(transform, Compose) else [transform]
+        )
+        env = env.base_env
+    return env, [t for layer in reversed(layers) for t in layer]
+
+
 def forget_saved_step(env: EnvBase) -> None:
     """Makes the next bare ``env.reset()`` of ``env`` return the new episodes' first
     observations.
@@ -179,9 +197,7 @@ def forget_saved_step(env: EnvBase) -> None:
     mask over every copy is no way round: the transform fails on one before the
     env's first step.) Other envs are left alone.
     """
-    # not getattr on any env: a SerialEnv's forwards to copies it may not have built
-    transforms = env.transform if isinstance(env, TransformedEnv) else None
-    for transform in transforms if isinstance(transforms, Compose) else [transforms]:
+    for transform in env_transforms(env)[1]:
         if isinstance(transform, VecGymEnvTransform):
             transform._memo.clear()
 

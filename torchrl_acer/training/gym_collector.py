@@ -39,17 +39,16 @@ from torch import nn
 from torchrl.collectors import BaseCollector
 from torchrl.collectors.utils import _TrajectoryPool
 from torchrl.envs import (
-    Compose,
     DoubleToFloat,
     EnvBase,
     GymWrapper,
     RewardScaling,
     RewardSum,
-    TransformedEnv,
 )
 from torchrl.envs.transforms import VecGymEnvTransform
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from torchrl_acer.training.envs import env_transforms
 from torchrl_acer.training.refusal import Refusal
 
 __all__ = ["GymVectorCollector", "NotReproducedError"]
@@ -62,20 +61,6 @@ class NotReproducedError(Refusal, ValueError):
 
 _USE_COLLECTOR = "use TorchRL's Collector (collector.backend=single) for it"
 _DONE_KEYS = ["done", "terminated", "truncated"]
-
-
-def _transforms(env: EnvBase) -> tuple[EnvBase, list]:
-    """The innermost env under ``env``'s ``TransformedEnv`` layers, and their
-    transforms in the order they apply to a step's output (innermost first)."""
-    layers = []
-    while isinstance(env, TransformedEnv):
-        # a Compose, or one transform alone (GymWrapper's own)
-        transform = env.transform
-        layers.append(
-            list(transform) if isinstance(transform, Compose) else [transform]
-        )
-        env = env.base_env
-    return env, [t for layer in reversed(layers) for t in layer]
 
 
 def _key(key):
@@ -213,7 +198,7 @@ class GymVectorCollector(BaseCollector):
             raise NotReproducedError(
                 f"GymVectorCollector needs a TorchRL env, got {type(env).__name__}"
             )
-        base, transforms = _transforms(env)
+        base, transforms = env_transforms(env)
         # not getattr on any env: a SerialEnv's forwards to copies it may not have
         # built, recursing
         vector = base._env if isinstance(base, GymWrapper) else None
