@@ -43,6 +43,17 @@ from torchrl_acer.trainers.progress import TrainingLog
 FRAMES_PER_BATCH = 32
 
 
+def cartpole_actor(env):
+    """A categorical MLP policy for CartPole, writing its log-probabilities."""
+    return ProbabilisticActor(
+        TensorDictModule(MLP(4, 2, num_cells=[16]), ["observation"], ["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        spec=env.action_spec,
+        return_log_prob=True,
+    )
+
+
 def make_trainer(
     run_dir,
     *,
@@ -64,13 +75,7 @@ def make_trainer(
     PPOTrainer pushes weights through TorchRL's weight-sync scheme."""
     torch.manual_seed(0)
     env = GymEnv("CartPole-v1") if env is None else env
-    actor = ProbabilisticActor(
-        TensorDictModule(MLP(4, 2, num_cells=[16]), ["observation"], ["logits"]),
-        in_keys=["logits"],
-        distribution_class=torch.distributions.Categorical,
-        spec=env.action_spec,
-        return_log_prob=True,
-    )
+    actor = cartpole_actor(env)
     critic = ValueOperator(MLP(4, 1, num_cells=[16]), in_keys=["observation"])
     policy = VersionedPolicy(copy.deepcopy(actor)) if versioned else actor
     loss = ClipPPOLoss(actor, critic, delay_actor=target)
@@ -546,13 +551,7 @@ def test_training_log_with_a_collector_writing_to_a_replay_buffer():
     # to a replay buffer itself: the pace is logged, no episodes
     torch.manual_seed(0)
     env = GymEnv("CartPole-v1")
-    actor = ProbabilisticActor(
-        TensorDictModule(MLP(4, 2, num_cells=[16]), ["observation"], ["logits"]),
-        in_keys=["logits"],
-        distribution_class=torch.distributions.Categorical,
-        spec=env.action_spec,
-        return_log_prob=True,
-    )
+    actor = cartpole_actor(env)
     loss = A2CLoss(actor, ValueOperator(MLP(4, 1, num_cells=[16]), ["observation"]))
     replay = TensorDictReplayBuffer(storage=LazyTensorStorage(256), batch_size=16)
     collector = Collector(

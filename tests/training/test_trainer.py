@@ -198,9 +198,9 @@ def test_greedy_evaluator_scores_each_environments_first_episode(max_steps):
     env.close()
 
 
-def test_greedy_evaluator_on_an_env_under_one_transform():
-    # TorchRL's own idiom: TransformedEnv(env, RewardSum(...)) holds the transform
-    # alone, not a Compose
+def serial_cartpole_summing_returns():
+    """Two CartPoles in a TorchRL SerialEnv (not started) under one RewardSum, and
+    a small policy for them (seeded)."""
     from torchrl.envs import GymEnv, RewardSum, SerialEnv, TransformedEnv
 
     torch.manual_seed(0)
@@ -209,6 +209,13 @@ def test_greedy_evaluator_on_an_env_under_one_transform():
         RewardSum(in_keys=["reward"], out_keys=["episode_reward"]),
     )
     actor, _ = mlp_actor_critic(4, 2, num_cells=[8], action_spec=env.action_spec[0])
+    return env, actor
+
+
+def test_greedy_evaluator_on_an_env_under_one_transform():
+    # TorchRL's own idiom: TransformedEnv(env, RewardSum(...)) holds the transform
+    # alone, not a Compose
+    env, actor = serial_cartpole_summing_returns()
     with torch.no_grad():
         for p in actor.parameters():
             p.mul_(3.0)
@@ -225,12 +232,7 @@ def test_greedy_evaluator_on_a_serial_env_not_started_yet():
     # a SerialEnv forwards attribute lookups to copies it builds when it starts
     from torchrl.envs import GymEnv, RewardSum, SerialEnv, TransformedEnv
 
-    torch.manual_seed(0)
-    env = TransformedEnv(
-        SerialEnv(2, lambda: GymEnv("CartPole-v1")),
-        RewardSum(in_keys=["reward"], out_keys=["episode_reward"]),
-    )
-    actor, _ = mlp_actor_critic(4, 2, num_cells=[8], action_spec=env.action_spec[0])
+    env, actor = serial_cartpole_summing_returns()
     evaluator = GreedyEvaluator(env, actor, max_steps=20)
     assert evaluator._vector is None  # TorchRL's steps
     assert 1 <= evaluator()["reward"] <= 20
