@@ -372,3 +372,30 @@ def test_ratios_by_policy_lag_are_logged_for_batches_made_segments(tmp_path):
     assert log["collector/policy_lag"] == [0, 0, 0]
     assert len(log["collector/rho_mean_lag0"]) == 3
     close(pieces)
+
+
+@pytest.mark.parametrize("how", ["collector_replay_buffer", "async_collection"])
+def test_a_collector_that_hands_out_no_batch_is_refused(how):
+    """A collector writing to its own replay buffer (or TorchRL's async collection)
+    gives the trainer no batch: ACER's schedule would store and update nothing,
+    and training never ended. Refused at construction, saying what to do."""
+    from torchrl.collectors import Collector
+
+    pieces = make_pieces()
+    kwargs = {}
+    if how == "async_collection":
+        kwargs["async_collection"] = True
+    else:
+        env = pieces.collector.env
+        pieces.collector.shutdown()
+        pieces.collector = Collector(
+            env,
+            pieces.loss_module.actor_network,
+            frames_per_batch=10,
+            total_frames=-1,
+            replay_buffer=make_segment_replay_buffer(100, 5, 2),
+            auto_register_policy_transforms=False,
+        )
+    with pytest.raises(ValueError, match="hands it no batch"):
+        new_trainer_like(pieces, **kwargs)
+    close(pieces)

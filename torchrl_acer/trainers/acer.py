@@ -345,6 +345,18 @@ class ACERTrainer(Trainer):
     ) -> None:
         if total_frames <= 0:
             raise ValueError(f"total_frames must be positive, got {total_frames}")
+        if kwargs.get("async_collection") or (
+            getattr(collector, "replay_buffer", None) is not None
+        ):
+            # TorchRL's trainer then hands its hooks no batch: the schedule would
+            # store nothing and plan no update, and the frames never add up
+            raise ValueError(
+                "ACERTrainer stores each collected batch in replay itself, as [N, T] "
+                "segments; a collector writing to a replay buffer "
+                "(Collector(replay_buffer=...)) or async_collection=True hands it "
+                "no batch. Build the collector without replay_buffer, and pass the "
+                "replay to ACERTrainer(replay_buffer=...)"
+            )
         if not weight_update_interval >= 1:
             raise ValueError(
                 f"weight_update_interval must be >= 1, got {weight_update_interval}"
