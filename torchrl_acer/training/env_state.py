@@ -24,7 +24,7 @@ import pickle
 import gymnasium as gym
 import numpy as np
 import torch
-from torchrl.envs import EnvBase, GymWrapper, TransformedEnv
+from torchrl.envs import EnvBase, GymWrapper
 
 from torchrl_acer.training.envs import env_transforms, forget_saved_step
 
@@ -55,9 +55,7 @@ def _saveable(env: EnvBase) -> tuple[gym.vector.SyncVectorEnv | None, str | None
     and why not."""
     if not isinstance(env, EnvBase):
         return None, f"{type(env).__name__} is not a TorchRL environment"
-    base = env
-    while isinstance(base, TransformedEnv):
-        base = base.base_env
+    base, _ = env_transforms(env)
     # not getattr on any env: a SerialEnv's forwards to copies it may not have built
     vector = base._env if isinstance(base, GymWrapper) else None
     if not isinstance(vector, gym.vector.VectorEnv):
